@@ -1,0 +1,4 @@
+//! pg_worlds' pure logic, testable without a database: the grammar of the spec's statements, the rules
+//! for world names, and the three-way merge decision.
+pub mod grammar;
+pub mod names;

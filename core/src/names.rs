@@ -1,0 +1,98 @@
+//! The spec's rules for a new world's name ("Names and moments"). Only names being given are checked:
+//! a world made before a rule existed still loads, and is referred to by its name as it is.
+
+/// MERGE's own words: a bare one after MERGE WORLD is read as a clause, so no world may be named one.
+pub const MERGE_WORDS: [&str; 9] = ["using", "ours", "theirs", "confirm", "by", "resolve", "dry", "into", "only"];
+
+/// Checks a name for a new world. On failure returns the SQLSTATE and a message naming the name:
+/// 42602 for an empty name or one with `@` (which marks a moment, 'name@when'); 42939 for a name
+/// starting with `_tx_` (transactions' hidden worlds) or one of MERGE's own words, in any case.
+pub fn check_world_name(name: &str) -> Result<(), (&'static str, String)> {
+    if name.is_empty() {
+        return Err(("42602", "a world name can't be empty".into()));
+    }
+    if name.contains('@') {
+        return Err((
+            "42602",
+            format!("world name {} can't contain @: it marks a moment, as in 'name@when'", quoted(name)),
+        ));
+    }
+    // Any case: "_TX_1" would read too much like a transaction's world to be worth allowing.
+    if name.as_bytes().get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"_tx_")) {
+        return Err((
+            "42939",
+            format!("world name {} is reserved: names starting with _tx_ are transactions' own worlds", quoted(name)),
+        ));
+    }
+    if MERGE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(name)) {
+        return Err(("42939", format!("world name {} is reserved: it is one of MERGE's own words", quoted(name))));
+    }
+    Ok(())
+}
+
+/// The name in double quotes, as SQL would write it, so the message shows it unambiguously.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(name: &str) -> Option<&'static str> {
+        check_world_name(name).err().map(|(s, _)| s)
+    }
+
+    #[test]
+    fn ordinary_names_pass() {
+        for n in
+            ["agent_7", "agent-7", "Agent 7", "main", "über", "tx_1", "_t", "a_tx_", "ours2", "target", "at", "bye"]
+        {
+            assert_eq!(check_world_name(n), Ok(()), "{n}");
+        }
+    }
+
+    #[test]
+    fn empty_or_at_sign_is_42602() {
+        assert_eq!(state(""), Some("42602"));
+        assert_eq!(state("main@-1 hour"), Some("42602"));
+        assert_eq!(state("@"), Some("42602"));
+        let (_, m) = check_world_name("a@b").unwrap_err();
+        assert!(m.contains("\"a@b\""), "{m}");
+    }
+
+    #[test]
+    fn transaction_prefix_is_42939() {
+        assert_eq!(state("_tx_"), Some("42939"));
+        assert_eq!(state("_tx_42"), Some("42939"));
+        assert_eq!(state("_TX_42"), Some("42939"));
+        let (_, m) = check_world_name("_tx_9").unwrap_err();
+        assert!(m.contains("\"_tx_9\"") && m.contains("transactions"), "{m}");
+    }
+
+    #[test]
+    fn merge_words_are_reserved_in_any_case() {
+        for w in MERGE_WORDS {
+            assert_eq!(state(w), Some("42939"), "{w}");
+            assert_eq!(state(&w.to_uppercase()), Some("42939"), "{w}");
+        }
+        assert_eq!(state("Ours"), Some("42939"));
+        assert_eq!(
+            check_world_name("ours"),
+            Err(("42939", "world name \"ours\" is reserved: it is one of MERGE's own words".to_string()))
+        );
+    }
+
+    #[test]
+    fn quotes_in_a_name_are_doubled_in_the_message() {
+        let (_, m) = check_world_name("a\"b@c").unwrap_err();
+        assert!(m.contains("\"a\"\"b@c\""), "{m}");
+    }
+
+    #[test]
+    fn multibyte_start_does_not_panic() {
+        assert_eq!(check_world_name("ü_tx_"), Ok(()));
+        assert_eq!(check_world_name("_tü"), Ok(()));
+        assert_eq!(check_world_name("_txü"), Ok(()));
+    }
+}

@@ -1,0 +1,71 @@
+# Shared by the scripts: where things live and how to run Postgres as a non-root user.
+# Postgres refuses to run as root (initdb/pg_ctl exit), and CI runs as root: clusters are then owned by
+# the `postgres` system user that Debian's package creates.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+RUN_DIR=$ROOT/.run
+export PATH="$HOME/.cargo/bin:$PGBIN:$PATH"
+
+if [ "$(id -u)" -eq 0 ]; then
+  PGUSER_OS=postgres
+  as_pg() { runuser -u postgres -- "$@"; }
+else
+  PGUSER_OS=$(id -un)
+  as_pg() { "$@"; }
+fi
+
+# cluster_dir NAME -> the data/socket directory of a throwaway cluster
+cluster_dir() { echo "$RUN_DIR/$1"; }
+
+free_port() {
+  local p=${1:-55432}
+  while (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || [ -e "/tmp/.s.PGSQL.$p" ]; do p=$((p + 1)); done
+  echo $p
+}
+
+# start_cluster NAME [preload=yes|no]: initdb (once) and start; prints nothing, writes $dir/port
+start_cluster() {
+  local name=$1 preload=${2:-yes} dir port
+  dir=$(cluster_dir "$name")
+  mkdir -p "$RUN_DIR"
+  chmod 755 "$ROOT" "$RUN_DIR" 2>/dev/null || true
+  if [ -f "$dir/data/postmaster.pid" ] && as_pg $PGBIN/pg_ctl -D "$dir/data" status >/dev/null 2>&1; then
+    return 0
+  fi
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    rm -rf "$dir"; mkdir -p "$dir/sock"
+    [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$dir"
+    as_pg $PGBIN/initdb -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log" 2>&1
+  fi
+  port=$(free_port "${PORT:-55432}")
+  echo "$port" > "$dir/port"; [ "$(id -u)" -eq 0 ] && chown postgres "$dir/port"
+  local conf="-c port=$port -c unix_socket_directories=$dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+  [ "$preload" = yes ] && conf="$conf -c shared_preload_libraries=pg_worlds"
+  as_pg $PGBIN/pg_ctl -D "$dir/data" -l "$dir/server.log" -o "$conf" -w -t 60 start >/dev/null
+}
+
+stop_cluster() {
+  local dir; dir=$(cluster_dir "$1")
+  if [ -f "$dir/data/postmaster.pid" ]; then as_pg $PGBIN/pg_ctl -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+}
+
+# psql_in NAME [args...]: psql against that cluster as the postgres superuser
+psql_in() {
+  local name=$1; shift
+  local dir; dir=$(cluster_dir "$name")
+  $PGBIN/psql -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -X -v ON_ERROR_STOP=1 "$@"
+}
+
+conninfo() {
+  local dir; dir=$(cluster_dir "$1")
+  echo "host=$dir/sock port=$(cat "$dir/port") user=postgres dbname=${2:-postgres}"
+}
+
+# install_extension [--release]: build and install into the system Postgres (removing the old .so first:
+# overwriting a loaded library in place crashes running backends)
+install_extension() {
+  rm -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so"
+  (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" "$@" >"$RUN_DIR/install.log" 2>&1) || { tail -40 "$RUN_DIR/install.log"; return 1; }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what pg_worlds needs to build and test, idempotently and fast when already present:
+# Debian's PostgreSQL 15 server + headers, clang/libclang, sudo, and cargo-pgrx of exactly the pinned version,
+# initialised against the system pg_config (never a source download of Postgres).
+set -euo pipefail
+PGRX_VERSION=0.18.1
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+need_pkgs=()
+for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang pkg-config sudo; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
+  echo "setup: installing cargo-pgrx $PGRX_VERSION (a few minutes, once per machine)"
+  cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+if ! grep -q "pg15" "$HOME/.pgrx/config.toml" 2>/dev/null; then
+  cargo pgrx init --pg15 "$PG_CONFIG"
+fi
+echo "setup: ok (PostgreSQL $($PG_CONFIG --version | awk '{print $2}'), cargo-pgrx $PGRX_VERSION)"

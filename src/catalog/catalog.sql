@@ -1,0 +1,56 @@
+-- pg_worlds catalog: ordinary tables, WAL-logged and dumped with the database.
+-- Schema `worlds` (created by CREATE EXTENSION from the control file) holds the catalog and the SQL API;
+-- schema `worlds_data` holds the generated storage: per tracked table a history, a delta and an overlay view.
+
+CREATE SCHEMA worlds_data;
+
+-- One row per world ever made; main is world number 0. Dropped worlds keep their row (dropped is set)
+-- so SHOW HISTORY and UNDO MERGE can still name them.
+CREATE TABLE worlds.world (
+    num           integer PRIMARY KEY,                 -- compact number stored in delta rows
+    id            text NOT NULL UNIQUE,                -- stable ID; main's is 'main'
+    name          text NOT NULL,
+    parent        integer REFERENCES worlds.world (num),
+    depth         integer NOT NULL,
+    created       timestamptz,
+    version       bigint NOT NULL DEFAULT 0,           -- moves on with each write statement and partial merge
+    meta          jsonb NOT NULL DEFAULT '{}',
+    owner         text,
+    expires       timestamptz,
+    active        timestamptz,
+    pinned        boolean NOT NULL DEFAULT false,
+    fork_snapshot pg_snapshot,                         -- the parent's snapshot when this world forked
+    dropped       timestamptz                          -- null while live
+);
+CREATE UNIQUE INDEX world_live_name ON worlds.world (name) WHERE dropped IS NULL;
+CREATE SEQUENCE worlds.world_num_seq START 1 OWNED BY worlds.world.num;
+INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main', NULL, 0);
+
+-- Tracked tables and the storage generated for each. Found by regclass (dumped by name), never by an OID
+-- baked into a name.
+CREATE TABLE worlds.tables (
+    relid            regclass PRIMARY KEY,
+    tabno            integer NOT NULL UNIQUE,
+    key_columns      text[] NOT NULL,        -- primary key columns; empty: the whole row is the key
+    key_kind         "char" NOT NULL,        -- 'i' one integer column, 't' anything else, 'r' whole row
+    history          regclass NOT NULL,
+    delta            regclass NOT NULL,
+    overlay          regclass NOT NULL,
+    sequence         regclass NOT NULL,      -- orders history and delta rows
+    merge_by_columns boolean NOT NULL DEFAULT false,
+    unsupported      text                    -- why the table can't be used inside a world, or null
+);
+CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
+
+-- World events for SHOW HISTORY.
+CREATE TABLE worlds.event (
+    seq    bigserial PRIMARY KEY,
+    at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    world  integer NOT NULL,
+    event  text NOT NULL,
+    rows   bigint
+);
+
+SELECT pg_catalog.pg_extension_config_dump('worlds.world', 'WHERE num <> 0');
+SELECT pg_catalog.pg_extension_config_dump('worlds.tables', '');
+SELECT pg_catalog.pg_extension_config_dump('worlds.event', '');

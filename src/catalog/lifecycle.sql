@@ -1,0 +1,261 @@
+-- The world lifecycle: CREATE/FORK, SWITCH, SHOW WORLDS, SHOW BRANCHES, ALTER, DROP.
+-- Each statement of the spec is a function here with named arguments; worlds.sql(text) parses the spec's
+-- own syntax and calls these. Errors carry the spec's SQLSTATEs.
+
+-- A live world by name or ID (3D000 otherwise).
+CREATE FUNCTION worlds._resolve(name_or_id text) RETURNS worlds.world
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    w worlds.world;
+BEGIN
+    SELECT * INTO w FROM worlds.world
+    WHERE dropped IS NULL AND (name = name_or_id OR id = name_or_id)
+    ORDER BY (name = name_or_id) DESC LIMIT 1;
+    IF NOT FOUND THEN
+        IF position('@' IN coalesce(name_or_id, '')) > 0 THEN
+            RAISE EXCEPTION 'reading a world as it was (%) needs time travel, which this version of pg_worlds does not have yet', name_or_id
+                USING ERRCODE = 'feature_not_supported';
+        END IF;
+        RAISE EXCEPTION 'world "%" does not exist', name_or_id USING ERRCODE = 'invalid_catalog_name';
+    END IF;
+    RETURN w;
+END $$;
+
+-- Metadata as stored: the database's own keys (_worlds...) are refused, at most 64 KB, and the run
+-- keys must be text.
+CREATE FUNCTION worlds._checked_meta(meta jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    k text;
+BEGIN
+    IF meta IS NULL THEN RETURN '{}'; END IF;
+    IF jsonb_typeof(meta) <> 'object' THEN
+        RAISE EXCEPTION 'world metadata must be a JSON object' USING ERRCODE = 'invalid_text_representation';
+    END IF;
+    FOR k IN SELECT jsonb_object_keys(meta) LOOP
+        IF k LIKE '\_worlds%' THEN
+            RAISE EXCEPTION 'metadata key "%" is reserved: keys starting with _worlds are the database''s own', k
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF k IN ('run_id', 'prompt_version', 'model', 'tool_schema') AND jsonb_typeof(meta -> k) NOT IN ('string', 'null') THEN
+            RAISE EXCEPTION 'metadata key "%" must be text', k USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF octet_length(meta::text) > 65536 THEN
+        RAISE EXCEPTION 'world metadata is % bytes as JSON; at most 64 KB', octet_length(meta::text)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN meta;
+END $$;
+
+-- Discards worlds whose TTL has passed (unless they have live forks). Runs at the start of every
+-- lifecycle statement and SHOW WORLDS / SHOW BRANCHES.
+CREATE FUNCTION worlds._expire() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    w worlds.world;
+BEGIN
+    FOR w IN SELECT * FROM worlds.world x
+             WHERE x.dropped IS NULL AND x.expires IS NOT NULL AND x.expires <= clock_timestamp()
+               AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
+             ORDER BY x.depth DESC LOOP
+        PERFORM worlds._discard(w);
+    END LOOP;
+END $$;
+
+-- Marks a world dropped and frees its delta rows. A session in it moves to its parent.
+CREATE FUNCTION worlds._discard(w worlds.world) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    FOR t IN SELECT * FROM worlds.tables LOOP
+        EXECUTE format('DELETE FROM %s WHERE world = $1', t.delta) USING w.num;
+    END LOOP;
+    UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
+    INSERT INTO worlds.event (world, event, rows) VALUES (w.num, 'discarded', NULL);
+    PERFORM worlds._leave_if_current(w);
+END $$;
+
+-- If the session is in w (by name or ID), it carries on from w's live parent.
+CREATE FUNCTION worlds._leave_if_current(w worlds.world) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    p worlds.world;
+BEGIN
+    IF current_setting('worlds.world') IN (w.name, w.id) THEN
+        SELECT * INTO p FROM worlds.world WHERE num = w.parent;
+        WHILE p.dropped IS NOT NULL LOOP
+            SELECT * INTO p FROM worlds.world WHERE num = p.parent;
+        END LOOP;
+        PERFORM set_config('worlds.world', p.name, false);
+    END IF;
+END $$;
+
+CREATE FUNCTION worlds.create_world(name text, source text DEFAULT NULL, meta jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    src worlds.world;
+    n integer;
+    live bigint;
+    cap integer := current_setting('worlds.max_worlds')::integer;
+BEGIN
+    PERFORM worlds._refuse_in_transaction('CREATE WORLD');
+    PERFORM worlds._check_world_name(name);
+    meta := worlds._checked_meta(meta);
+    PERFORM worlds._expire();
+    src := worlds._resolve(coalesce(source, current_setting('worlds.world')));
+    IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = create_world.name AND w.dropped IS NULL) THEN
+        RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
+    IF cap > 0 AND live >= cap THEN
+        RAISE EXCEPTION 'cannot create world "%": the database holds % live worlds, max_worlds is %', name, live, cap
+            USING ERRCODE = 'configuration_limit_exceeded',
+                  HINT = 'Drop or merge a world, or raise worlds.max_worlds.';
+    END IF;
+    n := nextval('worlds.world_num_seq');
+    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot)
+    VALUES (n, 'w' || lpad(to_hex(n), 6, '0') || '-' || substr(md5(random()::text || clock_timestamp()::text), 1, 10),
+            name, src.num, src.depth + 1, clock_timestamp(), meta, clock_timestamp(), pg_current_snapshot());
+    INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || src.name), (src.num, 'forked ' || name);
+    RETURN 'CREATE WORLD';
+END $$;
+
+CREATE FUNCTION worlds.fork_world(source text, name text, meta jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE sql AS $$ SELECT worlds.create_world(name => name, source => source, meta => meta) $$;
+
+CREATE FUNCTION worlds.switch_world(name text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    w worlds.world;
+BEGIN
+    PERFORM worlds._refuse_in_transaction('SWITCH WORLD');
+    w := worlds._resolve(name);
+    UPDATE worlds.world SET active = clock_timestamp() WHERE num = w.num AND num <> 0;
+    PERFORM set_config('worlds.world', w.name, false);
+    RETURN 'SWITCH WORLD';
+END $$;
+
+CREATE FUNCTION worlds.show_worlds()
+RETURNS TABLE (name text, id text, parent text, depth integer, created timestamptz, version bigint,
+               meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM worlds._expire();
+    RETURN QUERY
+    SELECT w.name, w.id, p.name, w.depth, w.created, w.version,
+           (SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(w.meta) e(k, v) WHERE k NOT LIKE '\_worlds%'),
+           w.owner, w.expires, CASE WHEN w.num = 0 THEN NULL ELSE w.active END, w.pinned
+    FROM worlds.world w LEFT JOIN worlds.world p ON p.num = w.parent
+    WHERE w.dropped IS NULL
+    ORDER BY w.num;
+END $$;
+
+-- Rows a world changed since its fork, over every tracked table.
+CREATE FUNCTION worlds._changes(world_num integer) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    t worlds.tables;
+    total bigint := 0;
+    c bigint;
+BEGIN
+    FOR t IN SELECT * FROM worlds.tables LOOP
+        IF t.key_kind = 'r' THEN
+            EXECUTE format('SELECT count(*) FROM %s d WHERE world = $1', t.delta) INTO c USING world_num;
+        ELSE
+            EXECUTE format('SELECT count(DISTINCT %s) FROM %s d WHERE world = $1', worlds._key_expr(t, 'd'), t.delta) INTO c USING world_num;
+        END IF;
+        total := total + c;
+    END LOOP;
+    RETURN total;
+END $$;
+
+CREATE FUNCTION worlds.show_branches() RETURNS TABLE (name text, parent text, changes bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM worlds._expire();
+    RETURN QUERY
+    SELECT w.name, p.name, CASE WHEN w.num = 0 THEN NULL ELSE worlds._changes(w.num) END
+    FROM worlds.world w LEFT JOIN worlds.world p ON p.num = w.parent
+    WHERE w.dropped IS NULL ORDER BY w.num;
+END $$;
+
+-- ALTER WORLD: set_meta sets each key (JSON null removes it); ttl sets expiry that long from now;
+-- reset_ttl clears it; pinned sets or resets the pin. Returns the world's SHOW WORLDS row.
+CREATE FUNCTION worlds.alter_world(name text, set_meta jsonb DEFAULT NULL, ttl interval DEFAULT NULL,
+                                   reset_ttl boolean DEFAULT false, pinned boolean DEFAULT NULL)
+RETURNS TABLE (name text, id text, parent text, depth integer, created timestamptz, version bigint,
+               meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    w worlds.world;
+    m jsonb;
+    k text;
+    target text := alter_world.name;
+BEGIN
+    PERFORM worlds._refuse_in_transaction('ALTER WORLD');
+    w := worlds._resolve(target);
+    IF w.num = 0 AND (ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL) THEN
+        RAISE EXCEPTION 'main cannot expire or be pinned' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF set_meta IS NOT NULL THEN
+        PERFORM worlds._checked_meta(set_meta);
+        m := w.meta;
+        FOR k IN SELECT jsonb_object_keys(set_meta) LOOP
+            IF jsonb_typeof(set_meta -> k) = 'null' THEN m := m - k; ELSE m := m || jsonb_build_object(k, set_meta -> k); END IF;
+        END LOOP;
+        PERFORM worlds._checked_meta(m);
+        UPDATE worlds.world SET meta = m WHERE num = w.num;
+        INSERT INTO worlds.event (world, event) VALUES (w.num, 'metadata changed');
+    END IF;
+    IF ttl IS NOT NULL THEN
+        UPDATE worlds.world SET expires = clock_timestamp() + ttl WHERE num = w.num;
+    ELSIF reset_ttl THEN
+        UPDATE worlds.world SET expires = NULL WHERE num = w.num;
+    END IF;
+    IF alter_world.pinned IS NOT NULL THEN
+        UPDATE worlds.world SET pinned = alter_world.pinned WHERE num = w.num;
+    END IF;
+    RETURN QUERY SELECT * FROM worlds.show_worlds() s WHERE s.id = w.id;
+END $$;
+
+CREATE FUNCTION worlds.drop_world(name text, if_exists boolean DEFAULT false, cascade boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    w worlds.world;
+    d worlds.world;
+    forks text;
+BEGIN
+    PERFORM worlds._refuse_in_transaction('DROP WORLD');
+    PERFORM worlds._expire();
+    BEGIN
+        w := worlds._resolve(drop_world.name);
+    EXCEPTION WHEN invalid_catalog_name THEN
+        IF if_exists THEN
+            RAISE NOTICE 'world "%" does not exist, skipping', drop_world.name;
+            RETURN 'DROP WORLD';
+        END IF;
+        RAISE;
+    END;
+    IF w.num = 0 THEN
+        RAISE EXCEPTION 'main cannot be dropped' USING ERRCODE = 'feature_not_supported';
+    END IF;
+    SELECT string_agg(c.name, ', ' ORDER BY c.num) INTO forks FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL;
+    IF forks IS NOT NULL AND NOT cascade THEN
+        RAISE EXCEPTION 'cannot drop world "%" because other worlds were forked from it: %', w.name, forks
+            USING ERRCODE = 'dependent_objects_still_exist', HINT = 'Use DROP WORLD ... CASCADE to drop them too.';
+    END IF;
+    -- it and every world forked from it, deepest first
+    FOR d IN WITH RECURSIVE sub AS (
+                 SELECT * FROM worlds.world WHERE num = w.num
+                 UNION ALL
+                 SELECT c.* FROM worlds.world c JOIN sub ON c.parent = sub.num WHERE c.dropped IS NULL)
+             SELECT * FROM sub ORDER BY depth DESC, num DESC LOOP
+        PERFORM worlds._discard(d);
+    END LOOP;
+    RETURN 'DROP WORLD';
+END $$;

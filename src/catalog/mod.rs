@@ -1,0 +1,26 @@
+//! The SQL objects CREATE EXTENSION installs: catalog tables (bootstrap), tracking and the world lifecycle
+//! (plpgsql over the catalog, calling the Rust functions in `api` and `storage`), and the install step.
+use pgrx::prelude::*;
+
+extension_sql_file!("catalog.sql", name = "catalog", bootstrap);
+extension_sql_file!("tracking.sql", name = "tracking", requires = ["catalog"]);
+extension_sql_file!("lifecycle.sql", name = "lifecycle", requires = ["catalog"]);
+extension_sql_file!(
+    "install.sql",
+    name = "install",
+    finalize
+);
+
+/// Refuses CREATE EXTENSION in a server that did not load pg_worlds through shared_preload_libraries:
+/// without the hooks, sessions in a world would silently read and write main.
+#[pg_extern]
+fn _require_preloaded() {
+    if !crate::preloaded() {
+        ereport!(
+            PgLogLevel::ERROR,
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pg_worlds must be loaded via shared_preload_libraries",
+            "Add pg_worlds to shared_preload_libraries in postgresql.conf (shared_preload_libraries = 'pg_worlds') and restart the server, then run CREATE EXTENSION pg_worlds again."
+        );
+    }
+}

@@ -1,0 +1,306 @@
+-- Tracking: every user table gets a history (before-images of main's changes), a delta (every world's
+-- changed rows) and an overlay view (what a world sees), all in worlds_data. Identifiers are quoted with
+-- format('%I'); nothing is spliced unquoted.
+
+-- The columns of a table as a column-definition list, in attnum order, without constraints.
+-- Dropped columns are left out; the overlay view fills their attnums with placeholders instead.
+CREATE FUNCTION worlds._column_defs(rel regclass) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(string_agg(format('%I %s', attname, format_type(atttypid, atttypmod)), ', ' ORDER BY attnum), '')
+    FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
+$$;
+
+-- Why a table can't be compared inside a world (a column type without an equality operator), or null.
+CREATE FUNCTION worlds._unsupported_reason(rel regclass) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT format('table %s has column %I of type %s, which has no equality operator; untrack it with SELECT worlds.untrack(%L) or change the column type',
+                  rel, a.attname, format_type(a.atttypid, a.atttypmod), rel::text)
+    FROM pg_attribute a
+    WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+      AND NOT EXISTS (SELECT 1 FROM pg_operator o
+                      WHERE o.oprname = '=' AND o.oprleft = o.oprright
+                        AND o.oprleft = (SELECT coalesce(nullif(t.typbasetype, 0), t.oid) FROM pg_type t WHERE t.oid = a.atttypid))
+      AND NOT EXISTS (SELECT 1 FROM pg_type t WHERE t.oid = a.atttypid AND (t.typtype IN ('e', 'c', 'r', 'm') OR t.typcategory = 'A'))
+    ORDER BY a.attnum LIMIT 1
+$$;
+
+-- The SQL expression of a row's key over a table alias: one integer column as int8, anything else as
+-- text in the spec's form (1, or (1,abc) for several columns), the whole row when there is no key.
+CREATE FUNCTION worlds._key_expr(t worlds.tables, alias text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN t.key_kind = 'i' THEN format('%I.%I::int8', alias, t.key_columns[1])
+        WHEN t.key_kind = 't' AND cardinality(t.key_columns) = 1 THEN format('%I.%I::text', alias, t.key_columns[1])
+        WHEN t.key_kind = 't' THEN format('ROW(%s)::text', (SELECT string_agg(format('%I.%I', alias, c), ', ') FROM unnest(t.key_columns) c))
+        ELSE format('ROW(%s)::text', worlds._alias_columns(t.relid, alias))
+    END
+$$;
+
+-- The key the overlay's visibility functions take: none for a table without a primary key (its rows
+-- are told apart by ctid on main and by delta sequence in worlds).
+CREATE FUNCTION worlds._view_key(t worlds.tables, alias text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN t.key_kind = 'r' THEN 'NULL::text' ELSE worlds._key_expr(t, alias) END
+$$;
+
+CREATE FUNCTION worlds._alias_columns(rel regclass, alias text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(string_agg(format('%I.%I', alias, attname), ', ' ORDER BY attnum), '')
+    FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
+$$;
+
+-- (Re)creates the overlay view of a tracked table: main as of the world's fork, minus what the world
+-- shadows, plus the world's own rows. Qual-free UNION ALL branches tagged by a constant `src`, every
+-- condition in the outer WHERE, so Postgres flattens it into an append relation and joins keep
+-- parameterized index paths into every branch (see DESIGN.md, "Shape of the view").
+-- The view's attnums equal the table's: a dropped column of the table becomes a NULL placeholder column,
+-- so the Vars of an analyzed query stay valid when its range-table entry is swapped for the view.
+CREATE FUNCTION worlds._build_overlay(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    outer_cols text := '';
+    base_cols text := '';
+    delta_cols text := '';
+    hist_cols text := '';
+    a record;
+    vname text := (SELECT relname FROM pg_class WHERE oid = t.overlay);
+    keyfn text := CASE WHEN t.key_kind = 'i' THEN 'int8' ELSE 'text' END;
+BEGIN
+    FOR a IN SELECT attnum, attname, attisdropped, format_type(atttypid, atttypmod) AS typ
+             FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 ORDER BY attnum LOOP
+        IF outer_cols <> '' THEN outer_cols := outer_cols || ', '; END IF;
+        IF a.attisdropped THEN
+            -- placeholder keeping the view's attnums equal to the table's
+            outer_cols := outer_cols || format('NULL::int4 AS %I', '........pg.dropped.' || a.attnum || '........');
+        ELSE
+            IF base_cols <> '' THEN
+                base_cols := base_cols || ', '; delta_cols := delta_cols || ', '; hist_cols := hist_cols || ', ';
+            END IF;
+            outer_cols := outer_cols || format('u.%I', a.attname);
+            base_cols := base_cols || format('b.%I', a.attname);
+            delta_cols := delta_cols || format('d.%I', a.attname);
+            hist_cols := hist_cols || format('h.%I', a.attname);
+        END IF;
+    END LOOP;
+
+    EXECUTE format('DROP VIEW IF EXISTS worlds_data.%I', vname);
+    EXECUTE format($v$
+        CREATE VIEW worlds_data.%I AS
+        SELECT %s FROM (
+            SELECT %s, 0 AS src, b.ctid AS tid, 0::int8 AS seq, 0 AS w, %s AS k FROM %s b
+            UNION ALL
+            SELECT %s, 1, NULL::tid, d.dseq, d.world, %s FROM worlds_data.%I d
+            UNION ALL
+            SELECT %s, 2, NULL::tid, h.hseq, 0, %s FROM worlds_data.%I h
+        ) u
+        WHERE (u.src = 0 AND worlds._base_visible(%s, u.tid, u.k))
+           OR (u.src = 1 AND worlds._delta_visible(%s, u.w, u.seq))
+           OR (u.src = 2 AND worlds._history_visible(%s, u.seq, u.k))
+        $v$,
+        vname, outer_cols,
+        base_cols, worlds._view_key(t, 'b'), t.relid::text,
+        delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
+        hist_cols, worlds._view_key(t, 'h'), (SELECT relname FROM pg_class WHERE oid = t.history),
+        t.tabno, t.tabno, t.tabno);
+    -- a new view is a new relation: keep the catalog pointing at it
+    UPDATE worlds.tables SET overlay = format('worlds_data.%I', vname)::regclass WHERE tabno = t.tabno RETURNING * INTO t;
+    PERFORM worlds._overlay_finish(t);
+END $$;
+
+-- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
+CREATE FUNCTION worlds._overlay_finish(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    v text := t.overlay::text;
+BEGIN
+    FOR a IN SELECT at.attname, pg_get_expr(d.adbin, d.adrelid) AS def, at.attidentity,
+                    pg_get_serial_sequence(t.relid::text, at.attname) AS seq
+             FROM pg_attribute at LEFT JOIN pg_attrdef d ON d.adrelid = at.attrelid AND d.adnum = at.attnum
+             WHERE at.attrelid = t.relid AND at.attnum > 0 AND NOT at.attisdropped LOOP
+        IF a.attidentity IN ('a', 'd') AND a.seq IS NOT NULL THEN
+            EXECUTE format('ALTER VIEW %s ALTER COLUMN %I SET DEFAULT nextval(%L::regclass)', v, a.attname, a.seq);
+        ELSIF a.def IS NOT NULL THEN
+            EXECUTE format('ALTER VIEW %s ALTER COLUMN %I SET DEFAULT %s', v, a.attname, a.def);
+        END IF;
+    END LOOP;
+    EXECUTE format('CREATE TRIGGER worlds_write INSTEAD OF INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._overlay_write(%s)', v, t.tabno);
+    -- the view runs with its owner's rights over the storage; the role's rights on the real table are
+    -- checked by the router before a query is sent here
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO PUBLIC', v);
+END $$;
+
+-- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
+CREATE FUNCTION worlds.track(rel regclass) RETURNS worlds.tables
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    pk text[];
+    kind "char";
+    base text;
+    n integer;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF FOUND THEN RETURN t; END IF;
+    IF (SELECT relkind FROM pg_class WHERE oid = rel) NOT IN ('r') THEN
+        RAISE EXCEPTION 'only ordinary tables can be tracked: % is not one', rel
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    SELECT array_agg(a.attname::text ORDER BY k.ord) INTO pk
+    FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+    WHERE i.indrelid = rel AND i.indisprimary;
+    IF pk IS NULL THEN
+        pk := '{}'; kind := 'r';
+    ELSIF cardinality(pk) = 1 AND (SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = rel AND attname = pk[1])
+                                  IN ('smallint', 'integer', 'bigint') THEN
+        kind := 'i';
+    ELSE
+        kind := 't';
+    END IF;
+    n := nextval('worlds.tables_tabno_seq');
+    base := left((SELECT relname FROM pg_class WHERE oid = rel), 40) || '_' || n;
+
+    EXECUTE format('CREATE TABLE worlds_data.%I (hseq int8 NOT NULL, xid xid8 NOT NULL, at timestamptz NOT NULL, op "char" NOT NULL, old_tid tid, new_tid tid, src text%s)',
+                   'h_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (xid)', 'h_' || base);
+    EXECUTE format('CREATE TABLE worlds_data.%I (world int4 NOT NULL, dseq int8 NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id(), del bool NOT NULL DEFAULT false, base_tid tid%s)',
+                   'd_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (world, dseq)', 'd_' || base);
+    IF kind <> 'r' THEN
+        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'h_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+    END IF;
+    EXECUTE format('CREATE SEQUENCE worlds_data.%I CACHE 64', 's_' || base);
+    -- a placeholder view so the catalog row can name it; _build_overlay replaces it
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
+
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, delta, overlay, sequence, unsupported)
+    VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
+            format('worlds_data.%I', 'v_' || base)::regclass, format('worlds_data.%I', 's_' || base)::regclass,
+            worlds._unsupported_reason(rel))
+    RETURNING * INTO t;
+    PERFORM worlds._build_overlay(t);
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+
+    EXECUTE format('CREATE TRIGGER worlds_capture AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._capture(%s)', rel, n);
+    EXECUTE format('CREATE TRIGGER worlds_capture_truncate BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION worlds._capture_truncate(%s)', rel, n);
+    PERFORM worlds._tracking_changed(rel);
+    RETURN t;
+END $$;
+
+-- Stops tracking a table: its storage goes, worlds stop seeing their changes to it. Refused while a
+-- live world has changed it, unless force.
+CREATE FUNCTION worlds.untrack(rel regclass) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF NOT FOUND THEN RETURN false; END IF;
+    PERFORM worlds._drop_storage(t, true);
+    RETURN true;
+END $$;
+
+CREATE FUNCTION worlds._drop_storage(t worlds.tables, drop_triggers boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF drop_triggers THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
+        EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
+    END IF;
+    EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
+    EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
+    EXECUTE format('DROP TABLE IF EXISTS %s', t.history);
+    EXECUTE format('DROP SEQUENCE IF EXISTS %s', t.sequence);
+    DELETE FROM worlds.tables WHERE tabno = t.tabno;
+    PERFORM worlds._tracking_changed(t.relid);
+END $$;
+
+-- Is this table one pg_worlds should track automatically? User tables only: not system, extension-owned,
+-- temporary or unlogged-into-worlds_data tables.
+CREATE FUNCTION worlds._trackable(rel regclass) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT c.relkind = 'r' AND c.relpersistence = 'p'
+       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'worlds', 'worlds_data', 'pg_toast')
+       AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%'
+       AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+       AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_namespace'::regclass AND d.objid = n.oid AND d.deptype = 'e')
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
+$$;
+
+-- Keeps generated storage in step with DDL on tracked tables (event trigger on ddl_command_end).
+CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    cmd record;
+    t worlds.tables;
+    a record;
+BEGIN
+    IF current_setting('worlds.world', true) IS DISTINCT FROM 'main' AND coalesce(current_setting('worlds.world', true), 'main') <> '' THEN
+        NULL; -- DDL inside a world is refused by the router before it runs
+    END IF;
+    FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+        CONTINUE WHEN cmd.classid <> 'pg_class'::regclass OR cmd.objsubid <> 0;
+        CONTINUE WHEN cmd.schema_name IN ('worlds', 'worlds_data');
+        IF cmd.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO') THEN
+            IF worlds._trackable(cmd.objid::regclass) THEN
+                PERFORM worlds.track(cmd.objid::regclass);
+            END IF;
+        ELSIF cmd.command_tag = 'ALTER TABLE' THEN
+            SELECT * INTO t FROM worlds.tables WHERE relid = cmd.objid;
+            CONTINUE WHEN NOT FOUND;
+            -- columns the table has that its history and delta lack (added, or renamed to a new name)
+            FOR a IN SELECT attname, format_type(atttypid, atttypmod) AS typ FROM pg_attribute
+                     WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped
+                       AND attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.history, a.attname, a.typ);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.delta, a.attname, a.typ);
+            END LOOP;
+            -- a changed column type follows on the delta (history keeps what it had)
+            FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
+                     JOIN pg_attribute da ON da.attrelid = t.delta AND da.attname = ta.attname AND NOT da.attisdropped
+                     WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped
+                       AND (ta.atttypid, ta.atttypmod) IS DISTINCT FROM (da.atttypid, da.atttypmod) LOOP
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', t.delta, a.attname, a.typ, a.attname, a.typ);
+            END LOOP;
+            UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid) WHERE tabno = t.tabno RETURNING * INTO t;
+            PERFORM worlds._build_overlay(t);
+            PERFORM worlds._tracking_changed(t.relid);
+        END IF;
+    END LOOP;
+END $$;
+
+-- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention
+-- purges it (time travel reads dropped tables).
+CREATE FUNCTION worlds._on_drop() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    obj record;
+    t worlds.tables;
+BEGIN
+    FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
+        SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
+        CONTINUE WHEN NOT FOUND;
+        EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
+        EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
+        DELETE FROM worlds.tables WHERE tabno = t.tabno;
+        PERFORM worlds._tracking_changed(NULL);
+    END LOOP;
+END $$;
+
+-- TRUNCATE of a tracked table is captured, not lost: every row goes to history as a delete first, so
+-- worlds forked before it keep seeing them. (O(rows); TRUNCATE of a large tracked table pays for it.)
+CREATE FUNCTION worlds._capture_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    cols text;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE tabno = TG_ARGV[0]::integer;
+    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
+    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('INSERT INTO %s (hseq, xid, at, op, old_tid, new_tid, src%s) SELECT nextval(%L), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
+                   t.history, coalesce(', ' || cols, ''), t.sequence::text, coalesce(', ' || cols, ''), t.relid);
+    RETURN NULL;
+END $$;

@@ -1,0 +1,72 @@
+//! Settings. `worlds.world` names the session's world: `main` (the real tables) or a world's name or ID.
+//! It can be set per session (`SET worlds.world = ...`, `SWITCH WORLD`) or at connection time
+//! (`options=-c worlds.world=agent_7`).
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::prelude::*;
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+
+pub static WORLD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"main"));
+
+thread_local! {
+    /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
+    static WORLD_GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+pub fn world_generation() -> u64 {
+    WORLD_GENERATION.with(|g| g.get())
+}
+
+/// The session's world as written in the setting (a name, an ID, or `main`). Reads the C string in place:
+/// this is on the hot path of every query.
+pub fn current_world_setting() -> &'static CStr {
+    unsafe {
+        let p = *WORLD.as_ptr();
+        if p.is_null() {
+            c"main"
+        } else {
+            CStr::from_ptr(p)
+        }
+    }
+}
+
+/// True when the session works on main (the real tables): the hooks then do nothing.
+pub fn in_main() -> bool {
+    let s = current_world_setting().to_bytes();
+    s == b"main" || s.is_empty()
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_world(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    WORLD_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+    // Prepared statements and cached plans were routed for the old world: make them re-analyze.
+    unsafe { pg_sys::ResetPlanCache() };
+}
+
+pub fn register() {
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"worlds.world",
+            c"The world this session reads and writes: main, or a world's name or ID.",
+            c"Set with SWITCH WORLD, SET worlds.world, or options=-c worlds.world=<name> in a connection string.",
+            &WORLD,
+            GucContext::Userset,
+            GucFlags::default(),
+            None,
+            Some(assign_world),
+            None,
+        );
+    }
+    GucRegistry::define_int_guc(
+        c"worlds.max_worlds",
+        c"How many live worlds the database may hold at once (0: no limit).",
+        c"CREATE WORLD past this fails with SQLSTATE 53400.",
+        &MAX_WORLDS,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);

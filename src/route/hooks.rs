@@ -1,0 +1,242 @@
+//! The three hooks pg_worlds installs. Each chains to the hook that was there before it, so other
+//! extensions (pg_stat_statements, auto_explain) keep working beside it. In main they only chain.
+//!
+//! - post_parse_analyze: in a world, swaps every tracked table's range-table entry for its overlay view
+//!   (in sub-queries, CTEs and sub-links too) and inlines user views so the tables they read are swapped
+//!   as well. Privileges stay checked on the real table: the swapped entry's checks move to a
+//!   permission-only copy of the original entry.
+//! - ExecutorStart: marks a new statement, so the overlay cache is re-validated once per statement.
+//! - ProcessUtility: refuses DDL inside a world, routes `COPY t TO` through a query, refuses COPY FROM.
+use crate::storage::{self, overlay};
+use crate::{api::raise, guc};
+use pgrx::pg_sys;
+use pgrx::pg_sys::ffi::pg_guard_ffi_boundary;
+use pgrx::prelude::*;
+use std::collections::HashMap;
+
+static mut PREV_POST_PARSE_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
+static mut PREV_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
+static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+pub fn install_hooks() {
+    unsafe {
+        PREV_POST_PARSE_ANALYZE = pg_sys::post_parse_analyze_hook;
+        pg_sys::post_parse_analyze_hook = Some(post_parse_analyze);
+        PREV_EXECUTOR_START = pg_sys::ExecutorStart_hook;
+        pg_sys::ExecutorStart_hook = Some(executor_start);
+        PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+        pg_sys::ProcessUtility_hook = Some(process_utility);
+    }
+}
+
+/// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a
+/// transaction where the catalog can be read.)
+fn routing_active() -> bool {
+    !guc::in_main() && !storage::internal() && unsafe { pg_sys::IsTransactionState() }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn post_parse_analyze(
+    pstate: *mut pg_sys::ParseState,
+    query: *mut pg_sys::Query,
+    jstate: *mut pg_sys::JumbleState,
+) {
+    unsafe {
+        if let Some(prev) = PREV_POST_PARSE_ANALYZE {
+            pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
+        }
+        if routing_active() && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && overlay::session_world().is_some() {
+            route_query(query);
+        }
+    }
+}
+
+struct RouteContext {
+    tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
+}
+
+unsafe fn route_query(query: *mut pg_sys::Query) {
+    let tracked = storage::tracked_tables();
+    if tracked.is_empty() {
+        return;
+    }
+    let mut ctx = RouteContext { tracked };
+    unsafe {
+        route_walker(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn route_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if (*node).type_ == pg_sys::NodeTag::T_Query {
+            let query = node as *mut pg_sys::Query;
+            let ctx = &mut *(context as *mut RouteContext);
+            route_range_table(query, ctx);
+            return pg_sys::query_tree_walker(query, Some(route_walker), context, 0);
+        }
+        pg_sys::expression_tree_walker(node, Some(route_walker), context)
+    }
+}
+
+unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
+    unsafe {
+        let rtable = (*query).rtable;
+        let n = if rtable.is_null() { 0 } else { (*rtable).length };
+        let mut perm_copies: Vec<*mut pg_sys::RangeTblEntry> = Vec::new();
+        for i in 0..n {
+            let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION {
+                continue;
+            }
+            if let Some(&tabno) = ctx.tracked.get(&(*rte).relid) {
+                let layout = storage::relation_layout(tabno);
+                if (*query).commandType == pg_sys::CmdType::CMD_MERGE && (*query).resultRelation == i + 1 {
+                    raise("0A000", "the SQL MERGE command cannot write a tracked table inside a world yet; use INSERT ... ON CONFLICT, UPDATE or DELETE");
+                }
+                if (*query).resultRelation == i + 1 && !(*query).onConflict.is_null() {
+                    raise("0A000", "INSERT ... ON CONFLICT into a tracked table inside a world is not supported yet");
+                }
+                if let Some(why) = &layout.unsupported {
+                    raise("0A000", why.clone());
+                }
+                // the permission check stays on the real table: a copy of the entry, outside the join tree
+                let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                (*copy).inFromCl = false;
+                (*copy).inh = false;
+                perm_copies.push(copy);
+                (*rte).relid = layout.overlay;
+                (*rte).relkind = pg_sys::RELKIND_VIEW as std::ffi::c_char;
+                (*rte).inh = false;
+                (*rte).requiredPerms = 0;
+                (*rte).tablesample = std::ptr::null_mut();
+                // the rewriter expands the view without locking it: lock it as the table was
+                pg_sys::LockRelationOid(layout.overlay, (*rte).rellockmode);
+            }
+        }
+        for copy in perm_copies {
+            (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) {
+    unsafe {
+        if !storage::internal() {
+            overlay::next_statement();
+        }
+        match PREV_EXECUTOR_START {
+            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
+            None => pg_guard_ffi_boundary(|| pg_sys::standard_ExecutorStart(query_desc, eflags)),
+        }
+    }
+}
+
+/// Utility statements that change the schema; refused inside a world until worlds learn schema changes.
+fn is_ddl(tag: pg_sys::NodeTag) -> bool {
+    use pg_sys::NodeTag::*;
+    matches!(
+        tag,
+        T_CreateStmt | T_AlterTableStmt | T_DropStmt | T_RenameStmt | T_IndexStmt | T_ViewStmt | T_CreateTableAsStmt
+            | T_TruncateStmt | T_CreateSeqStmt | T_AlterSeqStmt | T_CreateFunctionStmt | T_AlterFunctionStmt
+            | T_CreateSchemaStmt | T_CreateTrigStmt | T_RuleStmt | T_CompositeTypeStmt | T_CreateEnumStmt
+            | T_AlterEnumStmt | T_CreateDomainStmt | T_AlterDomainStmt | T_CommentStmt | T_ClusterStmt
+            | T_AlterObjectSchemaStmt | T_AlterOwnerStmt | T_CreatePolicyStmt | T_AlterPolicyStmt
+            | T_RefreshMatViewStmt | T_ReindexStmt | T_GrantStmt | T_CreateExtensionStmt | T_AlterExtensionStmt
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pg_guard]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    unsafe {
+        let mut pstmt = pstmt;
+        let mut read_only_tree = read_only_tree;
+        let stmt = (*pstmt).utilityStmt;
+        if !stmt.is_null() && routing_active() {
+            let tag = (*stmt).type_;
+            if is_ddl(tag) && overlay::session_world().is_some() {
+                raise(
+                    "0A000",
+                    format!(
+                        "schema changes are not supported inside a world (the session is in world \"{}\"); switch to main to change the schema",
+                        guc::current_world_setting().to_string_lossy()
+                    ),
+                );
+            }
+            if tag == pg_sys::NodeTag::T_CopyStmt && overlay::session_world().is_some() {
+                if read_only_tree {
+                    // the cached tree must not change: route a copy
+                    pstmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
+                    read_only_tree = false;
+                }
+                route_copy((*pstmt).utilityStmt as *mut pg_sys::CopyStmt);
+            }
+        }
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => pg_guard_ffi_boundary(|| {
+                prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
+            }),
+            None => pg_guard_ffi_boundary(|| {
+                pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
+            }),
+        }
+    }
+}
+
+/// `COPY t TO` reads the world: it becomes `COPY (SELECT cols FROM t) TO`, whose query the router sends
+/// into the world. `COPY t FROM` inside a world is refused: it would write main.
+unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) {
+    unsafe {
+        if (*copy).relation.is_null() {
+            return; // COPY (query) is analyzed, and so routed, like any query
+        }
+        let relid = pg_sys::RangeVarGetRelidExtended((*copy).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
+        if !storage::tracked_tables().contains_key(&relid) {
+            return;
+        }
+        if (*copy).is_from {
+            raise("0A000", "COPY FROM into a tracked table is not supported inside a world; use INSERT, or COPY FROM in main");
+        }
+        // build the raw parse tree of SELECT <cols or *> FROM <relation>
+        let rv = (*copy).relation;
+        let name = |p: *const std::ffi::c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        let mut qualified = String::new();
+        if !(*rv).schemaname.is_null() {
+            qualified.push_str(&overlay::quote_ident(&name((*rv).schemaname)));
+            qualified.push('.');
+        }
+        qualified.push_str(&overlay::quote_ident(&name((*rv).relname)));
+        let cols = if (*copy).attlist.is_null() {
+            "*".to_string()
+        } else {
+            let l = (*copy).attlist;
+            (0..(*l).length)
+                .map(|i| {
+                    let s = pg_sys::list_nth(l, i) as *mut pg_sys::String;
+                    overlay::quote_ident(&name((*s).sval))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let sql = std::ffi::CString::new(format!("SELECT {cols} FROM {qualified}")).unwrap();
+        let raw = pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        let raw_stmt = pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt;
+        (*copy).query = (*raw_stmt).stmt;
+        (*copy).relation = std::ptr::null_mut();
+        (*copy).attlist = std::ptr::null_mut();
+    }
+}

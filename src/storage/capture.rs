@@ -1,0 +1,148 @@
+//! History capture on main: the one cost main pays. A row-level AFTER trigger on every tracked table that
+//! forms the history tuple itself and inserts it with heap and index calls (no SPI, no plpgsql).
+//!
+//! A history row: hseq (order), xid (writer's xid8), at, op ('I','U','D'), old_tid / new_tid (the
+//! physical rows before and after; how a world tells which rows of main it still sees), src (the world a
+//! merge brought the change from), then the table's columns: the before-image for 'U'/'D', only the key
+//! for 'I'. An UPDATE that changes the primary key is recorded as a 'D' and an 'I'.
+use super::{relation_layout, Layout};
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+/// Fixed leading columns of a history table (1-based attnums).
+pub const H_HSEQ: usize = 0;
+pub const H_XID: usize = 1;
+pub const H_AT: usize = 2;
+pub const H_OP: usize = 3;
+pub const H_OLD_TID: usize = 4;
+pub const H_NEW_TID: usize = 5;
+pub const H_SRC: usize = 6;
+pub const H_FIXED: usize = 7;
+
+thread_local! {
+    /// The world a merge in progress brings changes from; recorded in history's `src`.
+    pub static MERGE_SOURCE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+unsafe extern "C-unwind" {
+    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+}
+
+#[pg_trigger]
+fn _capture<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, pgrx::AllocatedByPostgres>>, pgrx::PgTriggerError> {
+    unsafe { capture(trigger.trigger_data()) };
+    Ok(None)
+}
+
+unsafe fn capture(td: &pg_sys::TriggerData) {
+    unsafe {
+        let trig = &*td.tg_trigger;
+        let tabno: i32 = if trig.tgnargs > 0 {
+            std::ffi::CStr::from_ptr(*trig.tgargs).to_str().unwrap_or("0").parse().unwrap_or(0)
+        } else {
+            0
+        };
+        let source_rel = td.tg_relation;
+        let layout = relation_layout(tabno);
+        let event = td.tg_event & pg_sys::TRIGGER_EVENT_OPMASK;
+        let old = td.tg_trigtuple;
+        match event {
+            pg_sys::TRIGGER_EVENT_INSERT => write_entry(&layout, source_rel, b'I', old, std::ptr::null_mut(), old),
+            pg_sys::TRIGGER_EVENT_DELETE => write_entry(&layout, source_rel, b'D', old, old, std::ptr::null_mut()),
+            pg_sys::TRIGGER_EVENT_UPDATE => {
+                let new = td.tg_newtuple;
+                if key_changed(&layout, source_rel, old, new) {
+                    write_entry(&layout, source_rel, b'D', old, old, std::ptr::null_mut());
+                    write_entry(&layout, source_rel, b'I', new, std::ptr::null_mut(), new);
+                } else {
+                    write_entry(&layout, source_rel, b'U', old, old, new);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Does an UPDATE change the primary key? (Binary comparison of the key columns.)
+unsafe fn key_changed(layout: &Layout, rel: pg_sys::Relation, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple) -> bool {
+    unsafe {
+        let desc = (*rel).rd_att;
+        for &attno in &layout.key_attnos {
+            let mut n1 = false;
+            let mut n2 = false;
+            let d1 = pg_sys::heap_getattr(old, attno, desc, &mut n1);
+            let d2 = pg_sys::heap_getattr(new, attno, desc, &mut n2);
+            if n1 != n2 {
+                return true;
+            }
+            if !n1 {
+                let att = &*(*desc).attrs.as_ptr().add(attno as usize - 1);
+                if !super::datum_is_equal(d1, d2, att.attbyval, att.attlen as i32) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Forms and inserts one history row. `image` is the tuple whose columns are stored (the before-image,
+/// or for an insert the new row, of which only the key columns are kept).
+unsafe fn write_entry(
+    layout: &Layout,
+    rel: pg_sys::Relation,
+    op: u8,
+    image: pg_sys::HeapTuple,
+    old_tuple: pg_sys::HeapTuple,
+    new_tuple: pg_sys::HeapTuple,
+) {
+    unsafe {
+        let hist = pg_sys::table_open(layout.history, pg_sys::RowExclusiveLock as i32);
+        let hdesc = (*hist).rd_att;
+        let natts = (*hdesc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![true; natts];
+
+        values[H_HSEQ] = pg_sys::Datum::from(nextval_internal(layout.sequence, false));
+        nulls[H_HSEQ] = false;
+        values[H_XID] = pg_sys::Datum::from(pg_sys::GetTopFullTransactionId().value);
+        nulls[H_XID] = false;
+        values[H_AT] = pg_sys::Datum::from(pg_sys::GetCurrentStatementStartTimestamp());
+        nulls[H_AT] = false;
+        values[H_OP] = pg_sys::Datum::from(op as i8);
+        nulls[H_OP] = false;
+        // tids are stored by reference: point at the tuples' own t_self, copied when the tuple is formed
+        if !old_tuple.is_null() {
+            values[H_OLD_TID] = pg_sys::Datum::from(&mut (*old_tuple).t_self as *mut pg_sys::ItemPointerData);
+            nulls[H_OLD_TID] = false;
+        }
+        if !new_tuple.is_null() {
+            values[H_NEW_TID] = pg_sys::Datum::from(&mut (*new_tuple).t_self as *mut pg_sys::ItemPointerData);
+            nulls[H_NEW_TID] = false;
+        }
+        if let Some(src) = MERGE_SOURCE.with(|s| s.borrow().clone()) {
+            values[H_SRC] = pgrx::IntoDatum::into_datum(src.as_str()).unwrap();
+            nulls[H_SRC] = false;
+        }
+        let sdesc = (*rel).rd_att;
+        for (i, src_attno) in layout.history_map.iter().enumerate() {
+            let Some(src_attno) = *src_attno else { continue };
+            if op == b'I' && !layout.key_attnos.contains(&src_attno) && !layout.key_attnos.is_empty() {
+                continue;
+            }
+            if op == b'I' && layout.key_attnos.is_empty() {
+                continue; // a table without a key is told apart by new_tid alone
+            }
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(image, src_attno, sdesc, &mut isnull);
+            values[H_FIXED + i] = d;
+            nulls[H_FIXED + i] = isnull;
+        }
+        let tup = pg_sys::heap_form_tuple(hdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        pg_sys::CatalogTupleInsert(hist, tup);
+        pg_sys::heap_freetuple(tup);
+        pg_sys::table_close(hist, pg_sys::NoLock as i32);
+    }
+}

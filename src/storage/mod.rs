@@ -1,0 +1,168 @@
+//! Storage: history of main (capture), world deltas and the overlay read cache (overlay).
+//! Both read a per-table `Layout` loaded once per backend from worlds.tables and dropped on any relcache
+//! invalidation (DDL, track/untrack).
+pub mod capture;
+pub mod overlay;
+
+use crate::api::raise;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+unsafe extern "C-unwind" {
+    #[link_name = "datumIsEqual"]
+    fn datum_is_equal_c(value1: pg_sys::Datum, value2: pg_sys::Datum, typ_by_val: bool, typ_len: i32) -> bool;
+}
+
+/// Binary equality of two non-null datums of one type (Postgres's datumIsEqual).
+pub unsafe fn datum_is_equal(a: pg_sys::Datum, b: pg_sys::Datum, by_val: bool, len: i32) -> bool {
+    unsafe { datum_is_equal_c(a, b, by_val, len) }
+}
+
+/// What the native code needs to know of a tracked table.
+pub struct Layout {
+    pub tabno: i32,
+    pub relid: pg_sys::Oid,
+    pub history: pg_sys::Oid,
+    pub delta: pg_sys::Oid,
+    pub overlay: pg_sys::Oid,
+    pub sequence: pg_sys::Oid,
+    pub key_kind: u8,
+    pub key_columns: Vec<String>,
+    /// attnums (in the tracked table) of the primary key columns; empty when the whole row is the key
+    pub key_attnos: Vec<i32>,
+    /// for each history column after the fixed ones: the tracked table's attnum of the same name
+    pub history_map: Vec<Option<i32>>,
+    pub unsupported: Option<String>,
+}
+
+thread_local! {
+    static LAYOUTS: RefCell<HashMap<i32, Rc<Layout>>> = RefCell::new(HashMap::new());
+    /// relid -> tabno of every tracked table, for the router; None until loaded.
+    static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
+}
+
+// Depth of pg_worlds' own SPI work; the router leaves those queries alone and they don't count as a new
+// statement for the overlay cache.
+thread_local! {
+    pub static INTERNAL: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+pub fn internal() -> bool {
+    INTERNAL.with(|i| i.get() > 0)
+}
+
+/// Runs f as pg_worlds' own work (not routed into worlds).
+pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            INTERNAL.with(|i| i.set(i.get().saturating_sub(1)));
+        }
+    }
+    INTERNAL.with(|i| i.set(i.get() + 1));
+    let _g = Guard;
+    f()
+}
+
+pub fn relation_layout(tabno: i32) -> Rc<Layout> {
+    if let Some(l) = LAYOUTS.with(|m| m.borrow().get(&tabno).cloned()) {
+        return l;
+    }
+    let layout = Rc::new(load_layout(tabno));
+    LAYOUTS.with(|m| m.borrow_mut().insert(tabno, layout.clone()));
+    layout
+}
+
+fn load_layout(tabno: i32) -> Layout {
+    as_internal(|| {
+        Spi::connect(|client| {
+            let rows = client
+                .select(
+                    "SELECT relid::oid, history::oid, delta::oid, overlay::oid, sequence::oid, key_kind::text, key_columns, unsupported,
+                            (SELECT array_agg(coalesce(ta.attnum, 0) ORDER BY ha.attnum)
+                               FROM pg_attribute ha
+                               LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
+                              WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
+                            (SELECT array_agg(a.attnum ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
+                               JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys
+                     FROM worlds.tables t WHERE tabno = $1",
+                    None,
+                    &[tabno.into()],
+                )
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading worlds.tables: {e}")));
+            let Some(row) = rows.into_iter().next() else {
+                raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked"));
+            };
+            let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).ok().flatten().unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
+            // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
+            Layout {
+                tabno,
+                relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
+                history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
+                delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap(),
+                overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap(),
+                sequence: row.get::<pg_sys::Oid>(5).ok().flatten().unwrap(),
+                key_kind: row.get::<String>(6).ok().flatten().unwrap_or_default().bytes().next().unwrap_or(b'r'),
+                key_columns: row.get::<Vec<String>>(7).ok().flatten().unwrap_or_default(),
+                unsupported: row.get::<String>(8).ok().flatten(),
+                history_map: hmap,
+                key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
+            }
+        })
+    })
+}
+
+/// relid -> tabno of every tracked table (loaded once, dropped on relcache invalidation).
+pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
+    if let Some(t) = TRACKED.with(|t| t.borrow().clone()) {
+        return t;
+    }
+    let map: HashMap<pg_sys::Oid, i32> = as_internal(|| {
+        Spi::connect(|client| {
+            // the extension may not be installed in this database: then nothing is tracked
+            let installed = client
+                .select("SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds'", None, &[])
+                .map(|r| !r.is_empty())
+                .unwrap_or(false);
+            if !installed {
+                return HashMap::new();
+            }
+            client
+                .select("SELECT relid::oid, tabno FROM worlds.tables", None, &[])
+                .map(|rows| {
+                    rows.into_iter()
+                        .filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok()??, r.get::<i32>(2).ok()??)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    });
+    let map = Rc::new(map);
+    TRACKED.with(|t| *t.borrow_mut() = Some(map.clone()));
+    map
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    // Cheap: the maps are rebuilt on next use. Any relcache invalidation may be DDL on a tracked table.
+    LAYOUTS.with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            m.clear();
+        }
+    });
+    TRACKED.with(|t| {
+        if let Ok(mut t) = t.try_borrow_mut() {
+            *t = None;
+        }
+    });
+    overlay::forget_plans();
+}
+
+pub fn register_callbacks() {
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0usize));
+    }
+    overlay::register_xact_callbacks();
+}

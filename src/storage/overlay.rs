@@ -1,0 +1,788 @@
+//! The overlay: what a world sees of a tracked table, and how its writes land in the delta.
+//!
+//! The overlay view (see catalog/tracking.sql) has three qual-free branches, each filtered by one of the
+//! visibility functions below:
+//! - base rows of the real table, unless main created them after the world's fork (by ctid) or the
+//!   world's chain shadows their key;
+//! - delta rows: the winning version of each key in the world's chain (own rows first, then each
+//!   ancestor as of the fork below it), tombstones excluded;
+//! - history before-images: the first before-image of each physical row main changed since the fork,
+//!   unless the world shadows its key.
+//! The sets behind these tests live in a backend-local cache per table, validated once per statement:
+//! the world part is rebuilt when the world's version moves (O(rows the world changed)); the main part is
+//! brought forward incrementally from the last snapshot seen (O(rows main changed since)). The world's
+//! own writes update the cache in place, so a statement sees its earlier rows.
+use super::{as_internal, relation_layout, Layout};
+use crate::api::raise;
+use crate::guc;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    I(i64),
+    T(String),
+}
+
+/// The session's world as resolved from `worlds.world`.
+#[derive(Clone, Debug)]
+pub struct World {
+    pub num: i32,
+    pub name: String,
+    pub version: i64,
+    /// the world and its ancestors up to (not including) main
+    pub chain: Vec<i32>,
+    /// for each chain layer, the snapshot through which the world sees it (None for its own rows)
+    pub layer_snapshots: Vec<Option<String>>,
+    /// the snapshot through which the chain sees main
+    pub main_snapshot: String,
+}
+
+#[derive(Default)]
+struct TableCache {
+    checked_gen: u64,
+    world_num: i32,
+    world_version: i64,
+    main_snapshot: String,
+    // world part
+    winner: HashMap<Key, (i64, bool)>,
+    delta_pick: HashSet<i64>,
+    // main part
+    frontier: String,
+    created_tids: HashSet<u64>,
+    hist_pick: HashSet<i64>,
+}
+
+thread_local! {
+    /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
+    static EXEC_GEN: Cell<u64> = const { Cell::new(1) };
+    static WORLD: RefCell<Option<(u64, u64, World)>> = const { RefCell::new(None) };
+    static CACHES: RefCell<HashMap<i32, TableCache>> = RefCell::new(HashMap::new());
+    /// (lxid, statement start) of the last statement that bumped the world's version
+    static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
+}
+
+pub fn next_statement() {
+    EXEC_GEN.with(|g| g.set(g.get() + 1));
+}
+
+fn exec_gen() -> u64 {
+    EXEC_GEN.with(|g| g.get())
+}
+
+/// Forget everything cached (transaction abort: in-place updates from this transaction's writes are gone).
+pub fn forget_all() {
+    CACHES.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            c.clear();
+        }
+    });
+    WORLD.with(|w| {
+        if let Ok(mut w) = w.try_borrow_mut() {
+            *w = None;
+        }
+    });
+}
+
+pub fn forget_plans() {
+    WORLD.with(|w| {
+        if let Ok(mut w) = w.try_borrow_mut() {
+            *w = None;
+        }
+    });
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
+        forget_all();
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        forget_all();
+    }
+}
+
+pub fn register_xact_callbacks() {
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
+    }
+}
+
+/// The session's world, or None in main. Resolved once per statement (a dropped world moves the session
+/// to its nearest live ancestor, as DROP WORLD promises).
+pub fn session_world() -> Option<World> {
+    if guc::in_main() {
+        return None;
+    }
+    let gen = exec_gen();
+    let setting_gen = guc::world_generation();
+    if let Some(w) = WORLD.with(|w| {
+        w.borrow().as_ref().and_then(|(g, s, w)| (*g == gen && *s == setting_gen).then(|| w.clone()))
+    }) {
+        return Some(w);
+    }
+    let setting = guc::current_world_setting().to_string_lossy().into_owned();
+    let world = as_internal(|| resolve(&setting));
+    let setting_gen = guc::world_generation(); // resolve may have moved the session
+    WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
+    world
+}
+
+fn resolve(setting: &str) -> Option<World> {
+    Spi::connect(|client| {
+        let installed = client
+            .select("SELECT 1 FROM pg_namespace WHERE nspname = 'worlds_data'", None, &[])
+            .map(|r| !r.is_empty())
+            .unwrap_or(false);
+        if !installed {
+            raise("55000", format!("worlds.world is set to \"{setting}\", but pg_worlds is not installed in this database"));
+        }
+        if setting.contains('@') {
+            raise("0A000", format!("reading a world as it was (\"{setting}\") needs time travel, which this version of pg_worlds does not have yet"));
+        }
+        let row = client
+            .select(
+                "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
+                 ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
+                None,
+                &[setting.into()],
+            )
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        let Some(row) = row.into_iter().next() else {
+            raise("3D000", format!("world \"{setting}\" does not exist"));
+        };
+        let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);
+        let dropped: bool = row.get(2).ok().flatten().unwrap_or(false);
+        // the chain, from the world up to main
+        let load_chain = |num: i32| {
+            client
+                .select(
+                    "WITH RECURSIVE c AS (
+                         SELECT num, name, parent, version, fork_snapshot::text AS snap, dropped, 0 AS lvl FROM worlds.world WHERE num = $1
+                         UNION ALL
+                         SELECT w.num, w.name, w.parent, w.version, w.fork_snapshot::text, w.dropped, c.lvl + 1
+                         FROM worlds.world w JOIN c ON w.num = c.parent)
+                     SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
+                    None,
+                    &[num.into()],
+                )
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                        r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                        r.get::<i64>(3).ok().flatten().unwrap_or(0),
+                        r.get::<String>(4).ok().flatten(),
+                        r.get::<bool>(5).ok().flatten().unwrap_or(false),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut chain = load_chain(num);
+        if dropped {
+            // carry on from the nearest live ancestor
+            let live = chain.iter().find(|c| !c.4).cloned();
+            let (lnum, lname) = live.map(|c| (c.0, c.1)).unwrap_or((0, "main".to_string()));
+            set_session_world(&lname);
+            num = lnum;
+            if num == 0 {
+                return None;
+            }
+            chain = load_chain(num);
+        }
+        if num == 0 {
+            return None;
+        }
+        let layers: Vec<_> = chain.iter().filter(|c| c.0 != 0).cloned().collect();
+        let mut layer_snapshots = vec![None];
+        for i in 1..layers.len() {
+            layer_snapshots.push(layers[i - 1].3.clone());
+        }
+        Some(World {
+            num,
+            name: layers[0].1.clone(),
+            version: layers[0].2,
+            chain: layers.iter().map(|c| c.0).collect(),
+            layer_snapshots,
+            main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
+        })
+    })
+}
+
+pub fn set_session_world(name: &str) {
+    let v = std::ffi::CString::new(name).unwrap();
+    unsafe {
+        pg_sys::set_config_option(
+            c"worlds.world".as_ptr(),
+            v.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SET,
+            true,
+            0,
+            false,
+        );
+    }
+}
+
+fn parse_tid(s: &str) -> u64 {
+    let s = s.trim_matches(|c| c == '(' || c == ')');
+    let mut it = s.split(',');
+    let block: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    let off: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    (block << 16) | off
+}
+
+unsafe fn tid_of_datum(d: pg_sys::Datum) -> u64 {
+    unsafe {
+        let p = d.cast_mut_ptr::<pg_sys::ItemPointerData>();
+        let block = ((*p).ip_blkid.bi_hi as u64) << 16 | (*p).ip_blkid.bi_lo as u64;
+        (block << 16) | (*p).ip_posid as u64
+    }
+}
+
+/// Makes sure the cache of one table is current for this statement, and runs f on it.
+fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
+    let gen = exec_gen();
+    let fresh = CACHES.with(|c| c.borrow().get(&tabno).map(|t| t.checked_gen == gen).unwrap_or(false));
+    if !fresh {
+        validate(tabno, gen);
+    }
+    CACHES.with(|c| f(c.borrow().get(&tabno).expect("validated")))
+}
+
+fn validate(tabno: i32, gen: u64) {
+    let Some(world) = session_world() else {
+        // in main the overlay shows the real table as it is
+        CACHES.with(|c| {
+            let mut c = c.borrow_mut();
+            let t = c.entry(tabno).or_default();
+            *t = TableCache { checked_gen: gen, ..Default::default() };
+        });
+        return;
+    };
+    let layout = relation_layout(tabno);
+    let mut cache = CACHES.with(|c| c.borrow_mut().remove(&tabno)).unwrap_or_default();
+    as_internal(|| {
+        if cache.world_num != world.num || cache.world_version != world.version || cache.main_snapshot != world.main_snapshot {
+            let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
+            load_world_part(&layout, &world, &mut cache);
+            if main_changed {
+                cache.frontier = world.main_snapshot.clone();
+                cache.created_tids.clear();
+                cache.hist_pick.clear();
+                cache.main_snapshot = world.main_snapshot.clone();
+            }
+            cache.world_num = world.num;
+            cache.world_version = world.version;
+        }
+        advance_main_part(&layout, &mut cache);
+    });
+    cache.checked_gen = gen;
+    CACHES.with(|c| c.borrow_mut().insert(tabno, cache));
+}
+
+fn key_expr(layout: &Layout, alias: &str) -> String {
+    match layout.key_kind {
+        b'i' => format!("{alias}.{}::int8", quote_ident(&layout.key_columns[0])),
+        b't' if layout.key_columns.len() == 1 => format!("{alias}.{}::text", quote_ident(&layout.key_columns[0])),
+        b't' => format!(
+            "ROW({})::text",
+            layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")
+        ),
+        _ => "NULL::text".to_string(),
+    }
+}
+
+pub fn quote_ident(s: &str) -> String {
+    let c = std::ffi::CString::new(s).unwrap();
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
+}
+
+fn read_key(layout: &Layout, row: &pgrx::spi::SpiHeapTupleData, ord: usize) -> Option<Key> {
+    match layout.key_kind {
+        b'i' => row.get::<i64>(ord).ok().flatten().map(Key::I),
+        b't' => row.get::<String>(ord).ok().flatten().map(Key::T),
+        _ => None,
+    }
+}
+
+fn regclass_text(oid: pg_sys::Oid) -> String {
+    Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
+}
+
+/// The world part: every version of every key in the world's chain, decided in Rust.
+fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
+    cache.winner.clear();
+    cache.delta_pick.clear();
+    let sql = format!(
+        "SELECT d.world, d.dseq, d.del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d.world = c.w
+         WHERE c.snap IS NULL OR pg_visible_in_snapshot(d.xid, c.snap::pg_snapshot)",
+        key_expr(layout, "d"),
+        regclass_text(layout.delta)
+    );
+    let snaps: Vec<Option<String>> = world.layer_snapshots.clone();
+    Spi::connect(|client| {
+        let rows = client
+            .select(&sql, None, &[world.chain.clone().into(), snaps.into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading world rows: {e}")));
+        // best (layer, dseq) per key: the nearest layer wins, then its latest version
+        let mut best: HashMap<Key, (usize, i64, bool)> = HashMap::new();
+        for row in rows {
+            let w: i32 = row.get(1).ok().flatten().unwrap_or(0);
+            let dseq: i64 = row.get(2).ok().flatten().unwrap_or(0);
+            let del: bool = row.get(3).ok().flatten().unwrap_or(false);
+            let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
+            match read_key(layout, &row, 4) {
+                Some(k) => {
+                    let e = best.entry(k).or_insert((layer, dseq, del));
+                    if layer < e.0 || (layer == e.0 && dseq > e.1) {
+                        *e = (layer, dseq, del);
+                    }
+                }
+                None => {
+                    // a table without a key: every added row of the chain is seen
+                    if !del {
+                        cache.delta_pick.insert(dseq);
+                    }
+                }
+            }
+        }
+        for (k, (_, dseq, del)) in best {
+            if !del {
+                cache.delta_pick.insert(dseq);
+            }
+            cache.winner.insert(k, (dseq, del));
+        }
+    });
+}
+
+/// The main part: history entries that became visible since the frontier (and were not visible at the
+/// fork), applied in order: the first before-image of each physical row is shown, every row main created
+/// since the fork is hidden.
+fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
+    let sql = format!(
+        "SELECT hseq, op::text, old_tid::text, new_tid::text, pg_current_snapshot()::text FROM {} h
+         WHERE h.xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $1::pg_snapshot)
+           AND NOT pg_visible_in_snapshot(h.xid, $2::pg_snapshot)
+         ORDER BY hseq",
+        regclass_text(layout.history)
+    );
+    Spi::connect(|client| {
+        let rows = client
+            .select(&sql, None, &[cache.frontier.clone().into(), cache.main_snapshot.clone().into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading history: {e}")));
+        for row in rows {
+            let hseq: i64 = row.get(1).ok().flatten().unwrap_or(0);
+            let op: String = row.get(2).ok().flatten().unwrap_or_default();
+            if let Some(old) = row.get::<String>(3).ok().flatten() {
+                let old = parse_tid(&old);
+                if op != "I" && !cache.created_tids.contains(&old) {
+                    cache.hist_pick.insert(hseq);
+                }
+            }
+            if let Some(new) = row.get::<String>(4).ok().flatten() {
+                cache.created_tids.insert(parse_tid(&new));
+            }
+        }
+        let now: Option<String> = client
+            .select("SELECT pg_current_snapshot()::text", None, &[])
+            .ok()
+            .and_then(|r| r.into_iter().next().and_then(|r| r.get::<String>(1).ok().flatten()));
+        if let Some(now) = now {
+            cache.frontier = now;
+        }
+    });
+}
+
+// ---- visibility functions, called per row from the overlay views (raw V1 functions: the hot path) ----
+
+macro_rules! v1 {
+    ($finfo:ident) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
+unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> Option<Key> {
+    unsafe {
+        if pgrx::fcinfo::pg_arg_is_null(fcinfo, n) {
+            return None;
+        }
+        let d = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n);
+        if int_key {
+            Some(Key::I(d.value() as i64))
+        } else {
+            String::from_datum(d, false).map(Key::T)
+        }
+    }
+}
+
+unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
+    unsafe {
+        let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
+        let tid = tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1));
+        let key = arg_key(fcinfo, 2, int_key);
+        let visible = with_cache(tabno, |c| {
+            !c.created_tids.contains(&tid) && key.as_ref().map(|k| !c.winner.contains_key(k)).unwrap_or(true)
+        });
+        pg_sys::Datum::from(visible)
+    }
+}
+
+v1!(pg_finfo_worlds_base_visible_i);
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_base_visible_i(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe { base_visible(fcinfo, true) }
+}
+
+v1!(pg_finfo_worlds_base_visible_t);
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_base_visible_t(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe { base_visible(fcinfo, false) }
+}
+
+v1!(pg_finfo_worlds_delta_visible);
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_delta_visible(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
+        let dseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2).value() as i64;
+        pg_sys::Datum::from(with_cache(tabno, |c| c.delta_pick.contains(&dseq)))
+    }
+}
+
+unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
+    unsafe {
+        let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
+        let hseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).value() as i64;
+        let key = arg_key(fcinfo, 2, int_key);
+        let visible = with_cache(tabno, |c| {
+            c.hist_pick.contains(&hseq) && key.as_ref().map(|k| !c.winner.contains_key(k)).unwrap_or(true)
+        });
+        pg_sys::Datum::from(visible)
+    }
+}
+
+v1!(pg_finfo_worlds_history_visible_i);
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_history_visible_i(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe { history_visible(fcinfo, true) }
+}
+
+v1!(pg_finfo_worlds_history_visible_t);
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_history_visible_t(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe { history_visible(fcinfo, false) }
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int8) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k text) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._delta_visible(tabno int4, world int4, dseq int8) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_delta_visible' LANGUAGE c STABLE STRICT PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int8) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+"#,
+    name = "visibility_functions",
+    requires = ["catalog"],
+);
+
+// ---- writes in a world: the INSTEAD OF trigger of every overlay view ----
+
+#[pg_trigger]
+fn _overlay_write<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, pgrx::AllocatedByPostgres>>, pgrx::PgTriggerError> {
+    let td = trigger.trigger_data();
+    let tg = unsafe { &*td.tg_trigger };
+    let tabno: i32 = unsafe { std::ffi::CStr::from_ptr(*tg.tgargs) }.to_str().unwrap_or("0").parse().unwrap_or(0);
+    let layout = relation_layout(tabno);
+    if let Some(why) = &layout.unsupported {
+        raise("0A000", why.clone());
+    }
+    let Some(world) = session_world() else {
+        raise("0A000", "the overlay views of pg_worlds are written only from inside a world");
+    };
+    let event = td.tg_event & pg_sys::TRIGGER_EVENT_OPMASK;
+    let view_desc = unsafe { (*td.tg_relation).rd_att };
+    let old = td.tg_trigtuple;
+    let new = td.tg_newtuple;
+    match event {
+        pg_sys::TRIGGER_EVENT_INSERT => {
+            check_not_null(&layout, view_desc, old);
+            write_version(&layout, &world, view_desc, old, false, true);
+            bump_version(&world);
+            Ok(trigger.new())
+        }
+        pg_sys::TRIGGER_EVENT_UPDATE => {
+            if layout.key_kind == b'r' {
+                raise_no_key(&layout);
+            }
+            check_not_null(&layout, view_desc, new);
+            let changed = unsafe { key_differs(&layout, view_desc, old, new) };
+            if changed {
+                write_version(&layout, &world, view_desc, old, true, false);
+            }
+            write_version(&layout, &world, view_desc, new, false, changed);
+            bump_version(&world);
+            Ok(trigger.new())
+        }
+        pg_sys::TRIGGER_EVENT_DELETE => {
+            if layout.key_kind == b'r' {
+                raise_no_key(&layout);
+            }
+            write_version(&layout, &world, view_desc, old, true, false);
+            bump_version(&world);
+            Ok(trigger.old())
+        }
+        _ => Ok(None),
+    }
+}
+
+fn raise_no_key(layout: &Layout) -> ! {
+    raise(
+        "0A000",
+        format!(
+            "updating or deleting rows of {} inside a world needs a primary key: the table has none (inserts work)",
+            as_internal(|| regclass_text(layout.relid))
+        ),
+    )
+}
+
+unsafe fn key_differs(layout: &Layout, desc: pg_sys::TupleDesc, a: pg_sys::HeapTuple, b: pg_sys::HeapTuple) -> bool {
+    unsafe {
+        for &attno in &layout.key_attnos {
+            let (mut n1, mut n2) = (false, false);
+            let d1 = pg_sys::heap_getattr(a, attno, desc, &mut n1);
+            let d2 = pg_sys::heap_getattr(b, attno, desc, &mut n2);
+            if n1 != n2 {
+                return true;
+            }
+            let att = &*(*desc).attrs.as_ptr().add(attno as usize - 1);
+            if !n1 && !super::datum_is_equal(d1, d2, att.attbyval, att.attlen as i32) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// NOT NULL of the real table holds inside the world (23502, Postgres's own message).
+fn check_not_null(layout: &Layout, view_desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) {
+    unsafe {
+        let rel = pg_sys::table_open(layout.relid, pg_sys::AccessShareLock as i32);
+        let tdesc = (*rel).rd_att;
+        for i in 0..(*tdesc).natts as usize {
+            let att = &*(*tdesc).attrs.as_ptr().add(i);
+            if att.attisdropped || !att.attnotnull {
+                continue;
+            }
+            let mut isnull = false;
+            pg_sys::heap_getattr(tuple, (i + 1) as i32, view_desc, &mut isnull);
+            if isnull {
+                let col = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned();
+                let relname = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
+                pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+                crate::api::raise_with(
+                    "23502",
+                    format!("null value in column \"{col}\" of relation \"{relname}\" violates not-null constraint"),
+                    None,
+                    None,
+                );
+            }
+        }
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+    }
+}
+
+/// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
+/// key against what the world sees when `check_key`, and updates this backend's cache in place.
+fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
+    // the view's live columns (the table's), with their values
+    let mut names = Vec::new();
+    let mut args: Vec<pgrx::datum::DatumWithOid> = Vec::new();
+    unsafe {
+        for i in 0..(*desc).natts as usize {
+            let att = &*(*desc).attrs.as_ptr().add(i);
+            let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned();
+            if name.starts_with("........pg.dropped.") {
+                continue;
+            }
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(tuple, (i + 1) as i32, desc, &mut isnull);
+            names.push(name);
+            args.push(if isnull {
+                pgrx::datum::DatumWithOid::null_oid(att.atttypid)
+            } else {
+                pgrx::datum::DatumWithOid::new(d, att.atttypid)
+            });
+        }
+    }
+    if check_key && layout.key_kind != b'r' {
+        // the key must not be visible in the world already (23505, as Postgres words it)
+        with_cache(layout.tabno, |_| ());
+        let conds: Vec<String> = layout
+            .key_columns
+            .iter()
+            .map(|k| {
+                let pos = names.iter().position(|n| n == k).unwrap();
+                format!("v.{} = ${}", quote_ident(k), pos + 1)
+            })
+            .collect();
+        let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", as_internal(|| regclass_text(layout.overlay)), conds.join(" AND "));
+        let exists = as_internal(|| {
+            Spi::connect(|c| c.select(&sql, None, &args).map(|r| !r.is_empty()).unwrap_or(false))
+        });
+        if exists {
+            let (constraint, detail) = as_internal(|| duplicate_detail(layout, &names, &args));
+            let mut r = pgrx::pg_sys::panic::ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+                format!("duplicate key value violates unique constraint \"{constraint}\""),
+                "pg_worlds",
+            );
+            r = r.set_detail(detail);
+            r.report(PgLogLevel::ERROR);
+        }
+    }
+    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
+    let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
+    let (delta, seq) = as_internal(|| (regclass_text(layout.delta), regclass_text(layout.sequence)));
+    let sql = format!(
+        "INSERT INTO {delta} AS d (world, dseq, del{}{}) VALUES ($1, nextval({}::regclass), $2{}{}) RETURNING dseq, {}",
+        if cols.is_empty() { "" } else { ", " },
+        cols.join(", "),
+        quote_literal(&seq),
+        if placeholders.is_empty() { "" } else { ", " },
+        placeholders.join(", "),
+        key_expr(layout, "d")
+    );
+    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into()];
+    all_args.extend(args);
+    let (dseq, key) = as_internal(|| {
+        Spi::connect_mut(|c| {
+            let rows = c.update(&sql, None, &all_args).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")));
+            let row = rows.into_iter().next().expect("RETURNING gives a row");
+            (row.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &row, 2))
+        })
+    });
+    // keep this backend's view of the world current without a rebuild
+    CACHES.with(|c| {
+        if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
+            match key {
+                Some(k) => {
+                    if let Some((old, _)) = t.winner.insert(k, (dseq, del)) {
+                        t.delta_pick.remove(&old);
+                    }
+                    if !del {
+                        t.delta_pick.insert(dseq);
+                    }
+                }
+                None => {
+                    if !del {
+                        t.delta_pick.insert(dseq);
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Postgres's wording of a duplicate key: the primary key's constraint name and "Key (id)=(7) already exists."
+fn duplicate_detail(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> (String, String) {
+    let constraint = Spi::get_one_with_args::<String>(
+        "SELECT conname::text FROM pg_constraint WHERE conrelid = $1 AND contype = 'p'",
+        &[layout.relid.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| "primary key".into());
+    let vals: Vec<String> = layout
+        .key_columns
+        .iter()
+        .map(|k| {
+            let pos = names.iter().position(|n| n == k).unwrap();
+            let a = &args[pos];
+            match a.datum() {
+                None => "null".to_string(),
+                Some(d) => unsafe {
+                    let mut out_fn = pg_sys::Oid::INVALID;
+                    let mut varlena = false;
+                    pg_sys::getTypeOutputInfo(a.oid(), &mut out_fn, &mut varlena);
+                    let s = pg_sys::OidOutputFunctionCall(out_fn, d.sans_lifetime());
+                    std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned()
+                },
+            }
+        })
+        .collect();
+    (
+        constraint,
+        format!("Key ({})=({}) already exists.", layout.key_columns.join(", "), vals.join(", ")),
+    )
+}
+
+/// A world's version moves on once per write statement (and its `active` time with it).
+fn bump_version(world: &World) {
+    let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
+    if BUMPED.with(|b| b.get()) == stmt {
+        return;
+    }
+    BUMPED.with(|b| b.set(stmt));
+    let new_version = as_internal(|| {
+        Spi::connect_mut(|c| {
+            c.update(
+                "UPDATE worlds.world SET version = version + 1, active = clock_timestamp() WHERE num = $1 RETURNING version",
+                None,
+                &[world.num.into()],
+            )
+            .ok()
+            .and_then(|r| r.into_iter().next().and_then(|r| r.get::<i64>(1).ok().flatten()))
+        })
+    });
+    if let Some(v) = new_version {
+        // caches of this world were brought up to date in place: they stay valid at the new version
+        CACHES.with(|c| {
+            for t in c.borrow_mut().values_mut() {
+                if t.world_num == world.num && t.world_version == world.version {
+                    t.world_version = v;
+                }
+            }
+        });
+        WORLD.with(|w| {
+            if let Some((_, _, w)) = w.borrow_mut().as_mut() {
+                if w.num == world.num {
+                    w.version = v;
+                }
+            }
+        });
+    }
+}
