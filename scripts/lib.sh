@@ -43,7 +43,8 @@ start_cluster() {
   echo "$port" > "$dir/port"; [ "$(id -u)" -eq 0 ] && chown postgres "$dir/port"
   local conf="-c port=$port -c unix_socket_directories=$dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
   [ "$preload" = yes ] && conf="$conf -c shared_preload_libraries=pg_worlds"
-  as_pg $PGBIN/pg_ctl -D "$dir/data" -l "$dir/server.log" -o "$conf" -w -t 60 start >/dev/null
+  # a Rust backtrace in every error DETAIL is noise for users: the server runs without RUST_BACKTRACE
+  as_pg env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE $PGBIN/pg_ctl -D "$dir/data" -l "$dir/server.log" -o "$conf" -w -t 60 start >/dev/null
 }
 
 stop_cluster() {

@@ -13,3 +13,18 @@ CREATE EVENT TRIGGER worlds_ddl ON ddl_command_end
 CREATE EVENT TRIGGER worlds_drop ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION worlds._on_drop();
+
+-- The SQL API runs with the extension owner's rights over the catalog and generated storage: roles use
+-- worlds through these functions (and the router), never by writing worlds_data themselves.
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'worlds' AND p.prolang IN (SELECT oid FROM pg_language WHERE lanname IN ('plpgsql', 'sql'))
+               AND p.prorettype <> 'event_trigger'::regtype LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
+    END LOOP;
+END $$;
+GRANT USAGE ON SCHEMA worlds TO PUBLIC;
+GRANT SELECT ON worlds.world, worlds.tables TO PUBLIC;
+GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;

@@ -139,9 +139,11 @@ BEGIN
     RETURN 'SWITCH WORLD';
 END $$;
 
-CREATE FUNCTION worlds.show_worlds()
-RETURNS TABLE (name text, id text, parent text, depth integer, created timestamptz, version bigint,
-               meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean)
+-- A row of SHOW WORLDS (also what ALTER WORLD returns).
+CREATE TYPE worlds.world_row AS (name text, id text, parent text, depth integer, created timestamptz, version bigint,
+                                 meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean);
+
+CREATE FUNCTION worlds.show_worlds() RETURNS SETOF worlds.world_row
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM worlds._expire();
@@ -187,8 +189,7 @@ END $$;
 -- reset_ttl clears it; pinned sets or resets the pin. Returns the world's SHOW WORLDS row.
 CREATE FUNCTION worlds.alter_world(name text, set_meta jsonb DEFAULT NULL, ttl interval DEFAULT NULL,
                                    reset_ttl boolean DEFAULT false, pinned boolean DEFAULT NULL)
-RETURNS TABLE (name text, id text, parent text, depth integer, created timestamptz, version bigint,
-               meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean)
+RETURNS SETOF worlds.world_row
 LANGUAGE plpgsql AS $$
 DECLARE
     w worlds.world;

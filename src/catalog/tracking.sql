@@ -125,9 +125,7 @@ BEGIN
         END IF;
     END LOOP;
     EXECUTE format('CREATE TRIGGER worlds_write INSTEAD OF INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._overlay_write(%s)', v, t.tabno);
-    -- the view runs with its owner's rights over the storage; the role's rights on the real table are
-    -- checked by the router before a query is sent here
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO PUBLIC', v);
+    -- no grants: only the router reaches the view, after checking the role's rights on the real table
 END $$;
 
 -- Starts tracking a table: generates its storage and the capture trigger. Idempotent.

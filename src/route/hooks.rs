@@ -131,7 +131,8 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         }
         match PREV_EXECUTOR_START {
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
-            None => pg_guard_ffi_boundary(|| pg_sys::standard_ExecutorStart(query_desc, eflags)),
+            // pg_sys functions are already guarded: wrapping them again aborts on an error
+            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
         }
     }
 }
@@ -190,9 +191,9 @@ unsafe extern "C-unwind" fn process_utility(
             Some(prev) => pg_guard_ffi_boundary(|| {
                 prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
             }),
-            None => pg_guard_ffi_boundary(|| {
+            None => {
                 pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
-            }),
+            }
         }
     }
 }

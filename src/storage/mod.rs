@@ -53,16 +53,27 @@ pub fn internal() -> bool {
     INTERNAL.with(|i| i.get() > 0)
 }
 
-/// Runs f as pg_worlds' own work (not routed into worlds).
+/// Runs f as pg_worlds' own work: not routed into worlds, and with the bootstrap superuser's rights over
+/// the catalog and generated storage (the role's own rights were checked on the real table first).
+/// On an error the transaction's abort restores the user id.
 pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
-    struct Guard;
+    struct Guard(pg_sys::Oid, i32);
     impl Drop for Guard {
         fn drop(&mut self) {
             INTERNAL.with(|i| i.set(i.get().saturating_sub(1)));
+            unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
         }
     }
+    let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
     INTERNAL.with(|i| i.set(i.get() + 1));
-    let _g = Guard;
+    let _g = Guard(user, sec);
     f()
 }
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Command (2): install what is missing, then run every suite and print each runner's summary line.
+#   unit        cargo test -p worlds_core            (grammar, names, merge decision)
+#   pg_test     cargo pgrx test pg15                 (Rust tests inside a real cluster)
+#   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
+#   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
+#   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
+# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, bench) runs one suite;
+# ONLY=regress TESTS="create_world" runs one regress file.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+"$ROOT/scripts/setup.sh"
+mkdir -p "$RUN_DIR"
+summary=()
+failed=0
+want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+record() { summary+=("$1"); [ "$2" -eq 0 ] || failed=1; }
+
+if want unit; then
+  echo "== unit: cargo test -p worlds_core"
+  set +e
+  (cd "$ROOT" && cargo test -q -p worlds_core 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
+  rc=${PIPESTATUS[0]}; set -e
+  record "unit:     $(grep -E '^test result' "$RUN_DIR/unit.log" | tail -1)" $rc
+fi
+
+if want pg_test; then
+  echo "== pg_test: cargo pgrx test pg15"
+  set +e
+  if [ "$(id -u)" -eq 0 ]; then
+    pgdata="$RUN_DIR/pgrx-test-data"; mkdir -p "$pgdata"; chown postgres:postgres "$pgdata"
+    chmod 755 "$ROOT/target" 2>/dev/null
+    (cd "$ROOT" && RUST_TEST_THREADS=1 cargo pgrx test pg15 --runas postgres --pgdata "$pgdata" >"$RUN_DIR/pg_test.log" 2>&1)
+  else
+    (cd "$ROOT" && RUST_TEST_THREADS=1 cargo pgrx test pg15 >"$RUN_DIR/pg_test.log" 2>&1)
+  fi
+  rc=$?; set -e
+  grep -E "^test .* (ok|FAILED)$|^test result" "$RUN_DIR/pg_test.log" | grep -v "^test result: ok. 0 passed" | tail -60
+  [ $rc -eq 0 ] || tail -40 "$RUN_DIR/pg_test.log"
+  record "pg_test:  $(grep -E '^test result' "$RUN_DIR/pg_test.log" | grep -v ' 0 passed' | tail -1)" $rc
+fi
+
+if want regress || want sessions || want bench; then
+  echo "== installing pg_worlds and starting the test cluster"
+  stop_cluster test
+  install_extension
+  start_cluster test yes
+fi
+
+if want regress; then
+  echo "== regress: pg_regress over sql/"
+  regress=$($PG_CONFIG --pkglibdir)/pgxs/src/test/regress/pg_regress
+  out="$RUN_DIR/regress"; rm -rf "$out"; mkdir -p "$out"; [ "$(id -u)" -eq 0 ] && chown -R postgres "$out"
+  tests=${TESTS:-$(cd "$ROOT/sql" && ls *.sql | sed 's/\.sql$//')}
+  pass=0; fail=0; failed_tests=()
+  dir=$(cluster_dir test)
+  for t in $tests; do
+    # one database per file, so files don't see each other's worlds
+    if (cd "$ROOT" && $regress --host="$dir/sock" --port="$(cat "$dir/port")" --user=postgres \
+          --inputdir=. --expecteddir=. --outputdir="$out/$t" --dbname="regress_$t" "$t" >"$out/$t.log" 2>&1); then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1)); failed_tests+=("$t")
+      cat "$out/$t/regression.diffs" 2>/dev/null | head -60
+    fi
+  done
+  echo "regress: $pass passed, $fail failed ${failed_tests[*]:-}"
+  record "regress:  $pass passed, $fail failed ${failed_tests[*]:-}" $fail
+fi
+
+if want sessions; then
+  echo "== sessions: tests/sessions/*.sh"
+  pass=0; fail=0; failed_tests=()
+  for s in "$ROOT"/tests/sessions/*.sh; do
+    name=$(basename "$s" .sh)
+    if bash "$s" >"$RUN_DIR/session_$name.log" 2>&1; then
+      pass=$((pass + 1)); echo "ok   $name"
+    else
+      fail=$((fail + 1)); failed_tests+=("$name"); echo "FAIL $name"; tail -30 "$RUN_DIR/session_$name.log"
+    fi
+  done
+  record "sessions: $pass passed, $fail failed ${failed_tests[*]:-}" $fail
+fi
+
+if want bench; then
+  echo "== bench smoke: benches/run.sh --smoke"
+  set +e
+  bash "$ROOT/benches/run.sh" --smoke --cluster test >"$RUN_DIR/bench_smoke.log" 2>&1
+  rc=$?; set -e
+  tail -20 "$RUN_DIR/bench_smoke.log"
+  record "bench:    smoke $( [ $rc -eq 0 ] && echo ok || echo FAILED)" $rc
+fi
+
+stop_cluster test
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $failed
