@@ -5,6 +5,7 @@
 //! - `route`      hooks that send an existing app's queries into the session's world
 //! - `catalog`    the SQL objects the extension installs (catalog tables, lifecycle functions)
 //! - `storage`    history capture on main, world deltas, the overlay read cache
+//! - `merge`      DIFF, MERGE (and DRY RUN), REBASE: gather three sides, decide (worlds_core), apply
 //! - `statements` `worlds.sql(text)`: the spec's statements, parsed by `worlds_core::grammar`
 //! - `api`        small SQL-callable helpers shared by the above
 use pgrx::prelude::*;
@@ -12,6 +13,7 @@ use pgrx::prelude::*;
 pub mod api;
 pub mod catalog;
 pub mod guc;
+pub mod merge;
 pub mod route;
 pub mod statements;
 pub mod storage;

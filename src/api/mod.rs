@@ -41,11 +41,15 @@ fn _check_world_name(name: &str) {
 }
 
 /// CREATE/FORK/DROP/SWITCH/MERGE/REBASE/ALTER WORLD ... are not allowed between BEGIN and COMMIT (25001).
-#[pg_extern]
-fn _refuse_in_transaction(statement: &str) {
+pub fn refuse_in_transaction(statement: &str) {
     if unsafe { pg_sys::IsTransactionBlock() } {
         raise("25001", format!("{statement} cannot run inside a transaction block"));
     }
+}
+
+#[pg_extern]
+fn _refuse_in_transaction(statement: &str) {
+    refuse_in_transaction(statement)
 }
 
 /// Tells every backend's router that the set of tracked tables changed (a relcache invalidation of the

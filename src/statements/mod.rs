@@ -6,7 +6,9 @@ use crate::api::{raise, raise_with};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::JsonB;
-use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Statement};
+use crate::merge::{self, DiffRequest, MergeRequest, RebaseRequest};
+use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, Side, Statement};
+use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
@@ -105,6 +107,33 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             );
             tag(t)
         }
+        Statement::Diff { from, to, as_sql, limit } => {
+            if to.is_some() {
+                raise("0A000", "DIFF ... TO is not supported by this version of pg_worlds yet; DIFF WORLD a compares a with its fork point");
+            }
+            merge::diff(DiffRequest { world: from, as_sql, limit })
+        }
+        Statement::Merge { name, clauses: c, .. } => merge::merge(MergeRequest {
+            world: name,
+            into: c.into,
+            only_tables: c.only_tables,
+            only_keys: c.only_keys,
+            using_ours: c.using.map(|s| s == Side::Ours),
+            by_columns: c.by_columns,
+            resolve: picks(c.resolve),
+            confirm: c.confirm,
+            confirm_deletes: c.confirm_deletes,
+            target: c.target,
+            at_version: c.at_version,
+            dry_run: c.dry_run,
+        }),
+        Statement::Rebase { name, using, by_columns, resolve, at_version } => merge::rebase(RebaseRequest {
+            world: name,
+            using_ours: using.map(|s| s == Side::Ours),
+            by_columns,
+            resolve: picks(resolve),
+            at_version,
+        }),
         other => raise("0A000", format!("{} is not supported by this version of pg_worlds yet", statement_name(&other))),
     }
 }
@@ -123,3 +152,142 @@ fn statement_name(s: &Statement) -> &'static str {
         _ => "this statement",
     }
 }
+
+fn picks(resolve: Vec<(String, Resolution)>) -> Vec<(String, Pick)> {
+    resolve
+        .into_iter()
+        .map(|(k, r)| {
+            let p = match r {
+                Resolution::Ours => Pick::Ours,
+                Resolution::Theirs => Pick::Theirs,
+                Resolution::Delete => Pick::Delete,
+                Resolution::Row(json) => Pick::Row(
+                    serde_json::from_str(&json).unwrap_or_else(|e| raise("22P02", format!("RESOLVE row for '{k}' isn't JSON: {e}"))),
+                ),
+            };
+            (k, p)
+        })
+        .collect()
+}
+
+fn side(using: Option<&str>) -> Option<bool> {
+    match using.map(|s| s.to_ascii_lowercase()) {
+        None => None,
+        Some(s) if s == "ours" => Some(true),
+        Some(s) if s == "theirs" => Some(false),
+        Some(s) => raise("22023", format!("using must be ours or theirs, not {s}")),
+    }
+}
+
+/// RESOLVE as a JSON object: {"t/1": "ours" | "theirs" | "delete" | {row}}.
+fn resolve_json(resolve: Option<JsonB>) -> Vec<(String, Pick)> {
+    let Some(JsonB(serde_json::Value::Object(m))) = resolve else { return Vec::new() };
+    m.into_iter()
+        .map(|(k, v)| {
+            let p = match &v {
+                serde_json::Value::String(s) if s.eq_ignore_ascii_case("ours") => Pick::Ours,
+                serde_json::Value::String(s) if s.eq_ignore_ascii_case("theirs") => Pick::Theirs,
+                serde_json::Value::String(s) if s.eq_ignore_ascii_case("delete") => Pick::Delete,
+                serde_json::Value::Object(_) => Pick::Row(v.clone()),
+                _ => raise("22023", format!("RESOLVE for '{k}' must be ours, theirs, delete or a row as a JSON object")),
+            };
+            (k, p)
+        })
+        .collect()
+}
+
+/// DIFF as rows of JSON objects (the typed function worlds.diff wraps this).
+#[pg_extern]
+fn _diff(world: Option<&str>, as_sql: bool, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+    SetOfIterator::new(merge::diff(DiffRequest { world: world.map(str::to_string), as_sql, limit: lim }).into_iter().map(JsonB))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pg_extern]
+fn _merge(
+    world: Option<&str>,
+    into: Option<&str>,
+    only_tables: Option<Vec<String>>,
+    only_keys: Option<Vec<String>>,
+    using: Option<&str>,
+    by_columns: bool,
+    resolve: Option<JsonB>,
+    confirm: bool,
+    confirm_deletes: Option<i64>,
+    target: Option<i64>,
+    at_version: Option<i64>,
+    dry_run: bool,
+) -> SetOfIterator<'static, JsonB> {
+    SetOfIterator::new(
+        merge::merge(MergeRequest {
+            world: world.map(str::to_string),
+            into: into.map(str::to_string),
+            only_tables,
+            only_keys,
+            using_ours: side(using),
+            by_columns,
+            resolve: resolve_json(resolve),
+            confirm,
+            confirm_deletes,
+            target,
+            at_version,
+            dry_run,
+        })
+        .into_iter()
+        .map(JsonB),
+    )
+}
+
+#[pg_extern]
+fn _rebase(world: Option<&str>, using: Option<&str>, by_columns: bool, resolve: Option<JsonB>, at_version: Option<i64>) -> String {
+    let out = merge::rebase(RebaseRequest {
+        world: world.map(str::to_string),
+        using_ours: side(using),
+        by_columns,
+        resolve: resolve_json(resolve),
+        at_version,
+    });
+    out.first().and_then(|v| v["tag"].as_str().map(str::to_string)).unwrap_or_default()
+}
+
+pgrx::extension_sql!(
+    r#"
+-- DIFF [WORLD world] [AS SQL] [LIMIT n], with the spec's columns.
+CREATE FUNCTION worlds.diff(world text DEFAULT NULL, "limit" bigint DEFAULT NULL)
+RETURNS TABLE ("table" text, id text, change text, before jsonb, after jsonb, columns jsonb)
+LANGUAGE sql AS $$
+    SELECT r."table", r.id, r.change, r.before, r.after, r.columns
+    FROM worlds._diff(world, false, "limit") j,
+         jsonb_to_record(j) AS r("table" text, id text, change text, before jsonb, after jsonb, columns jsonb)
+$$;
+CREATE FUNCTION worlds.diff_as_sql(world text DEFAULT NULL, "limit" bigint DEFAULT NULL) RETURNS TABLE (sql text)
+LANGUAGE sql AS $$ SELECT j ->> 'sql' FROM worlds._diff(world, true, "limit") j $$;
+
+-- MERGE WORLD [world] [clauses]: returns its tag, MERGE n.
+CREATE FUNCTION worlds.merge(world text DEFAULT NULL, "into" text DEFAULT NULL, only_tables text[] DEFAULT NULL,
+                             only_keys text[] DEFAULT NULL, "using" text DEFAULT NULL, by_columns boolean DEFAULT false,
+                             resolve jsonb DEFAULT NULL, confirm boolean DEFAULT false, confirm_deletes bigint DEFAULT NULL,
+                             target bigint DEFAULT NULL, at_version bigint DEFAULT NULL)
+RETURNS text LANGUAGE sql AS $$
+    SELECT j ->> 'tag' FROM worlds._merge(world, "into", only_tables, only_keys, "using", by_columns, resolve, confirm,
+                                          confirm_deletes, target, at_version, false) j
+$$;
+
+-- MERGE WORLD ... DRY RUN, with the spec's columns.
+CREATE FUNCTION worlds.merge_dry_run(world text DEFAULT NULL, "into" text DEFAULT NULL, only_tables text[] DEFAULT NULL,
+                                     only_keys text[] DEFAULT NULL, "using" text DEFAULT NULL, by_columns boolean DEFAULT false,
+                                     resolve jsonb DEFAULT NULL)
+RETURNS TABLE ("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb)
+LANGUAGE sql AS $$
+    SELECT r.* FROM worlds._merge(world, "into", only_tables, only_keys, "using", by_columns, resolve, false, NULL, NULL, NULL, true) j,
+         jsonb_to_record(j) AS r("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb)
+$$;
+
+-- REBASE WORLD [world] [USING OURS|THEIRS] [BY COLUMNS] [RESOLVE (...)] [AT VERSION n]: returns REBASE n.
+CREATE FUNCTION worlds.rebase(world text DEFAULT NULL, "using" text DEFAULT NULL, by_columns boolean DEFAULT false,
+                              resolve jsonb DEFAULT NULL, at_version bigint DEFAULT NULL)
+RETURNS text LANGUAGE sql AS $$ SELECT worlds._rebase(world, "using", by_columns, resolve, at_version) $$;
+"#,
+    name = "merge_functions",
+    requires = [_diff, _merge, _rebase],
+);

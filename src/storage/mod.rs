@@ -43,6 +43,32 @@ thread_local! {
     static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// The role (and security context) pg_worlds' internal work was entered from.
+    static SESSION_USER: std::cell::Cell<(pg_sys::Oid, i32)> = const { std::cell::Cell::new((pg_sys::Oid::INVALID, 0)) };
+}
+
+/// Inside `as_internal`, runs f with the rights of the role that called pg_worlds (a merge's DML on main
+/// is checked against the merging role's privileges and row-level security).
+pub fn as_session_user<R>(f: impl FnOnce() -> R) -> R {
+    struct Guard(pg_sys::Oid, i32);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
+        }
+    }
+    let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut sec) };
+    let (outer, outer_sec) = SESSION_USER.with(|s| s.get());
+    if outer == pg_sys::Oid::INVALID {
+        return f();
+    }
+    unsafe { pg_sys::SetUserIdAndSecContext(outer, outer_sec) };
+    let _g = Guard(user, sec);
+    f()
+}
+
+
 // Depth of pg_worlds' own SPI work; the router leaves those queries alone and they don't count as a new
 // statement for the overlay cache.
 thread_local! {
@@ -67,6 +93,9 @@ pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
     let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
     unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
+        if !internal() {
+            SESSION_USER.with(|s| s.set((user, sec)));
+        }
         pg_sys::SetUserIdAndSecContext(
             pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
             sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
@@ -92,11 +121,11 @@ fn load_layout(tabno: i32) -> Layout {
             let rows = client
                 .select(
                     "SELECT relid::oid, history::oid, delta::oid, overlay::oid, sequence::oid, key_kind::text, key_columns, unsupported,
-                            (SELECT array_agg(coalesce(ta.attnum, 0) ORDER BY ha.attnum)
+                            (SELECT array_agg(coalesce(ta.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
                               WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
-                            (SELECT array_agg(a.attnum ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
+                            (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys
                      FROM worlds.tables t WHERE tabno = $1",
                     None,

@@ -1,0 +1,869 @@
+//! DIFF, MERGE (and its DRY RUN) and REBASE of a world into main.
+//!
+//! One gathering step serves all three: for every row the world changed (its own delta layer, O(rows
+//! changed)), read `ours` (the world's row), `theirs` (main's row now) and `base` (main's row at the fork,
+//! from history: the before-image of the first change main made to it after the fork, or after the
+//! world's own last partial merge of it). The decision per row is `worlds_core::merge::decide`.
+//!
+//! A merge into main is DML on the real tables inside the caller's transaction, in foreign-key order:
+//! constraints, the app's triggers and history capture all run as for any write. The tables it changes
+//! are locked SHARE ROW EXCLUSIVE in relid order first (concurrent writers of main wait, concurrent merges
+//! queue in one order: no lost update, no deadlock).
+use crate::api::{raise, raise_with};
+use crate::storage::capture::MERGE_SOURCE;
+use crate::storage::overlay::quote_ident;
+use crate::storage::{as_internal, relation_layout, Layout};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use serde_json::Value;
+use std::collections::HashMap;
+use worlds_core::merge::{changed_columns, decide, Decision, Outcome, Pick, Settle};
+
+/// A live world as the engine needs it.
+#[derive(Clone, Debug)]
+pub struct WorldRow {
+    pub num: i32,
+    pub id: String,
+    pub name: String,
+    pub parent: Option<i32>,
+    pub version: i64,
+    pub fork_snapshot: Option<String>,
+}
+
+pub fn resolve_world(name: &str) -> WorldRow {
+    let row = Spi::connect(|c| {
+        c.select(
+            "SELECT num, id, name, parent, version, fork_snapshot::text FROM worlds.world
+             WHERE dropped IS NULL AND (name = $1 OR id = $1) ORDER BY (name = $1) DESC LIMIT 1",
+            None,
+            &[name.into()],
+        )
+        .ok()
+        .and_then(|r| {
+            r.into_iter().next().map(|r| WorldRow {
+                num: r.get(1).ok().flatten().unwrap_or(0),
+                id: r.get(2).ok().flatten().unwrap_or_default(),
+                name: r.get(3).ok().flatten().unwrap_or_default(),
+                parent: r.get(4).ok().flatten(),
+                version: r.get(5).ok().flatten().unwrap_or(0),
+                fork_snapshot: r.get(6).ok().flatten(),
+            })
+        })
+    });
+    row.unwrap_or_else(|| raise("3D000", format!("world \"{name}\" does not exist")))
+}
+
+/// One row the world changed, with the three sides.
+#[derive(Clone, Debug)]
+pub struct Changed {
+    pub key: String,
+    pub base: Option<Value>,
+    pub ours: Option<Value>,
+    pub theirs: Option<Value>,
+}
+
+pub struct TableChanges {
+    pub layout: std::rc::Rc<Layout>,
+    pub name: String,
+    pub rows: Vec<Changed>,
+}
+
+fn regclass_text(oid: pg_sys::Oid) -> String {
+    Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
+}
+
+fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
+    Spi::connect(|c| {
+        c.select(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            None,
+            &[relid.into()],
+        )
+        .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
+        .unwrap_or_default()
+    })
+}
+
+fn json_object_expr(alias: &str, cols: &[String]) -> String {
+    // jsonb_build_object takes at most 100 arguments: concatenate chunks of 50 columns
+    let parts: Vec<String> = cols
+        .chunks(50)
+        .map(|chunk| {
+            format!(
+                "jsonb_build_object({})",
+                chunk.iter().map(|c| format!("{}, {alias}.{}", quote_literal(c), quote_ident(c))).collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "'{}'::jsonb".into()
+    } else {
+        parts.join(" || ")
+    }
+}
+
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn key_text_expr(layout: &Layout, alias: &str) -> String {
+    match layout.key_columns.len() {
+        0 => format!("ROW({alias}.*)::text"),
+        1 => format!("{alias}.{}::text", quote_ident(&layout.key_columns[0])),
+        _ => format!(
+            "ROW({})::text",
+            layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn key_match(layout: &Layout, a: &str, b: &str) -> String {
+    layout
+        .key_columns
+        .iter()
+        .map(|c| format!("{a}.{} = {b}.{}", quote_ident(c), quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// Every tracked table, with its layout.
+fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
+    let tabnos: Vec<i32> = Spi::connect(|c| {
+        c.select("SELECT tabno FROM worlds.tables ORDER BY relid::oid", None, &[])
+            .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
+    tabnos.into_iter().map(relation_layout).collect()
+}
+
+/// The rows `world` changed in one table, with base, ours and theirs, in key order.
+pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
+    let table = regclass_text(layout.relid);
+    let delta = regclass_text(layout.delta);
+    let history = regclass_text(layout.history);
+    let cols = live_columns(layout.relid);
+    let snapshot = world.fork_snapshot.clone().unwrap_or_default();
+    let rows: Vec<Changed> = if layout.key_kind == b'r' {
+        // a table without a key changes only by inserts in a world
+        let sql = format!(
+            "SELECT ROW(d.*)::text, {} FROM {delta} d WHERE d.world = $1 AND NOT d.del ORDER BY d.dseq",
+            json_object_expr("d", &cols)
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[world.num.into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .into_iter()
+                .map(|r| Changed {
+                    key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                    base: None,
+                    ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                    theirs: None,
+                })
+                .collect()
+        })
+    } else {
+        let kcols = layout.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+        let after_own_merge = format!(
+            "h.hseq > coalesce((SELECT max(h2.hseq) FROM {history} h2 WHERE {} AND h2.src = $3), 0)",
+            key_match(layout, "h2", "o")
+        );
+        let changed_since = format!(
+            "{} AND h.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $2::pg_snapshot) AND {after_own_merge}",
+            key_match(layout, "h", "o")
+        );
+        let sql = format!(
+            "WITH o AS (
+                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d.del, {dobj} AS row
+                FROM {delta} d WHERE d.world = $1 ORDER BY {kcols}, d.dseq DESC)
+             SELECT o.k,
+                    CASE WHEN o.del THEN NULL ELSE o.row END,
+                    (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
+                    (SELECT jsonb_build_object('op', h.op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h.hseq LIMIT 1)
+             FROM o ORDER BY {okeys}",
+            ktext = key_text_expr(layout, "d"),
+            dobj = json_object_expr("d", &cols),
+            tmatch = key_match(layout, "t", "o"),
+            hobj = json_object_expr("h", &cols),
+            okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .into_iter()
+                .map(|r| {
+                    let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
+                    let entry = r.get::<JsonB>(4).ok().flatten().map(|j| j.0);
+                    let base = match entry {
+                        None => theirs.clone(),
+                        Some(e) if e["op"] == "I" => None,
+                        Some(e) => Some(e["row"].clone()),
+                    };
+                    Changed {
+                        key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                        theirs,
+                        base,
+                    }
+                })
+                .collect()
+        })
+    };
+    TableChanges { layout: layout.clone(), name: table, rows }
+}
+
+/// The table name as the spec prints it in ids ('orders/7'): unqualified when in the search path.
+fn short_name(table: &str) -> String {
+    table.rsplit('.').next().unwrap_or(table).trim_matches('"').to_string()
+}
+
+fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'static str {
+    match (before.is_some(), after.is_some()) {
+        (false, true) => "insert",
+        (true, false) => "delete",
+        _ => "update",
+    }
+}
+
+/// Everything the world changed, table by table (only tables it touched).
+pub fn world_changes(world: &WorldRow) -> Vec<TableChanges> {
+    tracked_layouts()
+        .iter()
+        .map(|l| gather(l, world))
+        .filter(|t| !t.rows.is_empty())
+        .collect()
+}
+
+fn counts(rows: &[(String, Option<Value>, Option<Value>)]) -> (usize, usize, usize) {
+    let mut c = (0, 0, 0);
+    for (_, b, a) in rows {
+        match change_kind(b, a) {
+            "delete" => c.0 += 1,
+            "update" => c.1 += 1,
+            _ => c.2 += 1,
+        }
+    }
+    c
+}
+
+fn fmt_count(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+// ---------------------------------------------------------------- DIFF
+
+pub struct DiffRequest {
+    pub world: Option<String>,
+    pub as_sql: bool,
+    pub limit: Option<i64>,
+}
+
+/// DIFF [WORLD a]: what the world changed since its fork. Destructive first: a NOTICE with what each
+/// table loses (tables that delete most first), then deleted rows, then the rest, each part in key order.
+pub fn diff(req: DiffRequest) -> Vec<Value> {
+    as_internal(|| {
+        let name = req.world.clone().unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
+        let world = resolve_world(&name);
+        if world.num == 0 {
+            raise("0A000", "DIFF compares a world with its fork point: main has none; name a world (DIFF WORLD name)");
+        }
+        let mut tables: Vec<(String, std::rc::Rc<Layout>, Vec<(String, Option<Value>, Option<Value>)>)> = world_changes(&world)
+            .into_iter()
+            .map(|t| {
+                let rows = t.rows.into_iter().filter(|r| r.base != r.ours).map(|r| (r.key, r.base, r.ours)).collect::<Vec<_>>();
+                (t.name, t.layout, rows)
+            })
+            .filter(|t| !t.2.is_empty())
+            .collect();
+        tables.sort_by(|a, b| counts(&b.2).0.cmp(&counts(&a.2).0).then(a.0.cmp(&b.0)));
+        if !tables.is_empty() {
+            let summary = tables
+                .iter()
+                .map(|(t, _, rows)| {
+                    let (d, u, i) = counts(rows);
+                    format!("{}: {} deleted, {} updated, {} inserted", short_name(t), fmt_count(d), fmt_count(u), fmt_count(i))
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            pgrx::notice!("{}: {}", world.name, summary);
+        }
+        let mut out = Vec::new();
+        for pass in [true, false] {
+            for (table, layout, rows) in &tables {
+                for (key, before, after) in rows {
+                    if (change_kind(before, after) == "delete") != pass {
+                        continue;
+                    }
+                    if req.as_sql {
+                        out.push(serde_json::json!({ "sql": as_sql(table, layout, before, after) }));
+                    } else {
+                        let cols = changed_columns(before.as_ref(), after.as_ref());
+                        out.push(serde_json::json!({
+                            "table": short_name(table), "id": key, "change": change_kind(before, after),
+                            "before": before, "after": after, "columns": cols,
+                        }));
+                    }
+                }
+            }
+        }
+        if let Some(n) = req.limit {
+            out.truncate(n.max(0) as usize);
+        }
+        out
+    })
+}
+
+fn sql_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => quote_literal(s),
+        other => format!("{}::jsonb", quote_literal(&other.to_string())),
+    }
+}
+
+/// A statement that makes the same change on the other side. Values go through Postgres's input
+/// functions as literals, so every type round-trips.
+fn as_sql(table: &str, layout: &Layout, before: &Option<Value>, after: &Option<Value>) -> String {
+    let key_where = |row: &Value| {
+        layout
+            .key_columns
+            .iter()
+            .map(|k| format!("{} = {}", quote_ident(k), sql_literal(&row[k])))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    match (before, after) {
+        (None, Some(a)) => {
+            let m = a.as_object().unwrap();
+            format!(
+                "INSERT INTO {table} ({}) VALUES ({});",
+                m.keys().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
+                m.values().map(sql_literal).collect::<Vec<_>>().join(", ")
+            )
+        }
+        (Some(b), None) => format!("DELETE FROM {table} WHERE {};", key_where(b)),
+        (Some(b), Some(a)) => {
+            let cols = changed_columns(Some(b), Some(a));
+            format!(
+                "UPDATE {table} SET {} WHERE {};",
+                cols.iter().map(|c| format!("{} = {}", quote_ident(c), sql_literal(&a[c]))).collect::<Vec<_>>().join(", "),
+                key_where(b)
+            )
+        }
+        (None, None) => String::new(),
+    }
+}
+
+// ---------------------------------------------------------------- MERGE
+
+#[derive(Default, Clone)]
+pub struct MergeRequest {
+    pub world: Option<String>,
+    pub into: Option<String>,
+    pub only_tables: Option<Vec<String>>,
+    pub only_keys: Option<Vec<String>>,
+    pub using_ours: Option<bool>,
+    pub by_columns: bool,
+    pub resolve: Vec<(String, Pick)>,
+    pub confirm: bool,
+    pub confirm_deletes: Option<i64>,
+    pub target: Option<i64>,
+    pub at_version: Option<i64>,
+    pub dry_run: bool,
+}
+
+struct Planned {
+    table: String,
+    layout: std::rc::Rc<Layout>,
+    merge_by_columns: bool,
+    row: Changed,
+    decision: Decision,
+}
+
+fn regclass_of(name: &str) -> pg_sys::Oid {
+    Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| raise("42P01", format!("relation \"{name}\" does not exist")))
+}
+
+/// 't/1' or 't/(1,abc)' -> (table oid, key text)
+fn parse_row_ref(r: &str) -> (pg_sys::Oid, String) {
+    let Some((t, k)) = r.split_once('/') else {
+        raise("22023", format!("'{r}' is not a row: write 'table/id', or 'table/(a,b)' for a key of several columns"));
+    };
+    if t.is_empty() || k.is_empty() {
+        raise("22023", format!("'{r}' is not a row: write 'table/id', or 'table/(a,b)' for a key of several columns"));
+    }
+    (regclass_of(t), k.to_string())
+}
+
+fn target_fingerprint(plan: &[Planned]) -> i64 {
+    // FNV-1a over what the merge saw of main for the rows it settles, kept to 53 bits (exact in JSON)
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in plan {
+        for b in p.table.bytes().chain(p.row.key.bytes()).chain(p.row.theirs.as_ref().map(|t| t.to_string()).unwrap_or_default().bytes()) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    (h & ((1u64 << 53) - 1)) as i64
+}
+
+pub fn merge(req: MergeRequest) -> Vec<Value> {
+    if !req.dry_run {
+        crate::api::refuse_in_transaction("MERGE WORLD");
+    }
+    if req.confirm && req.at_version.is_some() {
+        raise("42601", "AT VERSION can't be given with CONFIRM");
+    }
+    let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    as_internal(|| {
+        let name = match &req.world {
+            Some(n) => n.clone(),
+            None if session_world == "main" || session_world.is_empty() => raise(
+                "0A000",
+                "MERGE WORLD names no world and the session is in main, which has no parent: name the world to merge (MERGE WORLD name), or quote a world named like one of MERGE's words (MERGE WORLD \"ours\")",
+            ),
+            None => session_world.clone(),
+        };
+        let world = resolve_world(&name);
+        if world.num == 0 {
+            raise("0A000", "main has no parent to merge into");
+        }
+        let into = req.into.as_ref().map(|n| resolve_world(n));
+        if let Some(i) = &into {
+            if i.num == world.num {
+                raise("22023", format!("MERGE WORLD {} INTO itself", world.name));
+            }
+        }
+        let target_num = into.as_ref().map(|i| i.num).unwrap_or(world.parent.unwrap_or(0));
+        if target_num != 0 {
+            raise(
+                "0A000",
+                format!("merging {} into a world (not main) is not supported by this version of pg_worlds yet; merge its parent chain into main first", world.name),
+            );
+        }
+        // serialize merges of this world and into its target
+        Spi::connect_mut(|c| {
+            c.update("SELECT num FROM worlds.world WHERE num IN ($1, $2) ORDER BY num FOR UPDATE", None, &[world.num.into(), target_num.into()])
+                .ok();
+        });
+        let world = resolve_world(&world.id);
+        if let Some(v) = req.at_version {
+            if v != world.version {
+                raise(
+                    "55000",
+                    format!("world {} is at version {}, not {v}: it was written to or partly merged since; nothing was merged", world.name, world.version),
+                );
+            }
+        }
+        // which tables, and lock them (fixed order: relid) before reading main
+        let only_tables: Option<Vec<pg_sys::Oid>> = req.only_tables.as_ref().map(|ts| ts.iter().map(|t| regclass_of(t)).collect());
+        let only_keys: Option<Vec<(pg_sys::Oid, String)>> = req.only_keys.as_ref().map(|ks| ks.iter().map(|k| parse_row_ref(k)).collect());
+        let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts()
+            .into_iter()
+            .filter(|l| only_tables.as_ref().map(|o| o.contains(&l.relid)).unwrap_or(true))
+            .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
+            .collect();
+        layouts.retain(|l| world_touched(l, &world));
+        if !req.dry_run {
+            for l in &layouts {
+                let t = regclass_text(l.relid);
+                Spi::run(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")).ok();
+            }
+        }
+        let resolve: HashMap<(pg_sys::Oid, String), Pick> =
+            req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
+        let mut plan: Vec<Planned> = Vec::new();
+        for l in &layouts {
+            let t = gather(l, &world);
+            let mbc = merge_by_columns(l);
+            for row in t.rows {
+                if let Some(keys) = &only_keys {
+                    if !keys.iter().any(|(r, k)| *r == l.relid && *k == row.key) {
+                        continue;
+                    }
+                }
+                let settle = Settle {
+                    resolve: resolve.get(&(l.relid, row.key.clone())).cloned(),
+                    by_columns: req.by_columns || mbc,
+                    using_ours: req.using_ours,
+                };
+                let decision = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
+                plan.push(Planned { table: t.name.clone(), layout: l.clone(), merge_by_columns: mbc, row, decision });
+            }
+        }
+        let fingerprint = target_fingerprint(&plan);
+        if req.dry_run {
+            pgrx::notice!(
+                "{}: version {}; to merge exactly what this dry run saw, add AT VERSION {} TARGET {}",
+                world.name, world.version, world.version, fingerprint
+            );
+            return dry_run_rows(&plan);
+        }
+        if let Some(t) = req.target {
+            if t != fingerprint {
+                raise("55000", format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint}); nothing was merged"));
+            }
+        }
+        let conflicts: Vec<String> = plan
+            .iter()
+            .filter(|p| matches!(p.decision.outcome, Outcome::Conflict(_)))
+            .map(|p| format!("{}/{}", short_name(&p.table), p.row.key))
+            .collect();
+        if !conflicts.is_empty() {
+            let shown = conflicts.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            let more = if conflicts.len() > 10 { format!(" and {} more", conflicts.len() - 10) } else { String::new() };
+            raise_with(
+                "40001",
+                format!("merging {} conflicts: rows changed on both sides: {shown}{more}; nothing was merged", world.name),
+                None,
+                Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS, or REBASE WORLD first.".into()),
+            );
+        }
+        let applied = apply(&plan, &world);
+        let partial = only_tables.is_some() || only_keys.is_some();
+        let target_name = "main";
+        Spi::connect_mut(|c| {
+            if partial {
+                c.update("UPDATE worlds.world SET version = version + 1 WHERE num = $1", None, &[world.num.into()]).ok();
+                c.update(
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), (0, 'merged part of ' || $2, $4)",
+                    None,
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into()],
+                )
+                .ok();
+            } else {
+                c.update(
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged into ' || $3, $4), (0, 'merged ' || $2, $4)",
+                    None,
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into()],
+                )
+                .ok();
+            }
+        });
+        if !partial && into.is_none() {
+            // a whole merge into the parent ends the world (unless worlds were forked from it)
+            Spi::connect_mut(|c| {
+                c.update(
+                    "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
+                       AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)",
+                    None,
+                    &[world.num.into()],
+                )
+                .ok();
+            });
+        }
+        vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
+    })
+}
+
+fn world_touched(l: &Layout, world: &WorldRow) -> bool {
+    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE world = $1)", regclass_text(l.delta));
+    Spi::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
+}
+
+fn merge_by_columns(l: &Layout) -> bool {
+    Spi::get_one_with_args::<bool>("SELECT merge_by_columns FROM worlds.tables WHERE tabno = $1", &[l.tabno.into()])
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
+    // summary per table: what the merge does to it (conflicts not counted), destructive first
+    let mut per_table: Vec<(String, Vec<(String, Option<Value>, Option<Value>)>)> = Vec::new();
+    for p in plan {
+        if matches!(p.decision.outcome, Outcome::Conflict(_)) || p.decision.result == p.row.theirs {
+            continue;
+        }
+        let name = short_name(&p.table);
+        let entry = match per_table.iter_mut().find(|(t, _)| *t == name) {
+            Some(e) => e,
+            None => {
+                per_table.push((name.clone(), Vec::new()));
+                per_table.last_mut().unwrap()
+            }
+        };
+        entry.1.push((p.row.key.clone(), p.row.theirs.clone(), p.decision.result.clone()));
+    }
+    per_table.sort_by(|a, b| counts(&b.1).0.cmp(&counts(&a.1).0).then(a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    for (t, rows) in &per_table {
+        let (d, u, i) = counts(rows);
+        out.push(serde_json::json!({
+            "table": t, "id": null, "outcome": "summary",
+            "detail": format!("{} deleted, {} updated, {} inserted", fmt_count(d), fmt_count(u), fmt_count(i)),
+            "base": null, "ours": null, "theirs": null, "result": null,
+        }));
+    }
+    let order: Vec<String> = per_table.iter().map(|(t, _)| t.clone()).collect();
+    let deletes = |p: &Planned| p.row.theirs.is_some() && p.decision.result.is_none() && !matches!(p.decision.outcome, Outcome::Conflict(_));
+    let mut sorted: Vec<&Planned> = plan.iter().collect();
+    sorted.sort_by_key(|p| order.iter().position(|t| *t == short_name(&p.table)).unwrap_or(usize::MAX));
+    for p in sorted.iter().filter(|p| deletes(p)) {
+        out.push(plan_row(p, "DELETE: the merge deletes this row".into()));
+    }
+    for p in sorted.iter().filter(|p| !deletes(p)) {
+        let detail = match &p.decision.outcome {
+            Outcome::Conflict(d) => d.clone(),
+            Outcome::ByColumns => format!(
+                "combined column by column{}",
+                if p.merge_by_columns { " (the table merges by columns)" } else { "" }
+            ),
+            Outcome::Apply => change_kind(&p.row.theirs, &p.decision.result).to_string(),
+            other => other.label().to_string(),
+        };
+        out.push(plan_row(p, detail));
+    }
+    out
+}
+
+fn plan_row(p: &Planned, detail: String) -> Value {
+    let conflict = matches!(p.decision.outcome, Outcome::Conflict(_));
+    serde_json::json!({
+        "table": short_name(&p.table), "id": p.row.key, "outcome": p.decision.outcome.label(), "detail": detail,
+        "base": p.row.base, "ours": p.row.ours, "theirs": p.row.theirs,
+        "result": if conflict { Value::Null } else { p.decision.result.clone().unwrap_or(Value::Null) },
+    })
+}
+
+/// Foreign-key depth of each table among the tracked ones: referenced tables first.
+fn fk_depth() -> HashMap<pg_sys::Oid, i32> {
+    Spi::connect(|c| {
+        c.select(
+            "WITH RECURSIVE d(rel, depth) AS (
+                 SELECT relid::oid, 0 FROM worlds.tables
+                 UNION ALL
+                 SELECT c.conrelid, d.depth + 1 FROM pg_constraint c JOIN d ON c.confrelid = d.rel
+                 WHERE c.contype = 'f' AND c.conrelid <> c.confrelid AND d.depth < 50)
+             SELECT rel, max(depth) FROM d GROUP BY rel",
+            None,
+            &[],
+        )
+        .map(|r| {
+            r.into_iter()
+                .filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok()??, r.get::<i32>(2).ok()??)))
+                .collect()
+        })
+        .unwrap_or_default()
+    })
+}
+
+/// Applies the settled rows to main: deletes children-first, then inserts and updates parents-first,
+/// one set-based statement per table and kind. Returns the rows applied.
+fn apply(plan: &[Planned], world: &WorldRow) -> usize {
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            MERGE_SOURCE.with(|s| *s.borrow_mut() = None);
+        }
+    }
+    MERGE_SOURCE.with(|s| *s.borrow_mut() = Some(world.id.clone()));
+    let _g = Guard;
+    let depth = fk_depth();
+    let mut by_table: Vec<(pg_sys::Oid, &std::rc::Rc<Layout>, String)> = Vec::new();
+    for p in plan {
+        if !by_table.iter().any(|(r, _, _)| *r == p.layout.relid) {
+            by_table.push((p.layout.relid, &p.layout, p.table.clone()));
+        }
+    }
+    by_table.sort_by_key(|(r, _, _)| (depth.get(r).copied().unwrap_or(0), r.to_u32()));
+    let mut applied = 0usize;
+    let rows_of = |relid: pg_sys::Oid, pred: &dyn Fn(&Planned) -> bool| -> Vec<Value> {
+        plan.iter()
+            .filter(|p| p.layout.relid == relid && p.decision.result != p.row.theirs && pred(p))
+            .map(|p| p.decision.result.clone().or_else(|| p.row.theirs.clone()).unwrap_or(Value::Null))
+            .collect()
+    };
+    // deletes, children first
+    for (relid, layout, table) in by_table.iter().rev() {
+        let rows = rows_of(*relid, &|p| p.decision.result.is_none());
+        if rows.is_empty() {
+            continue;
+        }
+        let sql = if layout.key_kind == b'r' {
+            raise("0A000", format!("deleting rows of {table}, a table without a primary key, by merge is not supported"));
+        } else {
+            format!(
+                "DELETE FROM {table} t USING jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
+                key_match(layout, "t", "r")
+            )
+        };
+        applied += run_dml(&sql, rows);
+    }
+    for (relid, layout, table) in by_table.iter() {
+        let cols = insertable_columns(*relid);
+        let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let inserts = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_none());
+        if !inserts.is_empty() {
+            let sql = format!(
+                "INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM jsonb_populate_recordset(NULL::{table}, $1)"
+            );
+            applied += run_dml(&sql, inserts);
+        }
+        let updates = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_some());
+        if !updates.is_empty() {
+            let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
+            if set_cols.is_empty() {
+                continue;
+            }
+            let sql = format!(
+                "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
+                set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
+                set_cols.iter().map(|c| format!("r.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+                key_match(layout, "t", "r")
+            );
+            applied += run_dml(&sql, updates);
+        }
+    }
+    applied
+}
+
+fn insertable_columns(relid: pg_sys::Oid) -> Vec<String> {
+    Spi::connect(|c| {
+        c.select(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            None,
+            &[relid.into()],
+        )
+        .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
+        .unwrap_or_default()
+    })
+}
+
+/// Runs DML over a JSON array of rows as the session's user (so the role's privileges and RLS on main
+/// apply to its merge), outside pg_worlds' internal rights.
+fn run_dml(sql: &str, rows: Vec<Value>) -> usize {
+    let arg: DatumWithOid = JsonB(Value::Array(rows)).into();
+    crate::storage::as_session_user(|| {
+        Spi::connect_mut(|c| c.update(sql, None, &[arg]).map(|t| t.len()).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}"))))
+    })
+}
+
+// ---------------------------------------------------------------- REBASE
+
+pub struct RebaseRequest {
+    pub world: Option<String>,
+    pub using_ours: Option<bool>,
+    pub by_columns: bool,
+    pub resolve: Vec<(String, Pick)>,
+    pub at_version: Option<i64>,
+}
+
+/// REBASE: the fork point moves up to main as it is now; the world's own rows stay on top, settled as a
+/// merge would settle them (a row settled to main's value is dropped from the world's delta).
+pub fn rebase(req: RebaseRequest) -> Vec<Value> {
+    crate::api::refuse_in_transaction("REBASE WORLD");
+    let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    as_internal(|| {
+        let name = req.world.clone().unwrap_or(session_world);
+        let world = resolve_world(&name);
+        if world.num == 0 {
+            raise("0A000", "main has no parent to rebase on");
+        }
+        if world.parent != Some(0) {
+            raise("0A000", format!("rebasing {} on a world (not main) is not supported by this version of pg_worlds yet", world.name));
+        }
+        Spi::connect_mut(|c| {
+            c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
+        });
+        let has_forks = Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM worlds.world WHERE parent = $1 AND dropped IS NULL)",
+            &[world.num.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        if has_forks {
+            raise("0A000", format!("world {} has live forks; rebasing it would move the ground under them", world.name));
+        }
+        let world = resolve_world(&world.id);
+        if let Some(v) = req.at_version {
+            if v != world.version {
+                raise("55000", format!("world {} is at version {}, not {v}; nothing was rebased", world.name, world.version));
+            }
+        }
+        let resolve: HashMap<(pg_sys::Oid, String), Pick> =
+            req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
+        let layouts = tracked_layouts();
+        let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
+        let mut conflicts = Vec::new();
+        for l in layouts.iter().filter(|l| world_touched(l, &world)) {
+            let t = gather(l, &world);
+            let mbc = merge_by_columns(l);
+            for row in t.rows {
+                let settle = Settle {
+                    resolve: resolve.get(&(l.relid, row.key.clone())).cloned(),
+                    by_columns: req.by_columns || mbc,
+                    using_ours: req.using_ours,
+                };
+                let d = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
+                match d.outcome {
+                    Outcome::Conflict(_) => conflicts.push(format!("{}/{}", short_name(&t.name), row.key)),
+                    _ if d.result != row.ours => {
+                        // the world now holds the settled row (or main's, as a version of its own)
+                        let (v, del) = match d.result.clone() {
+                            Some(v) => (v, false),
+                            None => (row.ours.clone().or(row.theirs.clone()).unwrap_or(Value::Null), true),
+                        };
+                        writes.push((l.clone(), v, del));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            let shown = conflicts.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            raise_with(
+                "40001",
+                format!("rebasing {} conflicts: rows changed on both sides: {shown}; nothing was changed", world.name),
+                None,
+                Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS.".into()),
+            );
+        }
+        // rows of main it takes in: main's changes since the old fork
+        let mut taken: i64 = 0;
+        for l in &layouts {
+            let sql = format!(
+                "SELECT count(DISTINCT coalesce(new_tid, old_tid)) FROM {} h WHERE h.xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $1::pg_snapshot)",
+                regclass_text(l.history)
+            );
+            taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
+        }
+        for (l, v, del) in &writes {
+            let cols = live_columns(l.relid);
+            let delta = regclass_text(l.delta);
+            let table = regclass_text(l.relid);
+            let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+            let sql = format!(
+                "INSERT INTO {delta} (world, dseq, del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
+            );
+            Spi::connect_mut(|c| {
+                c.update(&sql, None, &[world.num.into(), regclass_text(l.sequence).into(), (*del).into(), JsonB(v.clone()).into()])
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            });
+        }
+        Spi::connect_mut(|c| {
+            c.update(
+                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), version = version + 1 WHERE num = $1",
+                None,
+                &[world.num.into()],
+            )
+            .ok();
+        });
+        crate::storage::overlay::forget_all();
+        vec![serde_json::json!({ "tag": format!("REBASE {taken}") })]
+    })
+}

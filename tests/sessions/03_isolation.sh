@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Isolation between concurrent sessions: A and A2 in world wa, B in world wb (both forked from main after
+# loading), C in main, all writing the same tables at once. Afterwards every world holds exactly main as of
+# its fork plus its own writes, and main holds exactly C's writes. A world's open transaction must not
+# block main, and its uncommitted writes are invisible to another session in the same world.
+source "$(dirname "$0")/../../scripts/lib.sh"
+failures=0
+fail() { echo "FAIL: $*" >&2; exit 1; }
+bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+start_cluster test yes
+DB=s03_isolation
+OUT=$RUN_DIR/s03_isolation; rm -rf "$OUT"; mkdir -p "$OUT"
+psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in test -d $DB -q >/dev/null <<'SQL'
+create extension pg_worlds;
+create table acct (id int primary key, v int not null);
+create table notes (id int primary key, txt text);
+insert into acct select g, g * 10 from generate_series(1, 10) g;
+insert into notes values (1, 'n1'), (2, 'n2'), (3, 'n3');
+select worlds.create_world('wa');
+select worlds.create_world('wb');
+SQL
+
+# q WORLD SQL: one value, read in that world (SET worlds.world, as SWITCH WORLD does)
+q() { psql_in test -d $DB -qAt -c "set worlds.world = $1" -c "$2"; }
+expect() { # expect WHAT ACTUAL EXPECTED
+  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
+}
+ACCT="select coalesce(string_agg(id || ':' || v, ',' order by id), '') from acct"
+NOTES="select coalesce(string_agg(id || ':' || txt, ',' order by id), '') from notes"
+MAIN0_ACCT="1:10,2:20,3:30,4:40,5:50,6:60,7:70,8:80,9:90,10:100"
+MAIN0_NOTES="1:n1,2:n2,3:n3"
+
+echo "check: right after the fork, wa and wb read exactly main"
+for w in main wa wb; do
+  expect "$w acct at fork" "$(q $w "$ACCT")" "$MAIN0_ACCT"
+  expect "$w notes at fork" "$(q $w "$NOTES")" "$MAIN0_NOTES"
+done
+
+echo "check: four sessions write at once (A, A2 in wa; B in wb; C in main)"
+CONN=$(conninfo test $DB)
+session() { # session NAME WORLD: runs stdin as one psql session in WORLD, in the background
+  local name=$1 world=$2
+  cat >"$OUT/$name.sql"
+  $PGBIN/psql "$CONN options='-c worlds.world=$world'" -X -q -At -v ON_ERROR_STOP=1 -f "$OUT/$name.sql" \
+    >"$OUT/$name.out" 2>"$OUT/$name.err" &
+  eval "pid_$name=$!"
+}
+
+# A: holds a transaction open in wa (rows 1, 2 updated; 11, 20 inserted) for 3 s, then more writes
+session A wa <<'SQL'
+begin;
+update acct set v = v + 1 where id in (1, 2);
+insert into acct values (11, 111), (20, 200);
+select 'A in txn', current_setting('worlds.world');
+select pg_sleep(3);
+commit;
+delete from acct where id = 3;
+update notes set txt = 'a' where id = 1;
+select 'A done';
+SQL
+# A2: same world, reads while A's transaction is open, then writes its own row
+session A2 wa <<'SQL'
+select pg_sleep(1);
+select 'A2 sees uncommitted', count(*) from acct where id in (11, 20);
+select 'A2 sees row 1', v from acct where id = 1;
+insert into acct values (13, 130);
+select pg_sleep(3);
+select 'A2 after A commit', string_agg(id::text, ',' order by id) from acct where id in (11, 13, 20);
+SQL
+# B: wb, the same keys as A and C
+session B wb <<'SQL'
+select pg_sleep(0.5);
+update acct set v = v + 2 where id in (2, 3);
+insert into acct values (11, 222);
+delete from acct where id = 1;
+insert into notes values (4, 'b');
+select 'B done';
+SQL
+# C: main, while A holds its transaction in wa on row 1. A world's transaction must not block main.
+session C main <<'SQL'
+select pg_sleep(1);
+set lock_timeout = '1500ms';
+update acct set v = v + 100 where id in (1, 4);
+insert into acct values (12, 120);
+delete from acct where id = 5;
+delete from notes where id = 2;
+select 'C done';
+SQL
+
+for s in A A2 B C; do
+  pid=$(eval echo "\$pid_$s")
+  if wait "$pid"; then echo "  ok   session $s exited 0"
+  else bad "session $s failed: $(cat "$OUT/$s.err")"; fi
+done
+for s in A A2 B C; do sed "s/^/    $s| /" "$OUT/$s.out"; done
+
+echo "check: A2 (same world) did not see A's uncommitted writes, and did after A committed"
+expect "A2 count of 11,20 during A's txn" "$(grep '^A2 sees uncommitted|' "$OUT/A2.out" | cut -d'|' -f2)" 0
+expect "A2 row 1 during A's txn" "$(grep '^A2 sees row 1|' "$OUT/A2.out" | cut -d'|' -f2)" 10
+expect "A2 after A's commit" "$(grep '^A2 after A commit|' "$OUT/A2.out" | cut -d'|' -f2)" "11,13,20"
+
+echo "check: main has exactly C's changes"
+expect "main acct" "$(q main "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
+expect "main notes" "$(q main "$NOTES")" "1:n1,3:n3"
+
+echo "check: wa has main as of its fork plus A's and A2's changes (none of B's or C's)"
+expect "wa acct" "$(q wa "$ACCT")" "1:11,2:21,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:111,13:130,20:200"
+expect "wa notes" "$(q wa "$NOTES")" "1:a,2:n2,3:n3"
+
+echo "check: wb has main as of its fork plus B's changes (none of A's or C's)"
+expect "wb acct" "$(q wb "$ACCT")" "2:22,3:32,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:222"
+expect "wb notes" "$(q wb "$NOTES")" "1:n1,2:n2,3:n3,4:b"
+
+echo "check: point lookups (index paths) agree with the scans"
+expect "wa id=1" "$(q wa "select v from acct where id = 1")" 11
+expect "wb id=1 (deleted in wb)" "$(q wb "select count(*) from acct where id = 1")" 0
+expect "main id=1" "$(q main "select v from acct where id = 1")" 110
+expect "wa id=5 (deleted in main after the fork)" "$(q wa "select v from acct where id = 5")" 50
+expect "wa id=12 (inserted in main after the fork)" "$(q wa "select count(*) from acct where id = 12")" 0
+expect "wb id=3" "$(q wb "select v from acct where id = 3")" 32
+expect "wa id=3 (deleted in wa)" "$(q wa "select count(*) from acct where id = 3")" 0
+expect "wa aggregate" "$(q wa "select count(*) || '/' || sum(v) from acct")" "12/963"
+expect "wa join" "$(q wa "select string_agg(a.id || ':' || n.txt, ',' order by a.id) from acct a join notes n on n.id = a.id")" "1:a,2:n2"
+expect "wb join" "$(q wb "select string_agg(a.id || ':' || n.txt, ',' order by a.id) from acct a join notes n on n.id = a.id")" "2:n2,3:n3,4:b"
+
+echo "check: a world forked now (wc) sees main with C's changes and nothing of wa or wb"
+psql_in test -d $DB -qAt -c "select worlds.create_world('wc')" >/dev/null
+expect "wc acct" "$(q wc "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
+expect "wc notes" "$(q wc "$NOTES")" "1:n1,3:n3"
+
+echo "check: switching one session through the worlds reads each in turn"
+got=$(psql_in test -d $DB -qAt <<SQL
+select worlds.switch_world('wa');
+$ACCT;
+select worlds.switch_world('main');
+$ACCT;
+set worlds.world = wb;
+$ACCT;
+SQL
+)
+expect "one session: wa, main, wb" "$(echo "$got" | grep -v '^SWITCH WORLD$' | paste -sd'|')" \
+  "1:11,2:21,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:111,13:130,20:200|1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120|2:22,3:32,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:222"
+
+echo "check: a fork taken while a main transaction is open does not see that transaction's writes"
+session D main <<'SQL'
+begin;
+update acct set v = 666 where id = 6;
+insert into acct values (30, 300);
+select pg_sleep(2);
+commit;
+SQL
+sleep 1
+psql_in test -d $DB -qAt -c "select worlds.create_world('wd')" >/dev/null
+if wait "$pid_D"; then echo "  ok   session D exited 0"; else bad "session D failed: $(cat "$OUT/D.err")"; fi
+expect "main after D" "$(q main "$ACCT")" "1:110,2:20,3:30,4:140,6:666,7:70,8:80,9:90,10:100,12:120,30:300"
+expect "wd (forked during D)" "$(q wd "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
+expect "wd id=6" "$(q wd "select v from acct where id = 6")" 60
+expect "wd id=30" "$(q wd "select count(*) from acct where id = 30")" 0
+
+if [ $failures -ne 0 ]; then echo "03_isolation: $failures check(s) failed (session outputs in $OUT)" >&2; exit 1; fi
+psql_in test -q -c "drop database $DB"
+echo "ok: 03_isolation"
