@@ -36,6 +36,7 @@ CREATE TABLE worlds.tables (
     history          regclass NOT NULL,
     delta            regclass NOT NULL,
     overlay          regclass NOT NULL,
+    overlay_nothing  regclass,               -- the overlay as INSERT ... ON CONFLICT DO NOTHING target
     sequence         regclass NOT NULL,      -- orders history and delta rows
     merge_by_columns boolean NOT NULL DEFAULT false,
     unsupported      text                    -- why the table can't be used inside a world, or null

@@ -83,7 +83,10 @@ BEGIN
         END IF;
     END LOOP;
 
-    EXECUTE format('DROP VIEW IF EXISTS worlds_data.%I', vname);
+    IF to_regclass(format('worlds_data.%I', 'n' || substr(vname, 2))) IS NOT NULL THEN
+        EXECUTE format('DROP VIEW worlds_data.%I', 'n' || substr(vname, 2));
+    END IF;
+    EXECUTE format('DROP VIEW worlds_data.%I', vname);
     EXECUTE format($v$
         CREATE VIEW worlds_data.%I AS
         SELECT %s FROM (
@@ -102,17 +105,22 @@ BEGIN
         delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
         hist_cols, worlds._view_key(t, 'h'), (SELECT relname FROM pg_class WHERE oid = t.history),
         t.tabno, t.tabno, t.tabno);
-    -- a new view is a new relation: keep the catalog pointing at it
-    UPDATE worlds.tables SET overlay = format('worlds_data.%I', vname)::regclass WHERE tabno = t.tabno RETURNING * INTO t;
-    PERFORM worlds._overlay_finish(t);
+    -- the same rows as the target of INSERT ... ON CONFLICT DO NOTHING (its trigger skips duplicates)
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
+    -- new views are new relations: keep the catalog pointing at them
+    UPDATE worlds.tables SET overlay = format('worlds_data.%I', vname)::regclass,
+                             overlay_nothing = format('worlds_data.%I', 'n' || substr(vname, 2))::regclass
+    WHERE tabno = t.tabno RETURNING * INTO t;
+    PERFORM worlds._overlay_finish(t, t.overlay, '');
+    PERFORM worlds._overlay_finish(t, t.overlay_nothing, ', ''nothing''');
 END $$;
 
 -- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
-CREATE FUNCTION worlds._overlay_finish(t worlds.tables) RETURNS void
+CREATE FUNCTION worlds._overlay_finish(t worlds.tables, view regclass, trigger_args text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     a record;
-    v text := t.overlay::text;
+    v text := view::text;
 BEGIN
     FOR a IN SELECT at.attname, pg_get_expr(d.adbin, d.adrelid) AS def, at.attidentity,
                     pg_get_serial_sequence(t.relid::text, at.attname) AS seq
@@ -124,8 +132,22 @@ BEGIN
             EXECUTE format('ALTER VIEW %s ALTER COLUMN %I SET DEFAULT %s', v, a.attname, a.def);
         END IF;
     END LOOP;
-    EXECUTE format('CREATE TRIGGER worlds_write INSTEAD OF INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._overlay_write(%s)', v, t.tabno);
+    EXECUTE format('CREATE TRIGGER worlds_write INSTEAD OF INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._overlay_write(%s%s)', v, t.tabno, trigger_args);
     -- no grants: only the router reaches the view, after checking the role's rights on the real table
+END $$;
+
+-- CHECK constraints of the table hold inside worlds: the delta carries copies (23514 at write time).
+CREATE FUNCTION worlds._sync_checks(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = t.delta AND contype = 'c' LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t.delta, c.conname);
+    END LOOP;
+    FOR c IN SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = t.relid AND contype = 'c' LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', t.delta, c.conname, c.def);
+    END LOOP;
 END $$;
 
 -- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
@@ -180,6 +202,7 @@ BEGIN
     RETURNING * INTO t;
     PERFORM worlds._build_overlay(t);
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    PERFORM worlds._sync_checks(t);
 
     EXECUTE format('CREATE TRIGGER worlds_capture AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._capture(%s)', rel, n);
     EXECUTE format('CREATE TRIGGER worlds_capture_truncate BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION worlds._capture_truncate(%s)', rel, n);
@@ -207,6 +230,7 @@ BEGIN
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
     END IF;
+    EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
     EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.history);
@@ -264,6 +288,8 @@ BEGIN
             END LOOP;
             UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid) WHERE tabno = t.tabno RETURNING * INTO t;
             PERFORM worlds._build_overlay(t);
+            SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
+            PERFORM worlds._sync_checks(t);
             PERFORM worlds._tracking_changed(t.relid);
         END IF;
     END LOOP;
@@ -280,6 +306,7 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
+        EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
         EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
         DELETE FROM worlds.tables WHERE tabno = t.tabno;

@@ -53,6 +53,8 @@ unsafe extern "C-unwind" fn post_parse_analyze(
 
 struct RouteContext {
     tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
+    /// the overlay views themselves (already routed; never inlined again)
+    overlays: std::collections::HashSet<pg_sys::Oid>,
 }
 
 unsafe fn route_query(query: *mut pg_sys::Query) {
@@ -60,7 +62,14 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
     if tracked.is_empty() {
         return;
     }
-    let mut ctx = RouteContext { tracked };
+    let overlays = tracked
+        .values()
+        .flat_map(|&t| {
+            let l = storage::relation_layout(t);
+            [l.overlay, l.overlay_nothing]
+        })
+        .collect();
+    let mut ctx = RouteContext { tracked, overlays };
     unsafe {
         route_walker(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
     }
@@ -92,34 +101,109 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION {
                 continue;
             }
+            let is_result = (*query).resultRelation == i + 1;
+            // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
+            if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains(&(*rte).relid) {
+                if is_result {
+                    if view_reads_tracked((*rte).relid, ctx) {
+                        raise("0A000", "writing through a view inside a world is not supported yet; write the table itself");
+                    }
+                } else if (*rte).inFromCl {
+                    inline_view(rte);
+                }
+                continue;
+            }
             if let Some(&tabno) = ctx.tracked.get(&(*rte).relid) {
                 let layout = storage::relation_layout(tabno);
-                if (*query).commandType == pg_sys::CmdType::CMD_MERGE && (*query).resultRelation == i + 1 {
+                if (*query).commandType == pg_sys::CmdType::CMD_MERGE && is_result {
                     raise("0A000", "the SQL MERGE command cannot write a tracked table inside a world yet; use INSERT ... ON CONFLICT, UPDATE or DELETE");
-                }
-                if (*query).resultRelation == i + 1 && !(*query).onConflict.is_null() {
-                    raise("0A000", "INSERT ... ON CONFLICT into a tracked table inside a world is not supported yet");
                 }
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
+                }
+                let mut overlay = layout.overlay;
+                if is_result && !(*query).onConflict.is_null() {
+                    if (*(*query).onConflict).action != pg_sys::OnConflictAction::ONCONFLICT_NOTHING {
+                        raise("0A000", "INSERT ... ON CONFLICT DO UPDATE into a tracked table is not supported inside a world yet; ON CONFLICT DO NOTHING is");
+                    }
+                    // the DO NOTHING twin of the overlay: its trigger skips a row whose key the world already has
+                    overlay = layout.overlay_nothing;
+                    (*query).onConflict = std::ptr::null_mut();
                 }
                 // the permission check stays on the real table: a copy of the entry, outside the join tree
                 let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
                 (*copy).inFromCl = false;
                 (*copy).inh = false;
                 perm_copies.push(copy);
-                (*rte).relid = layout.overlay;
+                (*rte).relid = overlay;
                 (*rte).relkind = pg_sys::RELKIND_VIEW as std::ffi::c_char;
                 (*rte).inh = false;
                 (*rte).requiredPerms = 0;
                 (*rte).tablesample = std::ptr::null_mut();
                 // the rewriter expands the view without locking it: lock it as the table was
-                pg_sys::LockRelationOid(layout.overlay, (*rte).rellockmode);
+                pg_sys::LockRelationOid(overlay, (*rte).rellockmode);
             }
         }
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
         }
+    }
+}
+
+/// A user view read inside a world becomes the sub-query it stands for, so the tracked tables it reads are
+/// swapped too (the rewriter would otherwise expand it later, unrouted). The view's own permission check
+/// moves to its OLD entry, as the rewriter does; its body keeps the view owner's rights (or the invoker's,
+/// for security_invoker views) and its security_barrier.
+unsafe fn inline_view(rte: *mut pg_sys::RangeTblEntry) {
+    unsafe {
+        let rel = pg_sys::relation_open((*rte).relid, pg_sys::NoLock as i32);
+        let body = pg_sys::copyObjectImpl(pg_sys::get_view_query(rel) as *const std::ffi::c_void) as *mut pg_sys::Query;
+        pg_sys::AcquireRewriteLocks(body, true, false);
+        let old = pg_sys::list_nth((*body).rtable, 0) as *mut pg_sys::RangeTblEntry;
+        (*old).requiredPerms = (*rte).requiredPerms;
+        (*old).checkAsUser = (*rte).checkAsUser;
+        (*old).selectedCols = (*rte).selectedCols;
+        (*old).insertedCols = (*rte).insertedCols;
+        (*old).updatedCols = (*rte).updatedCols;
+        (*rte).requiredPerms = 0;
+        (*rte).rtekind = pg_sys::RTEKind::RTE_SUBQUERY;
+        (*rte).subquery = body;
+        (*rte).security_barrier = view_is_security_barrier(rel);
+        (*rte).relid = pg_sys::Oid::INVALID;
+        (*rte).relkind = 0;
+        (*rte).rellockmode = 0;
+        (*rte).tablesample = std::ptr::null_mut();
+        (*rte).inh = false;
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+    }
+}
+
+unsafe fn view_is_security_barrier(rel: pg_sys::Relation) -> bool {
+    unsafe {
+        let opts = (*rel).rd_options as *const pg_sys::ViewOptions;
+        !opts.is_null() && (*opts).security_barrier
+    }
+}
+
+/// Does a view (through other views) read a tracked table?
+unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -> bool {
+    unsafe {
+        let rel = pg_sys::relation_open(view, pg_sys::AccessShareLock as i32);
+        let body = pg_sys::get_view_query(rel);
+        let rtable = (*body).rtable;
+        let n = if rtable.is_null() { 0 } else { (*rtable).length };
+        let mut found = false;
+        for i in 0..n {
+            let r = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            if (*r).rtekind == pg_sys::RTEKind::RTE_RELATION
+                && (ctx.tracked.contains_key(&(*r).relid)
+                    || ((*r).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && (*r).relid != view && view_reads_tracked((*r).relid, ctx)))
+            {
+                found = true;
+            }
+        }
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+        found
     }
 }
 

@@ -27,6 +27,7 @@ pub struct Layout {
     pub history: pg_sys::Oid,
     pub delta: pg_sys::Oid,
     pub overlay: pg_sys::Oid,
+    pub overlay_nothing: pg_sys::Oid,
     pub sequence: pg_sys::Oid,
     pub key_kind: u8,
     pub key_columns: Vec<String>,
@@ -126,7 +127,8 @@ fn load_layout(tabno: i32) -> Layout {
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
                               WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
-                               JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys
+                               JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
+                            overlay_nothing::oid
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
@@ -149,6 +151,7 @@ fn load_layout(tabno: i32) -> Layout {
                 unsupported: row.get::<String>(8).ok().flatten(),
                 history_map: hmap,
                 key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
+                overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
             }
         })
     })

@@ -522,6 +522,8 @@ fn _overlay_write<'a>(
     let td = trigger.trigger_data();
     let tg = unsafe { &*td.tg_trigger };
     let tabno: i32 = unsafe { std::ffi::CStr::from_ptr(*tg.tgargs) }.to_str().unwrap_or("0").parse().unwrap_or(0);
+    // the DO NOTHING twin of the view: a row whose key the world already has is skipped
+    let on_conflict_nothing = tg.tgnargs > 1;
     let layout = relation_layout(tabno);
     if let Some(why) = &layout.unsupported {
         raise("0A000", why.clone());
@@ -536,6 +538,9 @@ fn _overlay_write<'a>(
     match event {
         pg_sys::TRIGGER_EVENT_INSERT => {
             check_not_null(&layout, view_desc, old);
+            if on_conflict_nothing && key_exists(&layout, view_desc, old) {
+                return Ok(None);
+            }
             write_version(&layout, &world, view_desc, old, false, true);
             bump_version(&world);
             Ok(trigger.new())
@@ -621,12 +626,10 @@ fn check_not_null(layout: &Layout, view_desc: pg_sys::TupleDesc, tuple: pg_sys::
     }
 }
 
-/// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
-/// key against what the world sees when `check_key`, and updates this backend's cache in place.
-fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
-    // the view's live columns (the table's), with their values
+/// The view's live columns and the tuple's values, as SPI arguments.
+fn row_args(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> (Vec<String>, Vec<pgrx::datum::DatumWithOid<'static>>) {
     let mut names = Vec::new();
-    let mut args: Vec<pgrx::datum::DatumWithOid> = Vec::new();
+    let mut args = Vec::new();
     unsafe {
         for i in 0..(*desc).natts as usize {
             let att = &*(*desc).attrs.as_ptr().add(i);
@@ -644,21 +647,39 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
             });
         }
     }
+    (names, args)
+}
+
+/// Does the world already see a row with this row's primary key?
+fn key_exists(layout: &Layout, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> bool {
+    if layout.key_kind == b'r' {
+        return false;
+    }
+    let (names, args) = row_args(desc, tuple);
+    key_visible(layout, &names, &args)
+}
+
+fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
+    with_cache(layout.tabno, |_| ());
+    let conds: Vec<String> = layout
+        .key_columns
+        .iter()
+        .map(|k| {
+            let pos = names.iter().position(|n| n == k).unwrap();
+            format!("v.{} = ${}", quote_ident(k), pos + 1)
+        })
+        .collect();
+    let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", as_internal(|| regclass_text(layout.overlay)), conds.join(" AND "));
+    as_internal(|| Spi::connect(|c| c.select(&sql, None, args).map(|r| !r.is_empty()).unwrap_or(false)))
+}
+
+/// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
+/// key against what the world sees when `check_key`, and updates this backend's cache in place.
+fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
+    let (names, args) = row_args(desc, tuple);
     if check_key && layout.key_kind != b'r' {
         // the key must not be visible in the world already (23505, as Postgres words it)
-        with_cache(layout.tabno, |_| ());
-        let conds: Vec<String> = layout
-            .key_columns
-            .iter()
-            .map(|k| {
-                let pos = names.iter().position(|n| n == k).unwrap();
-                format!("v.{} = ${}", quote_ident(k), pos + 1)
-            })
-            .collect();
-        let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", as_internal(|| regclass_text(layout.overlay)), conds.join(" AND "));
-        let exists = as_internal(|| {
-            Spi::connect(|c| c.select(&sql, None, &args).map(|r| !r.is_empty()).unwrap_or(false))
-        });
+        let exists = key_visible(layout, &names, &args);
         if exists {
             let (constraint, detail) = as_internal(|| duplicate_detail(layout, &names, &args));
             let mut r = pgrx::pg_sys::panic::ErrorReport::new(
