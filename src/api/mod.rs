@@ -42,7 +42,11 @@ fn _check_world_name(name: &str) {
 
 /// CREATE/FORK/DROP/SWITCH/MERGE/REBASE/ALTER WORLD ... are not allowed between BEGIN and COMMIT (25001).
 pub fn refuse_in_transaction(statement: &str) {
-    if unsafe { pg_sys::IsTransactionBlock() } {
+    // an explicit BEGIN (seen by the utility hook), or an implicit multi-statement block; a plpgsql
+    // exception block's subtransaction alone doesn't count
+    let in_block = crate::route::explicit_transaction_block()
+        || unsafe { pg_sys::IsTransactionBlock() && !pg_sys::IsSubTransaction() };
+    if in_block {
         raise("25001", format!("{statement} cannot run inside a transaction block"));
     }
 }

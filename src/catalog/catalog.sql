@@ -39,6 +39,7 @@ CREATE TABLE worlds.tables (
     overlay_nothing  regclass,               -- the overlay as INSERT ... ON CONFLICT DO NOTHING target
     sequence         regclass NOT NULL,      -- orders history and delta rows
     merge_by_columns boolean NOT NULL DEFAULT false,
+    columns          text[],                 -- the table's column names by attnum at the last sync (renames)
     unsupported      text                    -- why the table can't be used inside a world, or null
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;

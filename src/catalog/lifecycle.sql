@@ -70,7 +70,7 @@ DECLARE
     t worlds.tables;
 BEGIN
     FOR t IN SELECT * FROM worlds.tables LOOP
-        EXECUTE format('DELETE FROM %s WHERE world = $1', t.delta) USING w.num;
+        EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     INSERT INTO worlds.event (world, event, rows) VALUES (w.num, 'discarded', NULL);
@@ -166,9 +166,9 @@ DECLARE
 BEGIN
     FOR t IN SELECT * FROM worlds.tables LOOP
         IF t.key_kind = 'r' THEN
-            EXECUTE format('SELECT count(*) FROM %s d WHERE world = $1', t.delta) INTO c USING world_num;
+            EXECUTE format('SELECT count(*) FROM %s d WHERE _w_world = $1', t.delta) INTO c USING world_num;
         ELSE
-            EXECUTE format('SELECT count(DISTINCT %s) FROM %s d WHERE world = $1', worlds._key_expr(t, 'd'), t.delta) INTO c USING world_num;
+            EXECUTE format('SELECT count(DISTINCT %s) FROM %s d WHERE _w_world = $1', worlds._key_expr(t, 'd'), t.delta) INTO c USING world_num;
         END IF;
         total := total + c;
     END LOOP;

@@ -92,9 +92,9 @@ BEGIN
         SELECT %s FROM (
             SELECT %s, 0 AS src, b.ctid AS tid, 0::int8 AS seq, 0 AS w, %s AS k FROM %s b
             UNION ALL
-            SELECT %s, 1, NULL::tid, d.dseq, d.world, %s FROM worlds_data.%I d
+            SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s FROM worlds_data.%I d
             UNION ALL
-            SELECT %s, 2, NULL::tid, h.hseq, 0, %s FROM worlds_data.%I h
+            SELECT %s, 2, NULL::tid, h._w_hseq, 0, %s FROM worlds_data.%I h
         ) u
         WHERE (u.src = 0 AND worlds._base_visible(%s, u.tid, u.k))
            OR (u.src = 1 AND worlds._delta_visible(%s, u.w, u.seq))
@@ -135,6 +135,13 @@ BEGIN
     EXECUTE format('CREATE TRIGGER worlds_write INSTEAD OF INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._overlay_write(%s%s)', v, t.tabno, trigger_args);
     -- no grants: only the router reaches the view, after checking the role's rights on the real table
 END $$;
+
+-- The table's column names by attnum (null for dropped ones).
+CREATE FUNCTION worlds._column_names(rel regclass) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT array_agg(CASE WHEN attisdropped THEN NULL ELSE attname::text END ORDER BY attnum)
+    FROM pg_attribute WHERE attrelid = rel AND attnum > 0
+$$;
 
 -- CHECK constraints of the table hold inside worlds: the delta carries copies (23514 at write time).
 CREATE FUNCTION worlds._sync_checks(t worlds.tables) RETURNS void
@@ -181,12 +188,12 @@ BEGIN
     n := nextval('worlds.tables_tabno_seq');
     base := left((SELECT relname FROM pg_class WHERE oid = rel), 40) || '_' || n;
 
-    EXECUTE format('CREATE TABLE worlds_data.%I (hseq int8 NOT NULL, xid xid8 NOT NULL, at timestamptz NOT NULL, op "char" NOT NULL, old_tid tid, new_tid tid, src text%s)',
+    EXECUTE format('CREATE TABLE worlds_data.%I (_w_hseq int8 NOT NULL, _w_xid xid8 NOT NULL, _w_at timestamptz NOT NULL, _w_op "char" NOT NULL, _w_old_tid tid, _w_new_tid tid, _w_src text%s)',
                    'h_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
-    EXECUTE format('CREATE INDEX ON worlds_data.%I (xid)', 'h_' || base);
-    EXECUTE format('CREATE TABLE worlds_data.%I (world int4 NOT NULL, dseq int8 NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id(), del bool NOT NULL DEFAULT false, base_tid tid%s)',
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
+    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
                    'd_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
-    EXECUTE format('CREATE INDEX ON worlds_data.%I (world, dseq)', 'd_' || base);
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
     IF kind <> 'r' THEN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'h_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
@@ -223,9 +230,42 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Storage made while CREATE EXTENSION ran is an extension member: release it before dropping it.
+CREATE FUNCTION worlds._disown(rel regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF rel IS NOT NULL AND EXISTS (SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass AND objid = rel AND deptype = 'e') THEN
+        EXECUTE format('ALTER EXTENSION pg_worlds DROP %s %s',
+                       CASE (SELECT relkind FROM pg_class WHERE oid = rel) WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, rel);
+    END IF;
+END $$;
+
+-- Everything pg_worlds added to user tables, removed before DROP EXTENSION (the router calls this).
+CREATE FUNCTION worlds._uninstall() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    r record;
+BEGIN
+    FOR t IN SELECT * FROM worlds.tables LOOP
+        PERFORM worlds._drop_storage(t, true);
+    END LOOP;
+    -- history kept for tables dropped since
+    FOR r IN SELECT c.oid::regclass AS rel FROM pg_class c
+             WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'S') LOOP
+        PERFORM worlds._disown(r.rel);
+        EXECUTE format('DROP %s IF EXISTS %s CASCADE', CASE WHEN (SELECT relkind FROM pg_class WHERE oid = r.rel) = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel);
+    END LOOP;
+END $$;
+
 CREATE FUNCTION worlds._drop_storage(t worlds.tables, drop_triggers boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM worlds._disown(t.overlay_nothing);
+    PERFORM worlds._disown(t.overlay);
+    PERFORM worlds._disown(t.delta);
+    PERFORM worlds._disown(t.history);
+    PERFORM worlds._disown(t.sequence);
     IF drop_triggers THEN
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
@@ -259,20 +299,35 @@ DECLARE
     t worlds.tables;
     a record;
 BEGIN
-    IF current_setting('worlds.world', true) IS DISTINCT FROM 'main' AND coalesce(current_setting('worlds.world', true), 'main') <> '' THEN
-        NULL; -- DDL inside a world is refused by the router before it runs
-    END IF;
+    -- (DDL inside a world is refused by the router before it runs)
     FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
-        CONTINUE WHEN cmd.classid <> 'pg_class'::regclass OR cmd.objsubid <> 0;
+        CONTINUE WHEN cmd.classid <> 'pg_class'::regclass;
         CONTINUE WHEN cmd.schema_name IN ('worlds', 'worlds_data');
         IF cmd.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO') THEN
             IF worlds._trackable(cmd.objid::regclass) THEN
-                PERFORM worlds.track(cmd.objid::regclass);
+                -- tracking must never fail the user's own DDL
+                BEGIN
+                    PERFORM worlds.track(cmd.objid::regclass);
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE WARNING 'pg_worlds could not track table %: %', cmd.objid::regclass, sqlerrm
+                        USING HINT = 'Worlds will not see this table; fix the cause and run SELECT worlds.track(...).';
+                END;
             END IF;
         ELSIF cmd.command_tag = 'ALTER TABLE' THEN
             SELECT * INTO t FROM worlds.tables WHERE relid = cmd.objid;
             CONTINUE WHEN NOT FOUND;
-            -- columns the table has that its history and delta lack (added, or renamed to a new name)
+            -- renamed columns: rename them in history and delta too, so rows written before keep their values
+            FOR a IN SELECT c.attname::text AS new_name, t.columns[c.attnum] AS old_name FROM pg_attribute c
+                     WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
+                       AND t.columns[c.attnum] IS NOT NULL AND t.columns[c.attnum] <> c.attname LOOP
+                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = a.old_name AND NOT attisdropped) THEN
+                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.delta, a.old_name, a.new_name);
+                END IF;
+                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.history AND attname = a.old_name AND NOT attisdropped) THEN
+                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.history, a.old_name, a.new_name);
+                END IF;
+            END LOOP;
+            -- columns the table has that its history and delta lack (added)
             FOR a IN SELECT attname, format_type(atttypid, atttypmod) AS typ FROM pg_attribute
                      WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped
                        AND attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
@@ -286,13 +341,38 @@ BEGIN
                        AND (ta.atttypid, ta.atttypmod) IS DISTINCT FROM (da.atttypid, da.atttypmod) LOOP
                 EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', t.delta, a.attname, a.typ, a.attname, a.typ);
             END LOOP;
-            UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid) WHERE tabno = t.tabno RETURNING * INTO t;
+            UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)
+            WHERE tabno = t.tabno RETURNING * INTO t;
             PERFORM worlds._build_overlay(t);
             SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
             PERFORM worlds._sync_checks(t);
             PERFORM worlds._tracking_changed(t.relid);
         END IF;
     END LOOP;
+END $$;
+
+-- Before DDL that would trip over the overlay views (DROP COLUMN, ALTER COLUMN TYPE, DROP TABLE), the
+-- router drops them; the DDL's end rebuilds them (or DROP TABLE's cleanup forgets the table).
+CREATE FUNCTION worlds._release_overlay(rel regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    v text;
+    n text;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF FOUND THEN
+        v := t.overlay::text;
+        n := t.overlay_nothing::text;
+        PERFORM worlds._disown(t.overlay_nothing);
+        PERFORM worlds._disown(t.overlay);
+        EXECUTE format('DROP VIEW IF EXISTS %s', n);
+        EXECUTE format('DROP VIEW IF EXISTS %s', v);
+        -- placeholders keep the catalog pointing at real relations until the rebuild
+        EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', v);
+        EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', n);
+        UPDATE worlds.tables SET overlay = v::regclass, overlay_nothing = n::regclass WHERE tabno = t.tabno;
+    END IF;
 END $$;
 
 -- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention
@@ -325,7 +405,7 @@ BEGIN
     SELECT * INTO t FROM worlds.tables WHERE tabno = TG_ARGV[0]::integer;
     SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
     FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
-    EXECUTE format('INSERT INTO %s (hseq, xid, at, op, old_tid, new_tid, src%s) SELECT nextval(%L), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
+    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s) SELECT nextval(%L), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
                    t.history, coalesce(', ' || cols, ''), t.sequence::text, coalesce(', ' || cols, ''), t.relid);
     RETURN NULL;
 END $$;

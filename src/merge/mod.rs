@@ -147,7 +147,8 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
     let rows: Vec<Changed> = if layout.key_kind == b'r' {
         // a table without a key changes only by inserts in a world
         let sql = format!(
-            "SELECT ROW(d.*)::text, {} FROM {delta} d WHERE d.world = $1 AND NOT d.del ORDER BY d.dseq",
+            "SELECT {}::text, {} FROM {delta} d WHERE d._w_world = $1 AND NOT d._w_del ORDER BY d._w_dseq",
+            format!("ROW({})", cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")),
             json_object_expr("d", &cols)
         );
         Spi::connect(|c| {
@@ -165,21 +166,21 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
     } else {
         let kcols = layout.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
         let after_own_merge = format!(
-            "h.hseq > coalesce((SELECT max(h2.hseq) FROM {history} h2 WHERE {} AND h2.src = $3), 0)",
+            "h._w_hseq > coalesce((SELECT max(h2._w_hseq) FROM {history} h2 WHERE {} AND h2._w_src = $3), 0)",
             key_match(layout, "h2", "o")
         );
         let changed_since = format!(
-            "{} AND h.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $2::pg_snapshot) AND {after_own_merge}",
+            "{} AND h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot) AND {after_own_merge}",
             key_match(layout, "h", "o")
         );
         let sql = format!(
             "WITH o AS (
-                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d.del, {dobj} AS row
-                FROM {delta} d WHERE d.world = $1 ORDER BY {kcols}, d.dseq DESC)
+                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d._w_del AS del, {dobj} AS row
+                FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC)
              SELECT o.k,
                     CASE WHEN o.del THEN NULL ELSE o.row END,
                     (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
-                    (SELECT jsonb_build_object('op', h.op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h.hseq LIMIT 1)
+                    (SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1)
              FROM o ORDER BY {okeys}",
             ktext = key_text_expr(layout, "d"),
             dobj = json_object_expr("d", &cols),
@@ -570,7 +571,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
 }
 
 fn world_touched(l: &Layout, world: &WorldRow) -> bool {
-    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE world = $1)", regclass_text(l.delta));
+    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", regclass_text(l.delta));
     Spi::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
 }
 
@@ -837,7 +838,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let mut taken: i64 = 0;
         for l in &layouts {
             let sql = format!(
-                "SELECT count(DISTINCT coalesce(new_tid, old_tid)) FROM {} h WHERE h.xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $1::pg_snapshot)",
+                "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)",
                 regclass_text(l.history)
             );
             taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
@@ -848,7 +849,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             let table = regclass_text(l.relid);
             let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
             let sql = format!(
-                "INSERT INTO {delta} (world, dseq, del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
+                "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
             );
             Spi::connect_mut(|c| {
                 c.update(&sql, None, &[world.num.into(), regclass_text(l.sequence).into(), (*del).into(), JsonB(v.clone()).into()])

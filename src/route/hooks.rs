@@ -14,6 +14,23 @@ use pgrx::pg_sys::ffi::pg_guard_ffi_boundary;
 use pgrx::prelude::*;
 use std::collections::HashMap;
 
+thread_local! {
+    /// Set by BEGIN / START TRANSACTION, cleared when the top-level transaction ends.
+    static IN_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+pub fn explicit_transaction_block() -> bool {
+    IN_BLOCK.with(|b| b.get()) && unsafe { pg_sys::IsTransactionBlock() }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
+        IN_BLOCK.with(|b| b.set(false));
+    }
+}
+
 static mut PREV_POST_PARSE_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
 static mut PREV_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
@@ -26,6 +43,7 @@ pub fn install_hooks() {
         pg_sys::ExecutorStart_hook = Some(executor_start);
         PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
         pg_sys::ProcessUtility_hook = Some(process_utility);
+        pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
     }
 }
 
@@ -251,6 +269,22 @@ unsafe extern "C-unwind" fn process_utility(
         let mut pstmt = pstmt;
         let mut read_only_tree = read_only_tree;
         let stmt = (*pstmt).utilityStmt;
+        if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_TransactionStmt {
+            let kind = (*(stmt as *mut pg_sys::TransactionStmt)).kind;
+            if kind == pg_sys::TransactionStmtKind::TRANS_STMT_BEGIN || kind == pg_sys::TransactionStmtKind::TRANS_STMT_START {
+                IN_BLOCK.with(|b| b.set(true));
+            }
+        }
+        let dropping_extension =
+            !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt && drops_this_extension(stmt as *mut pg_sys::DropStmt);
+        if dropping_extension {
+            // triggers on user tables and storage tracked after CREATE EXTENSION are not its members:
+            // remove them first, so a plain DROP EXTENSION works and leaves nothing behind
+            storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
+        }
+        if !stmt.is_null() && !routing_active() && !pg_sys::creating_extension {
+            release_overlays_before_ddl(stmt);
+        }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
             if is_ddl(tag) && overlay::session_world().is_some() {
@@ -279,6 +313,75 @@ unsafe extern "C-unwind" fn process_utility(
                 pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
             }
         }
+        if dropping_extension {
+            // CREATE EXTENSION made schema worlds (the control file names it); it goes too when left empty
+            storage::as_internal(|| {
+                pgrx::Spi::run(
+                    "DO $$ BEGIN
+                       IF to_regnamespace('worlds') IS NOT NULL
+                          AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = 'worlds'::regnamespace)
+                          AND NOT EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = 'worlds'::regnamespace)
+                          AND NOT EXISTS (SELECT 1 FROM pg_type WHERE typnamespace = 'worlds'::regnamespace) THEN
+                         DROP SCHEMA worlds;
+                       END IF;
+                     END $$",
+                )
+            })
+            .ok();
+        }
+    }
+}
+
+/// DROP TABLE, ALTER TABLE (DROP COLUMN, ALTER COLUMN TYPE, ...) on a tracked table would be refused
+/// because the overlay views depend on its columns: release them first; the event trigger at the end of
+/// the DDL rebuilds them.
+unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
+    unsafe {
+        let mut rels: Vec<pg_sys::Oid> = Vec::new();
+        let lookup = |rv: *mut pg_sys::RangeVar| {
+            if rv.is_null() {
+                return pg_sys::Oid::INVALID;
+            }
+            pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut())
+        };
+        match (*stmt).type_ {
+            pg_sys::NodeTag::T_AlterTableStmt => rels.push(lookup((*(stmt as *mut pg_sys::AlterTableStmt)).relation)),
+            pg_sys::NodeTag::T_DropStmt => {
+                let d = stmt as *mut pg_sys::DropStmt;
+                if (*d).removeType == pg_sys::ObjectType::OBJECT_TABLE && !(*d).objects.is_null() {
+                    for i in 0..(*(*d).objects).length {
+                        let names = pg_sys::list_nth((*d).objects, i) as *mut pg_sys::List;
+                        let rv = pg_sys::makeRangeVarFromNameList(names);
+                        rels.push(lookup(rv));
+                    }
+                }
+            }
+            _ => return,
+        }
+        rels.retain(|r| *r != pg_sys::Oid::INVALID);
+        if rels.is_empty() || !crate::storage::extension_installed() {
+            return;
+        }
+        let tracked = storage::tracked_tables();
+        for rel in rels.into_iter().filter(|r| tracked.contains_key(r)) {
+            storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
+        }
+    }
+}
+
+unsafe fn drops_this_extension(drop: *mut pg_sys::DropStmt) -> bool {
+    unsafe {
+        if (*drop).removeType != pg_sys::ObjectType::OBJECT_EXTENSION || (*drop).objects.is_null() {
+            return false;
+        }
+        let objects = (*drop).objects;
+        (0..(*objects).length).any(|i| {
+            let name = pg_sys::list_nth(objects, i) as *mut pg_sys::String;
+            !name.is_null() && std::ffi::CStr::from_ptr((*name).sval).to_bytes() == b"pg_worlds"
+        }) && pgrx::Spi::get_one::<bool>("SELECT to_regnamespace('worlds') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds')")
+            .ok()
+            .flatten()
+            .unwrap_or(false)
     }
 }
 

@@ -1,3 +1,3 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 mod hooks;
-pub use hooks::install_hooks;
+pub use hooks::{explicit_transaction_block, install_hooks};

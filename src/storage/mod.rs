@@ -157,6 +157,11 @@ fn load_layout(tabno: i32) -> Layout {
     })
 }
 
+/// Is pg_worlds installed in this database? (The library is preloaded for the whole cluster.)
+pub fn extension_installed() -> bool {
+    unsafe { pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID }
+}
+
 /// relid -> tabno of every tracked table (loaded once, dropped on relcache invalidation).
 pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
     if let Some(t) = TRACKED.with(|t| t.borrow().clone()) {
@@ -166,7 +171,7 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
         Spi::connect(|client| {
             // the extension may not be installed in this database: then nothing is tracked
             let installed = client
-                .select("SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds'", None, &[])
+                .select("SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds' AND to_regclass('worlds.tables') IS NOT NULL", None, &[])
                 .map(|r| !r.is_empty())
                 .unwrap_or(false);
             if !installed {

@@ -328,8 +328,8 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.winner.clear();
     cache.delta_pick.clear();
     let sql = format!(
-        "SELECT d.world, d.dseq, d.del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d.world = c.w
-         WHERE c.snap IS NULL OR pg_visible_in_snapshot(d.xid, c.snap::pg_snapshot)",
+        "SELECT d._w_world, d._w_dseq, d._w_del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
+         WHERE c.snap IS NULL OR pg_visible_in_snapshot(d._w_xid, c.snap::pg_snapshot)",
         key_expr(layout, "d"),
         regclass_text(layout.delta)
     );
@@ -374,10 +374,10 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
 /// since the fork is hidden.
 fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     let sql = format!(
-        "SELECT hseq, op::text, old_tid::text, new_tid::text, pg_current_snapshot()::text FROM {} h
-         WHERE h.xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h.xid, $1::pg_snapshot)
-           AND NOT pg_visible_in_snapshot(h.xid, $2::pg_snapshot)
-         ORDER BY hseq",
+        "SELECT _w_hseq, _w_op::text, _w_old_tid::text, _w_new_tid::text FROM {} h
+         WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)
+           AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)
+         ORDER BY _w_hseq",
         regclass_text(layout.history)
     );
     Spi::connect(|client| {
@@ -695,7 +695,7 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
     let (delta, seq) = as_internal(|| (regclass_text(layout.delta), regclass_text(layout.sequence)));
     let sql = format!(
-        "INSERT INTO {delta} AS d (world, dseq, del{}{}) VALUES ($1, nextval({}::regclass), $2{}{}) RETURNING dseq, {}",
+        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval({}::regclass), $2{}{}) RETURNING _w_dseq, {}",
         if cols.is_empty() { "" } else { ", " },
         cols.join(", "),
         quote_literal(&seq),

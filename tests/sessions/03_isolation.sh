@@ -159,6 +159,25 @@ expect "wd (forked during D)" "$(q wd "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70
 expect "wd id=6" "$(q wd "select v from acct where id = 6")" 60
 expect "wd id=30" "$(q wd "select count(*) from acct where id = 30")" 0
 
+echo "check: two main sessions updating the same rows at once (30 updates each) leave every world as it was"
+# acct has a primary key; log has none (tracked by whole row). wc and wd were forked before these updates.
+psql_in test -d $DB -q -c "create table log (who text, n int)" -c "insert into log values ('x', 0), ('y', 0)"
+psql_in test -d $DB -qAt -c "select worlds.create_world('we')" >/dev/null
+for i in $(seq 1 30); do echo "update acct set v = v + 1 where id = 7;"; echo "update log set n = n + 1 where who = 'x';"; done \
+  >"$OUT/E.sql"
+for s in E1 E2; do session $s main <"$OUT/E.sql"; done
+for s in E1 E2; do
+  pid=$(eval echo "\$pid_$s")
+  if wait "$pid"; then echo "  ok   session $s exited 0"; else bad "session $s failed: $(cat "$OUT/$s.err")"; fi
+done
+expect "main id=7 after 60 updates" "$(q main "select v from acct where id = 7")" 130
+expect "main log" "$(q main "select string_agg(who || n, ',' order by who) from log")" "x60,y0"
+expect "wa acct (forked before)" "$(q wa "$ACCT")" "1:11,2:21,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:111,13:130,20:200"
+expect "wb acct (forked before)" "$(q wb "$ACCT")" "2:22,3:32,4:40,5:50,6:60,7:70,8:80,9:90,10:100,11:222"
+expect "wd acct (forked before)" "$(q wd "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
+expect "we id=7 rows" "$(q we "select string_agg(v::text, ',') from acct where id = 7")" 70
+expect "we log" "$(q we "select string_agg(who || n, ',' order by who) from log")" "x0,y0"
+
 if [ $failures -ne 0 ]; then echo "03_isolation: $failures check(s) failed (session outputs in $OUT)" >&2; exit 1; fi
 psql_in test -q -c "drop database $DB"
 echo "ok: 03_isolation"

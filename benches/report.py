@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""The results table of benches/run.sh.
+
+run.sh appends one line per measurement to a samples file:  FIGURE <TAB> SERIES <TAB> VALUE
+  - SERIES "x" is the figure itself, one value per repetition (a ratio, or an absolute figure);
+  - other series are the absolute measurements behind a ratio (shown as medians in the detail column);
+  - SERIES "note" replaces the figure with "not yet: why" or "failed: the error".
+Each figure is the median of its repetitions, with min and max.
+
+usage: report.py SAMPLES [--markdown OUT --meta META --explain DIR]
+  prints the table; with --markdown also writes docs/benchmarks.md (META: key<TAB>value lines;
+  DIR: EXPLAIN ANALYZE outputs, FIGURE.txt, shown under a figure that misses its goal).
+"""
+import argparse
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+# id, label, goal (op, bound) or None for a figure without a goal, unit, detail: [(series, label, unit)]
+FIGURES = [
+    ("P1w", "P1 writes: TPC-B tps, tracked / plain db", (">=", 0.85), "x",
+     [("tracked", "tracked", "tps"), ("plain", "plain", "tps")]),
+    ("P1s", "P1 select-only (-S): tps, tracked / plain db", (">=", 0.98), "x",
+     [("tracked", "tracked", "tps"), ("plain", "plain", "tps")]),
+    ("P1wn", "P1 writes vs cluster without preload", (">=", 0.85), "x",
+     [("tracked", "tracked", "tps"), ("nopreload", "no preload", "tps")]),
+    ("P1sn", "P1 select-only vs cluster without preload", (">=", 0.98), "x",
+     [("tracked", "tracked", "tps"), ("nopreload", "no preload", "tps")]),
+    ("P2point", "P2 point lookup: latency world / main", ("<=", 1.3), "x",
+     [("world", "world", "ms"), ("main", "main", "ms")]),
+    ("P2range", "P2 range scan (100 rows): world / main", ("<=", 1.3), "x",
+     [("world", "world", "ms"), ("main", "main", "ms")]),
+    ("P2join", "P2 join orders->items (10 rows): world / main", ("<=", 1.3), "x",
+     [("world", "world", "ms"), ("main", "main", "ms")]),
+    ("P2count", "P2 full scan count(*): world / main", ("<=", 1.5), "x",
+     [("world", "world", "ms"), ("main", "main", "ms")]),
+    ("P3", "P3 CREATE WORLD: big db / small db", ("<=", 1.5), "x",
+     [("big", "big", "ms"), ("small", "small", "ms")]),
+    ("P3abs", "P3 CREATE WORLD on the big db", None, "ms", []),
+    ("P4", "P4 merge: into big table / into small table", ("<=", 1.5), "x",
+     [("big", "big", "ms"), ("small", "small", "ms")]),
+    ("P4rate", "P4 merge into the big table", None, "rows/s", []),
+    ("P5", "P5 merge / same changes as plain DML", ("<=", 2.0), "x",
+     [("merge", "merge", "ms"), ("dml", "DML", "ms")]),
+    ("P6", "P6 AS OF (1% changed since) / plain scan", ("<=", 1.5), "x",
+     [("asof", "as of", "ms"), ("plain", "plain", "ms")]),
+]
+
+
+def num(v, unit):
+    if unit == "x":
+        return f"{v:.2f}x"
+    if unit in ("tps", "rows/s"):
+        return f"{v:,.0f} {unit}"
+    return f"{v:.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
+
+
+def goal_text(goal):
+    return "-" if goal is None else f"{'≥' if goal[0] == '>=' else '≤'} {goal[1]:g}x"
+
+
+def meets(goal, v):
+    if goal is None:
+        return "-"
+    ok = v >= goal[1] if goal[0] == ">=" else v <= goal[1]
+    return "yes" if ok else "NO"
+
+
+def rows(samples):
+    """One dict per figure that has samples, in FIGURES order."""
+    out = []
+    for fid, label, goal, unit, detail in FIGURES:
+        s = samples.get(fid)
+        if not s:
+            continue
+        if "note" in s:  # "not yet: why" or "failed: the error"
+            what, _, why = s["note"][0].partition(": ")
+            out.append(dict(id=fid, label=label, measured=what, goal=goal_text(goal), min="", max="",
+                            meets="FAILED" if what == "failed" else "-", detail=why, missed=False, n=0))
+            continue
+        xs = [float(v) for v in s["x"]]
+        med = statistics.median(xs)
+        parts = [f"{lab} {num(statistics.median(map(float, s[ser])), u)}" for ser, lab, u in detail if ser in s]
+        m = meets(goal, med)
+        out.append(dict(id=fid, label=label, measured=num(med, unit), goal=goal_text(goal), min=num(min(xs), unit),
+                        max=num(max(xs), unit), meets=m, detail=", ".join(parts), missed=(m == "NO"), n=len(xs)))
+    return out
+
+
+COLS = [("label", "figure"), ("measured", "measured"), ("goal", "goal"), ("min", "min"), ("max", "max"),
+        ("meets", "meets"), ("detail", "detail (medians)")]
+
+
+def text_table(rs):
+    widths = [max(len(h), *(len(r[k]) for r in rs)) for k, h in COLS]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    out = [line([h for _, h in COLS]), "-+-".join("-" * w for w in widths)]
+    out += [line([r[k] for k, _ in COLS]) for r in rs]
+    return "\n".join(out)
+
+
+def markdown(rs, meta, explain_dir):
+    m = dict(meta)
+    out = ["# Benchmarks", "",
+           "Produced by `benches/run.sh` (full mode); re-run it to refresh this page. "
+           "Each figure is the median of the repetitions, with min and max; ratios are taken per repetition "
+           "from runs that alternate the two sides.", ""]
+    for k in ("date", "commit", "build", "machine", "postgres", "sizes", "repetitions", "duration"):
+        if k in m:
+            out.append(f"- **{k}**: {m[k]}")
+    if "note" in m:
+        out += ["", m["note"]]
+    out += ["", "| " + " | ".join(h for _, h in COLS) + " |", "|" + "---|" * len(COLS)]
+    out += ["| " + " | ".join(r[k] for k, _ in COLS) + " |" for r in rs]
+    missed = [r for r in rs if r["missed"]]
+    out += ["", "## Missed goals", ""]
+    if not missed:
+        out.append("None.")
+    for r in missed:
+        out.append(f"- **{r['label']}**: {r['measured']} (goal {r['goal']}; min {r['min']}, max {r['max']}; "
+                   f"{r['detail']}).")
+    for r in missed:
+        path = os.path.join(explain_dir or "", r["id"] + ".txt")
+        if explain_dir and os.path.exists(path):
+            out += ["", f"### {r['label']}: EXPLAIN ANALYZE", "", "```", open(path).read().rstrip(), "```"]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("samples")
+    ap.add_argument("--markdown")
+    ap.add_argument("--meta")
+    ap.add_argument("--explain")
+    a = ap.parse_args()
+    samples = defaultdict(lambda: defaultdict(list))
+    for line in open(a.samples):
+        if line.strip():
+            fid, series, value = line.rstrip("\n").split("\t", 2)
+            samples[fid][series].append(value)
+    unknown = set(samples) - {f[0] for f in FIGURES}
+    if unknown:
+        sys.exit(f"report.py: samples for unknown figures {sorted(unknown)}")
+    rs = rows(samples)
+    print(text_table(rs))
+    if a.markdown:
+        meta = [l.rstrip("\n").split("\t", 1) for l in open(a.meta)] if a.meta else []
+        with open(a.markdown, "w") as f:
+            f.write(markdown(rs, meta, a.explain))
+
+
+if __name__ == "__main__":
+    main()

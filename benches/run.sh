@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# The system benchmark suite: figures P1–P6 of the performance goals, each printed beside its goal.
+#
+#   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
+#                                        every figure 3 times (alternating the two sides of each ratio), prints
+#                                        the table and writes docs/benchmarks.md. About 10 minutes on 2 cores.
+#   bash benches/run.sh --smoke          tiny sizes, one repetition, goals shown but not enforced; part of
+#                                        scripts/test.sh so the suite cannot rot. Writes no docs.
+#   --cluster NAME                       use that running cluster (started by scripts/lib.sh with the preload)
+#                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
+#                                        The "without preload" variant of P1 needs its own cluster and is skipped.
+#   --reps N                             repetitions (default 3, smoke 1)
+#   --only p1,p2,p3,p6                   run only those groups of figures (p3 = P3, P4 and P5; default all)
+#   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
+#
+# A missed goal is reported in the table, not an error. When something fails to run, its figures say
+# "failed: <the error>", the run goes on with the other figures, and exits non-zero at the end.
+# Each figure is the median over the repetitions (min and max shown); the table is made by benches/report.py.
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
+
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p2,p3,p6
+while [ $# -gt 0 ]; do
+  case $1 in
+    --smoke) MODE=smoke ;;
+    --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
+    --reps) REPS=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p2,p3,p6]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# Sizes. T_* are pgbench durations in seconds; BIG_ROWS is the "1M-row table" of P3-P5, CHANGES the rows a
+# world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
+if [ $MODE = smoke ]; then
+  SCALE=1 T_WRITE=2 T_SELECT=2 T_READ=1 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
+else
+  SCALE=10 T_WRITE=15 T_SELECT=10 T_READ=5 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
+fi
+DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid"
+WORK=$(mktemp -d)
+SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
+mkdir -p "$EXPLAIN"; : >"$SAMPLES"
+START=$SECONDS
+
+# ---------------------------------------------------------------------------------------------- helpers
+step() { echo "-- $(date +%T) $*"; }
+
+# sql DB [psql args]: quiet, unaligned psql against the bench cluster
+sql() { local db=$1; shift; psql_in "$CLUSTER" -d "$db" -qAt -c "set client_min_messages = warning" "$@"; }
+
+pgbench_in() {
+  local dir; dir=$(cluster_dir "$CLUSTER")
+  $PGBIN/pgbench -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres "$@"
+}
+
+# bench WORLD DB [pgbench args]: one pgbench run in that world ("main" = no option); output kept for tps/latency
+bench() {
+  local world=$1 db=$2 opts=; shift 2
+  [ "$world" = main ] || opts="-c worlds.world=$world"
+  if ! (export PGOPTIONS="$opts"; pgbench_in -n "$@" "$db") >"$WORK/pgbench.log" 2>&1; then
+    echo "bench: pgbench $* on $db (world $world) failed:" >&2; cat "$WORK/pgbench.log" >&2; return 1
+  fi
+}
+tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$WORK/pgbench.log"; }
+latency() { sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' "$WORK/pgbench.log"; }
+
+# timed DB SQL [SETUP]: runs SETUP (untimed) then SQL in one fresh session; prints "<ms> <SQL's output>"
+timed() {
+  local out ms
+  out=$(sql "$1" ${3:+-c "$3"} -c '\timing on' -c "$2")
+  ms=$(echo "$out" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1)
+  echo "$ms $(echo "$out" | sed -n '/^Time: /!{p;q}')"
+}
+
+# sample FIGURE SERIES VALUE: one measurement (series x = the figure itself; see report.py)
+sample() {
+  [[ $3 =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: no number for $1/$2 (got '$3')" >&2; exit 1; }
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$SAMPLES"
+}
+note() { printf '%s\tnote\t%s\n' "$1" "$2" >>"$SAMPLES"; }  # note FIGURE TEXT: a row without a number
+# pair FIGURE NAME_A A NAME_B B: both sides of a ratio figure and their ratio A/B
+pair() { sample "$1" "$2" "$3"; sample "$1" "$4" "$5"; sample "$1" x "$(div "$3" "$5")"; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", a / b }'; }
+median() { python3 -c 'import sys, statistics; print(statistics.median(float(l) for l in sys.stdin))'; }
+
+fresh_db() { sql postgres -c "drop database if exists $1 with (force)" -c "create database $1"; }
+
+# load_items DB ROWS: items(id int primary key, name text, price int) with ids 1..ROWS
+load_items() {
+  sql "$1" -c "create table items (id int primary key, name text, price int)" \
+           -c "insert into items select g, 'item ' || g, g % 1000 from generate_series(1, $2) g"
+}
+
+track() {  # track DB: CREATE EXTENSION (tracks every table), checking that it did
+  sql "$1" -c "create extension pg_worlds"
+  [ "$(sql "$1" -c "select count(*) from worlds.tables")" -ge 1 ] || { echo "bench: $1 has no tracked table" >&2; exit 1; }
+}
+
+restart() {  # restart yes|no: our own cluster again, with or without shared_preload_libraries
+  stop_cluster "$CLUSTER"; start_cluster "$CLUSTER" "$1"
+}
+
+# group "FIGURES" STEP...: runs the steps (functions) in a subshell; if one fails, its error is shown, each of
+# FIGURES gets a row "failed: <error>" and the run goes on (exiting non-zero at the end). Sets GROUP_OK.
+FAILED=0
+group() {
+  local figs=$1 rc f why; shift
+  set +e
+  ( set -e; for f in "$@"; do step "$f"; $f; done ) 2>"$WORK/err"
+  rc=$?; set -e
+  cat "$WORK/err" >&2
+  GROUP_OK=yes
+  [ $rc -ne 0 ] || return 0
+  GROUP_OK=no FAILED=1
+  why=$(grep -m1 -o 'ERROR: .*' "$WORK/err" || tail -1 "$WORK/err")
+  for f in $figs; do note "$f" "failed: $why"; done
+}
+
+cleanup() {
+  local rc=$?
+  if [ $OWN_CLUSTER = yes ]; then
+    [ $rc -eq 0 ] || tail -30 "$(cluster_dir "$CLUSTER")/server.log" 2>/dev/null || true
+    stop_cluster "$CLUSTER"; rm -rf "$(cluster_dir "$CLUSTER")"
+  else
+    for db in $DBS; do sql postgres -c "drop database if exists $db with (force)" >/dev/null 2>&1 || true; done
+  fi
+  rm -rf "$WORK"
+  exit $rc
+}
+
+# ---------------------------------------------------------------------------------------------- P1 main path
+# Two databases with the same pgbench data in one (preloaded) cluster: tracked has CREATE EXTENSION pg_worlds
+# (a capture trigger per table), plain has not. Runs alternate tracked, plain, tracked, plain.
+setup_tpcb() {
+  local db
+  for db in bench_tpcb_tracked bench_tpcb_plain; do
+    fresh_db $db
+    pgbench_in -i -q -s $SCALE $db >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+  done
+  track bench_tpcb_tracked
+}
+
+tpcb() {  # tpcb FIGURE [pgbench args]: one tracked/plain pair
+  local t p
+  sql postgres -c checkpoint; bench main bench_tpcb_tracked -c 2 -j 2 "${@:2}"; t=$(tps)
+  sql postgres -c checkpoint; bench main bench_tpcb_plain -c 2 -j 2 "${@:2}"; p=$(tps)
+  pair "$1" tracked "$t" plain "$p"
+}
+
+measure_p1() {
+  local rep
+  for rep in $(seq $REPS); do tpcb P1w -T $T_WRITE; done
+  for rep in $(seq $REPS); do tpcb P1s -S -T $T_SELECT; done
+}
+
+# The same comparison against the cluster restarted without shared_preload_libraries (the plain database:
+# no hooks, no triggers). Needs restarts, so only on our own cluster; each run after a 2 s warm-up.
+measure_p1_nopreload() {
+  local rep tw ts pw ps
+  for rep in $(seq $REPS); do
+    restart yes
+    bench main bench_tpcb_tracked -S -T 2; bench main bench_tpcb_tracked -c 2 -j 2 -T $T_WRITE; tw=$(tps)
+    bench main bench_tpcb_tracked -c 2 -j 2 -S -T $T_SELECT; ts=$(tps)
+    restart no
+    bench main bench_tpcb_plain -S -T 2; bench main bench_tpcb_plain -c 2 -j 2 -T $T_WRITE; pw=$(tps)
+    bench main bench_tpcb_plain -c 2 -j 2 -S -T $T_SELECT; ps=$(tps)
+    pair P1wn tracked "$tw" nopreload "$pw"; pair P1sn tracked "$ts" nopreload "$ps"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- P2 world reads
+# items and orders of READ_ROWS rows each; world w updated 1% of both. Same queries in main and in w, one
+# client, pgbench's average latency; ratio world / main.
+declare -A QUERY=(
+  [point]="select name, price from items where id = :id"
+  [range]="select id, name, price from items where id between :id and :id + 99"
+  [join]="select orders.id, items.name, orders.qty from orders join items on items.id = orders.item_id where orders.id between :id and :id + 9"
+  [count]="select count(*) from items"
+)
+declare -A SPAN=([point]=0 [range]=99 [join]=9 [count]=0)
+P2_QUERIES="point range join count"
+
+setup_reads() {
+  fresh_db bench_reads
+  load_items bench_reads $READ_ROWS
+  sql bench_reads -c "create table orders (id int primary key, item_id int, qty int)" \
+    -c "insert into orders select g, 1 + (g::bigint * 7919) % $READ_ROWS, g % 10 from generate_series(1, $READ_ROWS) g"
+  track bench_reads
+  sql bench_reads -c "select worlds.create_world('w')" >/dev/null
+  sql bench_reads -c "set worlds.world = 'w'" -c "update items set price = price + 1 where id % 100 = 0" \
+    -c "update orders set qty = qty + 1 where id % 100 = 0"
+  sql bench_reads -c "vacuum analyze"
+  touch "$WORK/reads_loaded"
+  local q
+  for q in $P2_QUERIES; do
+    printf '\\set id random(1, :rows - %d)\n%s;\n' "${SPAN[$q]}" "${QUERY[$q]}" >"$WORK/$q.sql"
+  done
+}
+
+measure_p2() {
+  local rep q m w
+  for q in $P2_QUERIES; do  # warm-up: caches, and each side's first plan
+    bench main bench_reads -f "$WORK/$q.sql" -D rows=$READ_ROWS -t 2
+    bench w bench_reads -f "$WORK/$q.sql" -D rows=$READ_ROWS -t 2
+  done
+  for rep in $(seq $REPS); do
+    for q in $P2_QUERIES; do
+      bench main bench_reads -f "$WORK/$q.sql" -D rows=$READ_ROWS -T $T_READ; m=$(latency)
+      bench w bench_reads -f "$WORK/$q.sql" -D rows=$READ_ROWS -T $T_READ; w=$(latency)
+      pair "P2$q" world "$w" main "$m"
+    done
+  done
+}
+
+setup_reads_once() { [ -f "$WORK/reads_loaded" ] || setup_reads; }
+
+explain_p2() {  # EXPLAIN ANALYZE of each query in w and in main, shown in docs under a missed goal
+  local q text
+  for q in $P2_QUERIES; do
+    text="explain (analyze, costs off) ${QUERY[$q]//:id/$((READ_ROWS / 2))}"
+    { echo "-- in world w:"; sql bench_reads -c "set worlds.world = 'w'" -c "$text"
+      echo "-- in main:"; sql bench_reads -c "$text"; } >"$EXPLAIN/P2$q.txt"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- P3 fork
+# CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 5
+# CREATE WORLDs in one session (each dropped again, untimed).
+setup_forks() {
+  fresh_db bench_small; load_items bench_small $FORK_SMALL; track bench_small
+  fresh_db bench_big; load_items bench_big $BIG_ROWS; track bench_big
+  fresh_db bench_mid; load_items bench_mid $CHANGES; track bench_mid
+  local db; for db in bench_small bench_big bench_mid; do sql $db -c "vacuum analyze"; done
+}
+
+fork_ms() {  # fork_ms DB
+  local args=() i
+  for i in 1 2 3 4 5; do
+    args+=(-c '\timing on' -c "select worlds.create_world('bench_fork')" -c '\timing off' -c "select worlds.drop_world('bench_fork')")
+  done
+  sql "$1" "${args[@]}" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | median
+}
+
+measure_p3() {
+  local rep s b
+  for rep in $(seq $REPS); do
+    s=$(fork_ms bench_small); b=$(fork_ms bench_big)
+    pair P3 big "$b" small "$s"; sample P3abs x "$b"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- P4, P5 merge
+# A world that updated CHANGES rows of items, merged into main: items of BIG_ROWS rows (every k-th row) vs
+# items of CHANGES rows (every row). P5: the same update run directly in main on the big table.
+world_with_changes() {  # world_with_changes DB WORLD STEP: WORLD updates every STEP-th row of items
+  sql "$1" -c "select worlds.create_world('$2')" -c "set worlds.world = '$2'" \
+    -c "update items set price = price + 1 where id % $3 = 0" >/dev/null
+}
+
+merge_ms() {  # merge_ms DB WORLD: the merge's time; checks it merged CHANGES rows
+  local r; r=$(timed "$1" "select worlds.merge('$2')")
+  [ "${r#* }" = "MERGE $CHANGES" ] || { echo "bench: merge of $2 in $1 returned '${r#* }', want MERGE $CHANGES" >&2; exit 1; }
+  echo "${r%% *}"
+}
+
+measure_p4_p5() {
+  local rep step=$((BIG_ROWS / CHANGES)) s b d
+  for rep in $(seq $REPS); do
+    world_with_changes bench_mid "m$rep" 1; world_with_changes bench_big "m$rep" $step
+    s=$(merge_ms bench_mid "m$rep"); b=$(merge_ms bench_big "m$rep")
+    d=$(timed bench_big "update items set price = price + 1 where id % $step = 0"); d=${d%% *}
+    pair P4 big "$b" small "$s"; sample P4rate x "$(div $((CHANGES * 1000)) "$b")"
+    pair P5 merge "$b" dml "$d"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- P6 AS OF
+# count(*) of items as of a moment before 1% of it changed in main, vs a plain count(*).
+measure_p6() {
+  if [ "$(sql bench_reads -c "select count(*) from pg_proc where proname = 'as_of' and pronamespace = 'worlds'::regnamespace")" = 0 ]; then
+    note P6 "not yet: time travel (issue 6) not built"; return
+  fi
+  local ts rep a p
+  ts=$(sql bench_reads -c "select clock_timestamp()")
+  sql bench_reads -c "update items set price = price + 1 where id % 100 = 1"
+  echo "select count(*) from items;" >"$WORK/plain.sql"
+  echo "select count(*) from worlds.as_of(null::items, '$ts');" >"$WORK/asof.sql"
+  for rep in $(seq $REPS); do
+    bench main bench_reads -f "$WORK/plain.sql" -T $T_READ; p=$(latency)
+    bench main bench_reads -f "$WORK/asof.sql" -T $T_READ; a=$(latency)
+    pair P6 asof "$a" plain "$p"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- report
+commit_id() {  # the checked-out commit, read from .git (no git binary needed)
+  local head ref
+  head=$(cat "$ROOT/.git/HEAD" 2>/dev/null) || { echo unknown; return; }
+  if [[ $head == ref:* ]]; then
+    ref=${head#ref: }
+    head=$(cat "$ROOT/.git/$ref" 2>/dev/null || awk -v r="$ref" '$2 == r { print $1 }' "$ROOT/.git/packed-refs" 2>/dev/null || true)
+  fi
+  echo "${head:0:7}"
+}
+
+write_meta() {
+  local build=${BENCH_BUILD:-not recorded (set BENCH_BUILD=debug or release)}
+  {
+    printf 'date\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+    printf 'commit\t%s\n' "$(commit_id)"
+    printf 'build\t%s\n' "$build"
+    printf 'machine\t%s cores (%s), %s GB RAM, Linux %s\n' "$(nproc)" \
+      "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
+      "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$(uname -r)"
+    printf 'postgres\t%s; fsync=off, other settings default\n' "$(sql postgres -c "select split_part(version(), ' on ', 1)")"
+    printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run; P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows\n' \
+      $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES
+    printf 'repetitions\t%s\n' $REPS
+    printf 'duration\t%s s for the whole run, loading included\n' $((SECONDS - START))
+    [ "${BENCH_BUILD:-}" != debug ] || printf 'note\t%s\n' "**This run used a debug build of pg_worlds** (\`cargo pgrx install\` without \`--release\`): the extension's native code (capture trigger, overlay visibility functions, merge) runs unoptimised, so every figure that goes through it is pessimistic. Re-run with a release build before treating a missed goal as final."
+  } >"$WORK/meta.tsv"
+}
+
+# ---------------------------------------------------------------------------------------------- main
+trap cleanup EXIT
+if [ $OWN_CLUSTER = yes ]; then
+  stop_cluster "$CLUSTER"; rm -rf "$(cluster_dir "$CLUSTER")"; start_cluster "$CLUSTER" yes
+fi
+sql postgres -c "show shared_preload_libraries" | grep -q pg_worlds \
+  || { echo "bench: cluster $CLUSTER does not preload pg_worlds" >&2; exit 1; }
+echo "bench: $MODE run on cluster $CLUSTER, $REPS repetition(s)"
+
+want() { [[ ,$ONLY, == *,$1,* ]]; }
+if want p1; then group "P1w P1s" setup_tpcb measure_p1; P1_OK=$GROUP_OK; fi
+if want p2; then group "P2point P2range P2join P2count" setup_reads measure_p2 explain_p2; fi
+if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
+if want p6; then group "P6" setup_reads_once measure_p6; fi
+if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
+  group "P1wn P1sn" measure_p1_nopreload
+fi
+step "done in $((SECONDS - START)) s"
+echo
+if [ $MODE = full ]; then
+  write_meta
+  python3 "$ROOT/benches/report.py" "$SAMPLES" --markdown "$ROOT/docs/benchmarks.md" --meta "$WORK/meta.tsv" --explain "$EXPLAIN"
+  echo; echo "bench: wrote docs/benchmarks.md"
+else
+  python3 "$ROOT/benches/report.py" "$SAMPLES"
+  [ $FAILED -ne 0 ] || echo "bench: smoke run ok (goals are not enforced in smoke mode)"
+fi
+[ $FAILED -eq 0 ] || echo "bench: FAILED: some figures could not be measured (the table says which)" >&2
+exit $FAILED

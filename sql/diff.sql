@@ -1,0 +1,46 @@
+-- DIFF [WORLD | BRANCH] a [AS SQL] [LIMIT n]: what a world changed since its fork, destructive first.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE orders (id int PRIMARY KEY, status text, qty int);
+CREATE TABLE leads (id int PRIMARY KEY, owner text);
+CREATE TABLE notes (list int, line int, body text, PRIMARY KEY (list, line));
+INSERT INTO orders SELECT g, 'new', g FROM generate_series(1, 10) g;
+INSERT INTO leads SELECT g, 'ana' FROM generate_series(1, 5) g;
+INSERT INTO notes VALUES (1, 1, 'hello'), (1, 2, 'abc');
+SELECT * FROM worlds.sql('create world agent_7');
+SELECT * FROM worlds.sql('switch world agent_7');
+UPDATE orders SET status = 'paid' WHERE id = 7;
+DELETE FROM leads WHERE id IN (2, 4, 5);
+UPDATE leads SET owner = 'bo' WHERE id = 1;
+INSERT INTO notes VALUES (1, 3, 'new line');
+UPDATE notes SET body = 'abc!' WHERE list = 1 AND line = 2;
+-- the session's world since its fork; the NOTICE leads with what each table loses
+SELECT * FROM worlds.sql('diff');
+SELECT * FROM worlds.diff();
+SELECT * FROM worlds.sql('switch world main');
+SELECT * FROM worlds.sql('diff world agent_7');
+SELECT * FROM worlds.sql('DIFF BRANCH agent_7 LIMIT 2');
+-- AS SQL: statements that make the same change on the other side; run them and compare
+SELECT * FROM worlds.sql('diff world agent_7 as sql');
+CREATE TABLE expected AS SELECT 'orders' AS t, to_jsonb(o) AS r FROM orders o;
+DO $$
+DECLARE s text;
+BEGIN
+    FOR s IN SELECT j ->> 'sql' FROM worlds.sql('diff world agent_7 as sql') j LOOP
+        EXECUTE s;
+    END LOOP;
+END $$;
+SET worlds.world = agent_7;
+CREATE TEMP TABLE in_world AS
+    SELECT 'orders' AS t, to_jsonb(o) AS r FROM orders o UNION ALL SELECT 'leads', to_jsonb(l) FROM leads l
+    UNION ALL SELECT 'notes', to_jsonb(n) FROM notes n;
+RESET worlds.world;
+SELECT count(*) AS differing FROM (
+    (SELECT * FROM in_world EXCEPT SELECT 'orders', to_jsonb(o) FROM orders o EXCEPT SELECT 'leads', to_jsonb(l) FROM leads l EXCEPT SELECT 'notes', to_jsonb(n) FROM notes n)
+    UNION ALL
+    (SELECT 'orders', to_jsonb(o) FROM orders o UNION ALL SELECT 'leads', to_jsonb(l) FROM leads l UNION ALL SELECT 'notes', to_jsonb(n) FROM notes n
+     EXCEPT SELECT * FROM in_world)) x;
+-- errors
+SELECT try($$select * from worlds.sql('diff world nope')$$);
+SELECT try($$select * from worlds.sql('diff')$$);

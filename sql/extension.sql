@@ -1,0 +1,28 @@
+-- The extension installs into a preloaded server, tracks user tables, and drops cleanly.
+CREATE TABLE before_install (id int PRIMARY KEY, v text);
+CREATE TABLE no_key (a int, b text);
+CREATE EXTENSION pg_worlds;
+SELECT extname, extversion FROM pg_extension WHERE extname = 'pg_worlds';
+-- every user table is tracked; tables created later too (event trigger)
+CREATE TABLE after_install (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text);
+SELECT relid, key_columns, key_kind, unsupported FROM worlds.tables ORDER BY relid::text;
+-- the session's world: main by default, settable per session
+SHOW worlds.world;
+SET worlds.world = 'main';
+SHOW worlds.world;
+RESET worlds.world;
+SHOW worlds.world;
+-- the SQL API lives in schema worlds; generated storage in worlds_data
+SELECT count(*) > 10 AS has_api FROM pg_proc WHERE pronamespace = 'worlds'::regnamespace;
+SELECT relname FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relkind = 'v' ORDER BY relname;
+-- untrack and track again
+SELECT worlds.untrack('no_key');
+SELECT relid FROM worlds.tables ORDER BY relid::text;
+SELECT (worlds.track('no_key')).key_kind;
+-- drop cleanly: nothing of pg_worlds is left
+DROP EXTENSION pg_worlds;
+SELECT count(*) FROM pg_namespace WHERE nspname IN ('worlds', 'worlds_data');
+SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'worlds_%';
+SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'worlds_%';
+CREATE EXTENSION pg_worlds;
+SELECT count(*) FROM worlds.tables;

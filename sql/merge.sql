@@ -1,0 +1,94 @@
+-- MERGE WORLD: three-way, row and column level, with every clause; atomic, constrained.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE orders (id int PRIMARY KEY, status text, qty int CHECK (qty >= 0));
+CREATE TABLE lines (id int PRIMARY KEY, order_id int REFERENCES orders, note text);
+INSERT INTO orders SELECT g, 'new', g FROM generate_series(1, 10) g;
+-- the spec's first example: into main; the session moves back to main
+SELECT * FROM worlds.sql('create world agent_7 with (task = 42)');
+SELECT * FROM worlds.sql('switch world agent_7');
+UPDATE orders SET status = 'paid' WHERE id = 7;
+INSERT INTO orders VALUES (11, 'new', 1);
+INSERT INTO lines VALUES (1, 11, 'line of a new order');
+DELETE FROM orders WHERE id = 10;
+SELECT * FROM worlds.sql('merge world agent_7');
+SHOW worlds.world;
+SELECT * FROM orders WHERE id IN (7, 10, 11) ORDER BY id;
+SELECT * FROM lines;
+SELECT name FROM worlds.show_worlds();
+-- a row both sides changed: 40001 naming the rows, nothing merged, the world intact
+SELECT * FROM worlds.sql('create world b');
+SET worlds.world = b;
+UPDATE orders SET status = 'shipped' WHERE id IN (1, 2);
+UPDATE orders SET qty = 100 WHERE id = 3;
+INSERT INTO orders VALUES (12, 'b', 1);
+RESET worlds.world;
+UPDATE orders SET qty = 50 WHERE id IN (1, 3);
+UPDATE orders SET status = 'cancelled' WHERE id = 2;
+SELECT try($$select * from worlds.sql('merge world b')$$);
+SELECT count(*) FROM orders WHERE id = 12;
+SELECT name, version FROM worlds.show_worlds() ORDER BY name;
+-- BY COLUMNS combines rows whose changed columns don't overlap; RESOLVE and USING settle the rest
+SELECT try($$select * from worlds.sql('merge world b by columns')$$);
+SELECT * FROM worlds.sql('merge world b by columns resolve (''orders/2'' = theirs)');
+SELECT * FROM orders WHERE id IN (1, 2, 3, 12) ORDER BY id;
+-- USING OURS / THEIRS
+SELECT * FROM worlds.sql('create world c');
+SELECT * FROM worlds.sql('create world d');
+SET worlds.world = c; UPDATE orders SET status = 'c' WHERE id = 4; RESET worlds.world;
+SET worlds.world = d; UPDATE orders SET status = 'd' WHERE id = 4; RESET worlds.world;
+UPDATE orders SET status = 'main' WHERE id = 4;
+SELECT * FROM worlds.sql('merge world c using theirs');
+SELECT status FROM orders WHERE id = 4;
+SELECT * FROM worlds.sql('merge world d ours');
+SELECT status FROM orders WHERE id = 4;
+-- RESOLVE with a row, and DELETE
+SELECT * FROM worlds.sql('create world e');
+SET worlds.world = e; UPDATE orders SET status = 'e' WHERE id IN (5, 6); RESET worlds.world;
+UPDATE orders SET status = 'main' WHERE id IN (5, 6);
+SELECT * FROM worlds.sql('merge world e resolve (''orders/5'' = ''{"id": 5, "status": "paid", "qty": 5}'', ''orders/6'' = delete)');
+SELECT * FROM orders WHERE id IN (5, 6) ORDER BY id;
+-- ONLY TABLES / ONLY KEYS keep the world open with the rest and move its version on
+SELECT * FROM worlds.sql('create world f');
+SET worlds.world = f;
+UPDATE orders SET qty = 0 WHERE id IN (8, 9);
+INSERT INTO lines VALUES (2, 8, 'f');
+RESET worlds.world;
+SELECT version FROM worlds.show_worlds() WHERE name = 'f';
+SELECT * FROM worlds.sql('merge world f only keys (''orders/8'')');
+SELECT id, qty FROM orders WHERE id IN (8, 9) ORDER BY id;
+SELECT version FROM worlds.show_worlds() WHERE name = 'f';
+SELECT * FROM worlds.sql('merge world f only tables (orders)');
+SELECT id, qty FROM orders WHERE id IN (8, 9) ORDER BY id;
+SELECT count(*) FROM lines WHERE id = 2;
+-- AT VERSION: merge only what was reviewed (55000 otherwise)
+SELECT try(format('select * from worlds.sql(%L)', 'merge world f at version 1'));
+SELECT * FROM worlds.sql(format('merge world f at version %s', (SELECT version FROM worlds.show_worlds() WHERE name = 'f')));
+SELECT count(*) FROM lines WHERE id = 2;
+-- constraints refuse the merge, with nothing merged: 23514 CHECK, 23503 foreign key, 23505 unique
+SELECT * FROM worlds.sql('create world g');
+SET worlds.world = g;
+INSERT INTO lines VALUES (3, 999, 'dangling');
+RESET worlds.world;
+SELECT try($$select * from worlds.sql('merge world g')$$);
+SELECT count(*) FROM lines WHERE id = 3;
+SELECT * FROM worlds.sql('create world h');
+SET worlds.world = h; INSERT INTO orders VALUES (20, 'h', 1); RESET worlds.world;
+INSERT INTO orders VALUES (20, 'main', 1);
+SELECT try($$select * from worlds.sql('merge world h')$$);
+-- errors: 0A000 main has no parent / no world named on main; 3D000; 22023 INTO itself, bad ONLY KEYS; 25001
+SELECT try($$select * from worlds.sql('merge world main')$$);
+SELECT try($$select * from worlds.sql('merge world')$$);
+SELECT try($$select * from worlds.sql('merge world nope')$$);
+SELECT try($$select * from worlds.sql('merge world h into h')$$);
+SELECT try($$select * from worlds.sql('merge world h only keys (''orders'')')$$);
+SELECT try($$select * from worlds.sql('merge world h confirm at version 1')$$);
+BEGIN;
+SELECT try($$select * from worlds.sql('merge world h')$$);
+ROLLBACK;
+-- the named-argument function
+SELECT worlds.merge('h', "using" => 'ours');
+SELECT status FROM orders WHERE id = 20;
+-- history records where merged changes came from
+SELECT count(*) > 0 AS has_src FROM worlds_data.h_orders_1 WHERE src IS NOT NULL;

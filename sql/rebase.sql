@@ -1,0 +1,38 @@
+-- REBASE WORLD: the fork point moves up to main as it is now, the world's own changes kept on top.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE t (id int PRIMARY KEY, a text, b text);
+INSERT INTO t SELECT g, 'a', 'b' FROM generate_series(1, 6) g;
+SELECT * FROM worlds.sql('create world agent_7');
+SET worlds.world = agent_7;
+UPDATE t SET a = 'world' WHERE id IN (1, 2);
+RESET worlds.world;
+UPDATE t SET b = 'main' WHERE id IN (2, 3);
+INSERT INTO t VALUES (7, 'main', 'main');
+-- before the rebase, the world doesn't see main's later changes
+SET worlds.world = agent_7;
+SELECT * FROM t ORDER BY id;
+RESET worlds.world;
+-- a conflict nothing settles: 40001, nothing changed
+UPDATE t SET a = 'main' WHERE id = 1;
+SELECT try($$select * from worlds.sql('rebase world agent_7')$$);
+SELECT * FROM worlds.sql('rebase world agent_7 by columns using theirs');
+SET worlds.world = agent_7;
+SELECT * FROM t ORDER BY id;
+RESET worlds.world;
+-- its diff and merge are now against main as it was at the rebase
+SELECT id, change, columns FROM worlds.diff('agent_7');
+SELECT * FROM worlds.sql('merge world agent_7');
+SELECT * FROM t ORDER BY id;
+-- refused: INTO/ONLY/CONFIRM/DRY RUN (42601), main (0A000), inside a transaction (25001), AT VERSION (55000)
+SELECT * FROM worlds.sql('create world r');
+SELECT try($$select * from worlds.sql('rebase world r into main')$$);
+SELECT try($$select * from worlds.sql('rebase world r only tables (t)')$$);
+SELECT try($$select * from worlds.sql('rebase world r dry run')$$);
+SELECT try($$select * from worlds.sql('rebase world main')$$);
+SELECT try($$select * from worlds.sql('rebase world r at version 7')$$);
+BEGIN;
+SELECT try($$select * from worlds.sql('rebase world r')$$);
+ROLLBACK;
+SELECT worlds.rebase('r');

@@ -1,0 +1,24 @@
+-- SHOW WORLDS (every column) and SHOW BRANCHES (changes = rows changed since the fork).
+CREATE EXTENSION pg_worlds;
+CREATE TABLE orders (id int PRIMARY KEY, status text);
+CREATE TABLE log (at int, msg text);
+INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g;
+SELECT * FROM worlds.sql('create world agent_7 with (task = 42)');
+SELECT * FROM worlds.sql('fork world agent_7 as agent_7b');
+-- the spec's columns, in order
+SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'worlds.world_row'::regclass;
+SELECT name, id = 'main' AS id_is_main, parent, depth, created IS NULL AS created_null, version, meta, owner, expires, active IS NULL AS active_null, pinned
+FROM worlds.show_worlds() ORDER BY depth, name;
+SELECT j ? 'name' AND j ? 'id' AND j ? 'parent' AND j ? 'depth' AND j ? 'created' AND j ? 'version' AND j ? 'meta'
+       AND j ? 'owner' AND j ? 'expires' AND j ? 'active' AND j ? 'pinned' AS all_columns
+FROM worlds.sql('show worlds') j LIMIT 1;
+-- version moves on with each write statement in the world
+SET worlds.world = agent_7;
+UPDATE orders SET status = 'paid' WHERE id <= 2;
+INSERT INTO orders VALUES (6, 'x');
+DELETE FROM orders WHERE id = 3;
+INSERT INTO log VALUES (1, 'hello'), (2, 'again');
+RESET worlds.world;
+SELECT name, version FROM worlds.show_worlds() ORDER BY depth, name;
+SELECT * FROM worlds.sql('show branches');
+SELECT * FROM worlds.show_branches() ORDER BY name;

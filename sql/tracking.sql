@@ -1,0 +1,57 @@
+-- Tracking: DDL on main keeps generated storage in step; tables without a key; TRUNCATE is captured;
+-- history records every change with the writer's xid.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE t (id int PRIMARY KEY, a text, gone int);
+INSERT INTO t VALUES (1, 'one', 1), (2, 'two', 2);
+-- history of main: before-images with op, xid and order
+UPDATE t SET a = 'uno' WHERE id = 1;
+DELETE FROM t WHERE id = 2;
+SELECT _w_op AS op, id, a, _w_xid = pg_current_xact_id() AS this_xact FROM worlds_data.h_t_1 ORDER BY _w_hseq;
+SELECT * FROM worlds.sql('create world w');
+-- columns added, renamed and dropped on main follow into the world
+ALTER TABLE t ADD COLUMN added text DEFAULT 'dflt';
+ALTER TABLE t RENAME COLUMN a TO label;
+ALTER TABLE t DROP COLUMN gone;
+INSERT INTO t (id, label) VALUES (3, 'three');
+SET worlds.world = w;
+SELECT * FROM t ORDER BY id;
+INSERT INTO t (id, label) VALUES (4, 'four');
+UPDATE t SET added = 'set in w' WHERE id = 1;
+SELECT * FROM t ORDER BY id;
+RESET worlds.world;
+SELECT * FROM t ORDER BY id;
+-- a table without a primary key: tracked with the whole row as key; inserts work in a world
+CREATE TABLE log (at int, msg text);
+INSERT INTO log VALUES (1, 'a'), (1, 'a'), (2, 'b');
+SELECT relid, key_columns, key_kind FROM worlds.tables WHERE relid = 'log'::regclass;
+SELECT * FROM worlds.sql('create world w2');
+SET worlds.world = w2;
+INSERT INTO log VALUES (3, 'c'), (1, 'a');
+SELECT at, msg, count(*) FROM log GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT try($$delete from log where at = 2$$);
+RESET worlds.world;
+SELECT at, msg, count(*) FROM log GROUP BY 1, 2 ORDER BY 1, 2;
+-- main's later inserts, updates and deletes stay invisible to a world forked before them
+INSERT INTO log VALUES (9, 'later');
+UPDATE log SET msg = 'B' WHERE at = 2;
+DELETE FROM log WHERE at = 1 AND ctid = (SELECT min(ctid) FROM log WHERE at = 1);
+SET worlds.world = w2;
+SELECT at, msg, count(*) FROM log GROUP BY 1, 2 ORDER BY 1, 2;
+RESET worlds.world;
+-- TRUNCATE on main is captured: a world forked before it still sees the rows
+TRUNCATE t;
+SET worlds.world = w;
+SELECT id, label FROM t ORDER BY id;
+RESET worlds.world;
+SELECT count(*) FROM t;
+-- a column type without equality can't be compared: the table can't be used in a world (0A000)
+CREATE TABLE pts (id int PRIMARY KEY, p point);
+SELECT unsupported IS NOT NULL AS unsupported FROM worlds.tables WHERE relid = 'pts'::regclass;
+SET worlds.world = w;
+SELECT try('select * from pts');
+RESET worlds.world;
+-- DROP TABLE removes the table's delta and view
+DROP TABLE pts;
+SELECT count(*) FROM worlds.tables WHERE relid::text = 'pts';

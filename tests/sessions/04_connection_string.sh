@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# A session can start in a world from its connection string (libpq options='-c worlds.world=w1', and the
+# PGOPTIONS environment variable), reads and writes that world, and leaves main alone. A prepared
+# statement re-routes when the session switches world (SWITCH WORLD via worlds.switch_world, or SET).
+source "$(dirname "$0")/../../scripts/lib.sh"
+failures=0
+fail() { echo "FAIL: $*" >&2; exit 1; }
+bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+expect() { # expect WHAT ACTUAL EXPECTED
+  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
+}
+
+start_cluster test yes
+DB=s04_connstr
+psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in test -d $DB -q >/dev/null <<'SQL'
+create extension pg_worlds;
+create table t (id int primary key, v text not null);
+insert into t values (1, 'one'), (2, 'two'), (3, 'three');
+select worlds.create_world('w1');
+SQL
+
+CONN=$(conninfo test $DB)
+W1="$CONN options='-c worlds.world=w1'"
+# inworld SQL...: psql on the conninfo with options='-c worlds.world=w1', one -c per argument
+inworld() { local a=(); for s in "$@"; do a+=(-c "$s"); done; $PGBIN/psql "$W1" -X -qAt -v ON_ERROR_STOP=1 "${a[@]}"; }
+main_q() { psql_in test -d $DB -qAt -c "$1"; }
+ROWS="select string_agg(id || ':' || v, ',' order by id) from t"
+
+echo "check: options='-c worlds.world=w1' inside the conninfo string starts the session in w1"
+echo "  conninfo: $W1"
+expect "SHOW worlds.world" "$(inworld "show worlds.world")" w1
+expect "current_setting" "$(inworld "select current_setting('worlds.world')")" w1
+
+echo "check: that session writes w1 and reads its own writes; main does not see them"
+inworld "update t set v = 'uno' where id = 1" "insert into t values (4, 'four')" "delete from t where id = 3"
+expect "w1 rows (from the connection-string session)" "$(inworld "$ROWS")" "1:uno,2:two,4:four"
+expect "main rows" "$(main_q "$ROWS")" "1:one,2:two,3:three"
+expect "w1 rows (via SET worlds.world)" "$(psql_in test -d $DB -qAt -c "set worlds.world = w1" -c "$ROWS")" "1:uno,2:two,4:four"
+
+echo "check: a URI connection string with options=-c%20worlds.world%3Dw1 works too"
+dir=$(cluster_dir test)
+URI="postgresql:///$DB?host=$dir/sock&port=$(cat "$dir/port")&user=postgres&options=-c%20worlds.world%3Dw1"
+expect "URI: SHOW worlds.world" "$($PGBIN/psql "$URI" -X -qAt -c "show worlds.world")" w1
+expect "URI: rows" "$($PGBIN/psql "$URI" -X -qAt -c "$ROWS")" "1:uno,2:two,4:four"
+
+echo "check: PGOPTIONS='-c worlds.world=w1' works the same way"
+expect "PGOPTIONS: SHOW worlds.world" "$(PGOPTIONS='-c worlds.world=w1' psql_in test -d $DB -qAt -c "show worlds.world")" w1
+expect "PGOPTIONS: rows" "$(PGOPTIONS='-c worlds.world=w1' psql_in test -d $DB -qAt -c "$ROWS")" "1:uno,2:two,4:four"
+
+echo "check: a connection string naming a world that does not exist fails with 3D000"
+set +e
+out=$($PGBIN/psql "$CONN options='-c worlds.world=nosuchworld'" -X -qAt -v VERBOSITY=verbose -c "select count(*) from t" 2>&1)
+rc=$?
+set -e
+echo "$out" | sed 's/^/    | /'
+[ $rc -ne 0 ] || bad "reading t in a world that does not exist succeeded: $out"
+echo "$out" | grep -q "3D000" || bad "expected SQLSTATE 3D000 for an unknown world, got: $out"
+
+echo "check: a prepared statement re-routes when the session switches world"
+out=$($PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 <<'SQL'
+prepare q as select string_agg(id || ':' || v, ',' order by id) from t;
+prepare one(int) as select v from t where id = $1;
+prepare has(int) as select count(*) from t where id = $1;
+execute q;
+execute one(1);
+execute q;
+select worlds.switch_world('w1');
+execute q;
+execute one(1);
+execute has(3);
+set worlds.world = main;
+execute q;
+execute one(1);
+set worlds.world = w1;
+execute q;
+prepare ins(int, text) as insert into t values ($1, $2);
+execute ins(5, 'five');
+execute q;
+select worlds.switch_world('main');
+execute q;
+execute ins(6, 'six');
+execute q;
+SQL
+)
+got=$(echo "$out" | paste -sd'|')
+expect "EXECUTE across switches" "$got" \
+  "1:one,2:two,3:three|one|1:one,2:two,3:three|SWITCH WORLD|1:uno,2:two,4:four|uno|0|1:one,2:two,3:three|one|1:uno,2:two,4:four|1:uno,2:two,4:four,5:five|SWITCH WORLD|1:one,2:two,3:three|1:one,2:two,3:three,6:six"
+expect "w1 after the prepared insert" "$(inworld "$ROWS")" "1:uno,2:two,4:four,5:five"
+expect "main after the prepared insert" "$(main_q "$ROWS")" "1:one,2:two,3:three,6:six"
+
+echo "check: a plpgsql function's cached plan re-routes too"
+psql_in test -d $DB -q -c "create function rows_of_t() returns text language plpgsql as \$\$ begin return (select string_agg(id || ':' || v, ',' order by id) from t); end \$\$"
+out=$($PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "select rows_of_t()" -c "set worlds.world = w1" -c "select rows_of_t()" -c "set worlds.world = main" -c "select rows_of_t()")
+expect "plpgsql main|w1|main" "$(echo "$out" | paste -sd'|')" \
+  "1:one,2:two,3:three,6:six|1:uno,2:two,4:four,5:five|1:one,2:two,3:three,6:six"
+
+if [ $failures -ne 0 ]; then echo "04_connection_string: $failures check(s) failed" >&2; exit 1; fi
+psql_in test -q -c "drop database $DB"
+echo "ok: 04_connection_string"
