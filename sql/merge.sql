@@ -31,7 +31,8 @@ SELECT count(*) FROM orders WHERE id = 12;
 SELECT name, version FROM worlds.show_worlds() ORDER BY name;
 -- BY COLUMNS combines rows whose changed columns don't overlap; RESOLVE and USING settle the rest
 SELECT try($$select * from worlds.sql('merge world b by columns')$$);
-SELECT * FROM worlds.sql('merge world b by columns resolve (''orders/2'' = theirs)');
+SELECT try($$select * from worlds.sql('merge world b by columns resolve (''orders/2'' = theirs)')$$);
+SELECT * FROM worlds.sql('merge world b by columns resolve (''orders/2'' = theirs, ''orders/3'' = ours)');
 SELECT * FROM orders WHERE id IN (1, 2, 3, 12) ORDER BY id;
 -- USING OURS / THEIRS
 SELECT * FROM worlds.sql('create world c');
@@ -91,4 +92,4 @@ ROLLBACK;
 SELECT worlds.merge('h', "using" => 'ours');
 SELECT status FROM orders WHERE id = 20;
 -- history records where merged changes came from
-SELECT count(*) > 0 AS has_src FROM worlds_data.h_orders_1 WHERE src IS NOT NULL;
+SELECT count(*) > 0 AS has_src FROM worlds_data.h_orders_1 WHERE _w_src IS NOT NULL;

@@ -253,6 +253,21 @@ fn is_ddl(tag: pg_sys::NodeTag) -> bool {
     )
 }
 
+/// Temporary tables are the session's own, not the database's schema: allowed inside a world.
+unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
+    unsafe {
+        let rel = match (*stmt).type_ {
+            pg_sys::NodeTag::T_CreateStmt => (*(stmt as *mut pg_sys::CreateStmt)).relation,
+            pg_sys::NodeTag::T_CreateTableAsStmt => {
+                let into = (*(stmt as *mut pg_sys::CreateTableAsStmt)).into;
+                if into.is_null() { std::ptr::null_mut() } else { (*into).rel }
+            }
+            _ => std::ptr::null_mut(),
+        };
+        !rel.is_null() && (*rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 #[pg_guard]
 unsafe extern "C-unwind" fn process_utility(
@@ -287,7 +302,7 @@ unsafe extern "C-unwind" fn process_utility(
         }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
-            if is_ddl(tag) && overlay::session_world().is_some() {
+            if is_ddl(tag) && !creates_temp_table(stmt) && overlay::session_world().is_some() {
                 raise(
                     "0A000",
                     format!(
