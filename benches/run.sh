@@ -314,7 +314,7 @@ write_meta() {
     printf 'machine\t%s cores (%s), %s GB RAM, Linux %s\n' "$(nproc)" \
       "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
       "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$(uname -r)"
-    printf 'postgres\t%s; fsync=off, other settings default\n' "$(sql postgres -c "select split_part(version(), ' on ', 1)")"
+    printf 'postgres\t%s; fsync=off, max_wal_size=8GB (own cluster), other settings default\n' "$(sql postgres -c "select split_part(version(), ' on ', 1)")"
     printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run; P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows\n' \
       $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES
     printf 'repetitions\t%s\n' $REPS
@@ -327,6 +327,8 @@ write_meta() {
 trap cleanup EXIT
 if [ $OWN_CLUSTER = yes ]; then
   stop_cluster "$CLUSTER"; rm -rf "$(cluster_dir "$CLUSTER")"; start_cluster "$CLUSTER" yes
+  # fewer forced checkpoints in the middle of a measurement (loading 1M-row tables fills 1 GB of WAL fast)
+  sql postgres -c "alter system set max_wal_size = '8GB'" -c "select pg_reload_conf()" >/dev/null
 fi
 sql postgres -c "show shared_preload_libraries" | grep -q pg_worlds \
   || { echo "bench: cluster $CLUSTER does not preload pg_worlds" >&2; exit 1; }
