@@ -28,6 +28,9 @@ if want pg_test; then
   set +e
   if [ "$(id -u)" -eq 0 ]; then
     pgdata="$RUN_DIR/pgrx-test-data"; mkdir -p "$pgdata"; chown postgres:postgres "$pgdata"
+    # pgrx copies the .so over the installed one with sudo cp (same inode): remove it first, or
+    # running clusters that preloaded it crash
+    rm -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so"
     chmod 755 "$ROOT/target" 2>/dev/null
     (cd "$ROOT" && RUST_TEST_THREADS=1 cargo pgrx test pg15 --runas postgres --pgdata "$pgdata" >"$RUN_DIR/pg_test.log" 2>&1)
   else

@@ -40,6 +40,100 @@ pub extern "C-unwind" fn _PG_init() {
     }
 }
 
+/// Rust-level tests inside a real cluster (`cargo pgrx test pg15`; see scripts/test.sh). Each runs in a
+/// transaction that is rolled back. What a user types is tested by pg_regress (sql/, expected/).
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn library_is_preloaded_and_hooks_installed() {
+        assert!(crate::preloaded());
+        assert!(unsafe { (*std::ptr::addr_of!(pg_sys::post_parse_analyze_hook)).is_some() });
+        assert!(unsafe { (*std::ptr::addr_of!(pg_sys::ExecutorStart_hook)).is_some() });
+        assert!(unsafe { (*std::ptr::addr_of!(pg_sys::ProcessUtility_hook)).is_some() });
+    }
+
+    #[pg_test]
+    fn world_setting_defaults_to_main_and_follows_set() {
+        assert_eq!(crate::guc::current_world_setting().to_str().unwrap(), "main");
+        assert!(crate::guc::in_main());
+        let before = crate::guc::world_generation();
+        Spi::run("SET LOCAL worlds.world = 'agent_7'").unwrap();
+        assert_eq!(crate::guc::current_world_setting().to_str().unwrap(), "agent_7");
+        assert!(!crate::guc::in_main());
+        assert!(crate::guc::world_generation() > before, "changing the world bumps the generation");
+        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
+    }
+
+    #[pg_test]
+    fn sqlstates_map_to_error_codes() {
+        assert_eq!(crate::api::code_of("40001"), PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE);
+        assert_eq!(crate::api::code_of("3D000"), PgSqlErrorCode::ERRCODE_INVALID_CATALOG_NAME);
+        assert_eq!(crate::api::code_of("0A000"), PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED);
+        assert_eq!(crate::api::code_of("25001"), PgSqlErrorCode::ERRCODE_ACTIVE_SQL_TRANSACTION);
+    }
+
+    #[pg_test]
+    fn tables_are_tracked_with_their_key() {
+        Spi::run("CREATE TABLE t_tracked (a int, b text, PRIMARY KEY (a, b))").unwrap();
+        let kind = Spi::get_one::<String>("SELECT key_kind::text FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
+        assert_eq!(kind.as_deref(), Some("t"));
+        let cols = Spi::get_one::<Vec<String>>("SELECT key_columns FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
+        assert_eq!(cols, Some(vec!["a".to_string(), "b".to_string()]));
+    }
+
+    #[pg_test]
+    fn history_captures_before_images_natively() {
+        Spi::run("CREATE TABLE t_hist (id int PRIMARY KEY, v text)").unwrap();
+        Spi::run("INSERT INTO t_hist VALUES (1, 'a'), (2, 'b')").unwrap();
+        Spi::run("UPDATE t_hist SET v = 'z' WHERE id = 1").unwrap();
+        Spi::run("UPDATE t_hist SET id = 3 WHERE id = 2").unwrap();
+        let history = Spi::get_one::<String>("SELECT history::text FROM worlds.tables WHERE relid = 't_hist'::regclass")
+            .unwrap()
+            .unwrap();
+        // inserts keep only the key; an update keeps the before-image; a key change is a delete and an insert
+        let ops = Spi::get_one::<String>(&format!(
+            "SELECT string_agg(_w_op::text || ':' || id || ':' || coalesce(v, '-'), ',' ORDER BY _w_hseq) FROM {history}"
+        ))
+        .unwrap();
+        assert_eq!(ops.as_deref(), Some("I:1:-,I:2:-,U:1:a,D:2:b,I:3:-"));
+    }
+
+    #[pg_test(error = "CREATE WORLD cannot run inside a transaction block")]
+    fn lifecycle_refuses_transaction_blocks() {
+        // the test itself runs inside a transaction block
+        Spi::run("SELECT worlds.create_world('in_block')").unwrap();
+    }
+
+    #[pg_test(error = "world names with a dash need quotes")]
+    fn grammar_errors_carry_their_sqlstate() {
+        Spi::run("SELECT * FROM worlds.sql('create world task-1')").unwrap();
+    }
+
+    #[pg_test]
+    fn a_world_and_main_do_not_see_each_others_writes() {
+        Spi::run("CREATE TABLE t_route (id int PRIMARY KEY, v text)").unwrap();
+        // a world row made directly (CREATE WORLD itself refuses to run inside the test's transaction);
+        // main's rows come after its fork, so the world must not see them
+        Spi::run(
+            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
+             VALUES (900, 'w900', 'w900', 0, 1, now(), pg_current_snapshot())",
+        )
+        .unwrap();
+        Spi::run("INSERT INTO t_route VALUES (1, 'main'), (2, 'main')").unwrap();
+        Spi::run("SET LOCAL worlds.world = 'w900'").unwrap();
+        Spi::run("INSERT INTO t_route VALUES (3, 'world')").unwrap();
+        Spi::run("UPDATE t_route SET v = 'world!' WHERE id = 3").unwrap();
+        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
+        assert_eq!(seen.as_deref(), Some("3=world!"));
+        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
+        let main = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
+        assert_eq!(main.as_deref(), Some("1=main,2=main"));
+    }
+}
+
 /// Required by `cargo pgrx test`.
 #[cfg(test)]
 pub mod pg_test {

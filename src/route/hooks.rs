@@ -139,6 +139,11 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
                 }
+                // the overlay reads the table with its owner's rights: never let it show rows that
+                // row-level security hides from this role in main
+                if pg_sys::check_enable_rls((*rte).relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+                    raise("0A000", "tables with row-level security can't be read inside a world yet; the world would bypass its policies");
+                }
                 let mut overlay = layout.overlay;
                 if is_result && !(*query).onConflict.is_null() {
                     if (*(*query).onConflict).action != pg_sys::OnConflictAction::ONCONFLICT_NOTHING {

@@ -4,15 +4,18 @@
 # its fork plus its own writes, and main holds exactly C's writes. A world's open transaction must not
 # block main, and its uncommitted writes are invisible to another session in the same world.
 source "$(dirname "$0")/../../scripts/lib.sh"
+# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
+CL=${SESSIONS_CLUSTER:-test}
+NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
 failures=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
-start_cluster test yes
+start_cluster $CL yes
 DB=s03_isolation
 OUT=$RUN_DIR/s03_isolation; rm -rf "$OUT"; mkdir -p "$OUT"
-psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
-psql_in test -d $DB -q >/dev/null <<'SQL'
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
 create extension pg_worlds;
 create table acct (id int primary key, v int not null);
 create table notes (id int primary key, txt text);
@@ -23,7 +26,7 @@ select worlds.create_world('wb');
 SQL
 
 # q WORLD SQL: one value, read in that world (SET worlds.world, as SWITCH WORLD does)
-q() { psql_in test -d $DB -qAt -c "set worlds.world = $1" -c "$2"; }
+q() { psql_in $CL -d $DB -qAt -c "set worlds.world = $1" -c "$2"; }
 expect() { # expect WHAT ACTUAL EXPECTED
   if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
 }
@@ -39,7 +42,7 @@ for w in main wa wb; do
 done
 
 echo "check: four sessions write at once (A, A2 in wa; B in wb; C in main)"
-CONN=$(conninfo test $DB)
+CONN=$(conninfo $CL $DB)
 session() { # session NAME WORLD: runs stdin as one psql session in WORLD, in the background
   local name=$1 world=$2
   cat >"$OUT/$name.sql"
@@ -126,12 +129,12 @@ expect "wa join" "$(q wa "select string_agg(a.id || ':' || n.txt, ',' order by a
 expect "wb join" "$(q wb "select string_agg(a.id || ':' || n.txt, ',' order by a.id) from acct a join notes n on n.id = a.id")" "2:n2,3:n3,4:b"
 
 echo "check: a world forked now (wc) sees main with C's changes and nothing of wa or wb"
-psql_in test -d $DB -qAt -c "select worlds.create_world('wc')" >/dev/null
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('wc')" >/dev/null
 expect "wc acct" "$(q wc "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
 expect "wc notes" "$(q wc "$NOTES")" "1:n1,3:n3"
 
 echo "check: switching one session through the worlds reads each in turn"
-got=$(psql_in test -d $DB -qAt <<SQL
+got=$(psql_in $CL -d $DB -qAt <<SQL
 select worlds.switch_world('wa');
 $ACCT;
 select worlds.switch_world('main');
@@ -152,7 +155,7 @@ select pg_sleep(2);
 commit;
 SQL
 sleep 1
-psql_in test -d $DB -qAt -c "select worlds.create_world('wd')" >/dev/null
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('wd')" >/dev/null
 if wait "$pid_D"; then echo "  ok   session D exited 0"; else bad "session D failed: $(cat "$OUT/D.err")"; fi
 expect "main after D" "$(q main "$ACCT")" "1:110,2:20,3:30,4:140,6:666,7:70,8:80,9:90,10:100,12:120,30:300"
 expect "wd (forked during D)" "$(q wd "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7:70,8:80,9:90,10:100,12:120"
@@ -161,8 +164,8 @@ expect "wd id=30" "$(q wd "select count(*) from acct where id = 30")" 0
 
 echo "check: two main sessions updating the same rows at once (30 updates each) leave every world as it was"
 # acct has a primary key; log has none (tracked by whole row). wc and wd were forked before these updates.
-psql_in test -d $DB -q -c "create table log (who text, n int)" -c "insert into log values ('x', 0), ('y', 0)"
-psql_in test -d $DB -qAt -c "select worlds.create_world('we')" >/dev/null
+psql_in $CL -d $DB -q -c "create table log (who text, n int)" -c "insert into log values ('x', 0), ('y', 0)"
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('we')" >/dev/null
 for i in $(seq 1 30); do echo "update acct set v = v + 1 where id = 7;"; echo "update log set n = n + 1 where who = 'x';"; done \
   >"$OUT/E.sql"
 for s in E1 E2; do session $s main <"$OUT/E.sql"; done
@@ -178,6 +181,23 @@ expect "wd acct (forked before)" "$(q wd "$ACCT")" "1:110,2:20,3:30,4:140,6:60,7
 expect "we id=7 rows" "$(q we "select string_agg(v::text, ',') from acct where id = 7")" 70
 expect "we log" "$(q we "select string_agg(who || n, ',' order by who) from log")" "x0,y0"
 
+echo "check: a table whose column names pg_worlds' storage also uses (k, src, seq, op, tid, at, world, ...) is isolated too"
+if out=$(psql_in $CL -d $DB -q -v VERBOSITY=verbose 2>&1 <<'SQL'
+create table kv (k text primary key, src text, seq int, op text, tid int, at int, world text, w int, del bool,
+                 xid int, hseq int, dseq int, base_tid int, old_tid int, new_tid int, u int, b int, d int, h int);
+insert into kv (k, src, seq, op, tid, at, world) values ('a', 's', 1, 'o', 1, 1, 'main'), ('b', 's', 2, 'o', 2, 2, 'main');
+select worlds.create_world('wk');
+SQL
+); then
+  echo "$out" | grep -E 'WARNING|ERROR' | sed 's/^/    | /' || true
+  expect "kv tracked" "$(q main "select count(*) from worlds.tables where relid = 'kv'::regclass")" 1
+  if psql_in $CL -d $DB -qAt -c "set worlds.world = wk" -c "update kv set world = 'wk', seq = seq + 10 where k = 'a'" \
+       -c "insert into kv (k, world) values ('c', 'wk')" -c "delete from kv where k = 'b'" >/dev/null 2>"$OUT/kv.err"; then
+    expect "kv in wk" "$(q wk "select string_agg(k || ':' || world || ':' || coalesce(seq, 0), ',' order by k) from kv")" "a:wk:11,c:wk:0"
+  else bad "writes to kv in world wk failed: $(cat "$OUT/kv.err")"; fi
+  expect "kv in main (untouched by wk)" "$(q main "select string_agg(k || ':' || world || ':' || coalesce(seq, 0), ',' order by k) from kv")" "a:main:1,b:main:2"
+else bad "creating table kv in main failed: $out"; fi
+
 if [ $failures -ne 0 ]; then echo "03_isolation: $failures check(s) failed (session outputs in $OUT)" >&2; exit 1; fi
-psql_in test -q -c "drop database $DB"
+psql_in $CL -q -c "drop database $DB"
 echo "ok: 03_isolation"

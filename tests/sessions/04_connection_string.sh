@@ -3,6 +3,9 @@
 # PGOPTIONS environment variable), reads and writes that world, and leaves main alone. A prepared
 # statement re-routes when the session switches world (SWITCH WORLD via worlds.switch_world, or SET).
 source "$(dirname "$0")/../../scripts/lib.sh"
+# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
+CL=${SESSIONS_CLUSTER:-test}
+NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
 failures=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -10,21 +13,21 @@ expect() { # expect WHAT ACTUAL EXPECTED
   if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
 }
 
-start_cluster test yes
+start_cluster $CL yes
 DB=s04_connstr
-psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
-psql_in test -d $DB -q >/dev/null <<'SQL'
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
 create extension pg_worlds;
 create table t (id int primary key, v text not null);
 insert into t values (1, 'one'), (2, 'two'), (3, 'three');
 select worlds.create_world('w1');
 SQL
 
-CONN=$(conninfo test $DB)
+CONN=$(conninfo $CL $DB)
 W1="$CONN options='-c worlds.world=w1'"
 # inworld SQL...: psql on the conninfo with options='-c worlds.world=w1', one -c per argument
 inworld() { local a=(); for s in "$@"; do a+=(-c "$s"); done; $PGBIN/psql "$W1" -X -qAt -v ON_ERROR_STOP=1 "${a[@]}"; }
-main_q() { psql_in test -d $DB -qAt -c "$1"; }
+main_q() { psql_in $CL -d $DB -qAt -c "$1"; }
 ROWS="select string_agg(id || ':' || v, ',' order by id) from t"
 
 echo "check: options='-c worlds.world=w1' inside the conninfo string starts the session in w1"
@@ -36,17 +39,17 @@ echo "check: that session writes w1 and reads its own writes; main does not see 
 inworld "update t set v = 'uno' where id = 1" "insert into t values (4, 'four')" "delete from t where id = 3"
 expect "w1 rows (from the connection-string session)" "$(inworld "$ROWS")" "1:uno,2:two,4:four"
 expect "main rows" "$(main_q "$ROWS")" "1:one,2:two,3:three"
-expect "w1 rows (via SET worlds.world)" "$(psql_in test -d $DB -qAt -c "set worlds.world = w1" -c "$ROWS")" "1:uno,2:two,4:four"
+expect "w1 rows (via SET worlds.world)" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w1" -c "$ROWS")" "1:uno,2:two,4:four"
 
 echo "check: a URI connection string with options=-c%20worlds.world%3Dw1 works too"
-dir=$(cluster_dir test)
+dir=$(cluster_dir $CL)
 URI="postgresql:///$DB?host=$dir/sock&port=$(cat "$dir/port")&user=postgres&options=-c%20worlds.world%3Dw1"
 expect "URI: SHOW worlds.world" "$($PGBIN/psql "$URI" -X -qAt -c "show worlds.world")" w1
 expect "URI: rows" "$($PGBIN/psql "$URI" -X -qAt -c "$ROWS")" "1:uno,2:two,4:four"
 
 echo "check: PGOPTIONS='-c worlds.world=w1' works the same way"
-expect "PGOPTIONS: SHOW worlds.world" "$(PGOPTIONS='-c worlds.world=w1' psql_in test -d $DB -qAt -c "show worlds.world")" w1
-expect "PGOPTIONS: rows" "$(PGOPTIONS='-c worlds.world=w1' psql_in test -d $DB -qAt -c "$ROWS")" "1:uno,2:two,4:four"
+expect "PGOPTIONS: SHOW worlds.world" "$(PGOPTIONS='-c worlds.world=w1' psql_in $CL -d $DB -qAt -c "show worlds.world")" w1
+expect "PGOPTIONS: rows" "$(PGOPTIONS='-c worlds.world=w1' psql_in $CL -d $DB -qAt -c "$ROWS")" "1:uno,2:two,4:four"
 
 echo "check: a connection string naming a world that does not exist fails with 3D000"
 set +e
@@ -90,11 +93,11 @@ expect "w1 after the prepared insert" "$(inworld "$ROWS")" "1:uno,2:two,4:four,5
 expect "main after the prepared insert" "$(main_q "$ROWS")" "1:one,2:two,3:three,6:six"
 
 echo "check: a plpgsql function's cached plan re-routes too"
-psql_in test -d $DB -q -c "create function rows_of_t() returns text language plpgsql as \$\$ begin return (select string_agg(id || ':' || v, ',' order by id) from t); end \$\$"
+psql_in $CL -d $DB -q -c "create function rows_of_t() returns text language plpgsql as \$\$ begin return (select string_agg(id || ':' || v, ',' order by id) from t); end \$\$"
 out=$($PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "select rows_of_t()" -c "set worlds.world = w1" -c "select rows_of_t()" -c "set worlds.world = main" -c "select rows_of_t()")
 expect "plpgsql main|w1|main" "$(echo "$out" | paste -sd'|')" \
   "1:one,2:two,3:three,6:six|1:uno,2:two,4:four,5:five|1:one,2:two,3:three,6:six"
 
 if [ $failures -ne 0 ]; then echo "04_connection_string: $failures check(s) failed" >&2; exit 1; fi
-psql_in test -q -c "drop database $DB"
+psql_in $CL -q -c "drop database $DB"
 echo "ok: 04_connection_string"

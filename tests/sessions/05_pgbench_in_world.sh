@@ -7,6 +7,9 @@
 # invariant sum(abalance) = sum(bbalance) = sum(tbalance) = sum(delta). Then pgbench runs in main and the
 # world must not change.
 source "$(dirname "$0")/../../scripts/lib.sh"
+# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
+CL=${SESSIONS_CLUSTER:-test}
+NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
 failures=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -14,8 +17,8 @@ expect() { # expect WHAT ACTUAL EXPECTED
   if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
 }
 
-start_cluster test yes
-dir=$(cluster_dir test); port=$(cat "$dir/port")
+start_cluster $CL yes
+dir=$(cluster_dir $CL); port=$(cat "$dir/port")
 
 # The script runs itself once per ORDER (its own database each): ORDER=after creates the extension
 # after pgbench -i, ORDER=before creates it first (pgbench's tables are then tracked as they are created).
@@ -31,27 +34,27 @@ ORDER=$1
 DB=s05_pgbench_$ORDER
 OUT=$RUN_DIR/s05_pgbench_$ORDER; rm -rf "$OUT"; mkdir -p "$OUT"
 echo "=== extension created $ORDER pgbench -i"
-psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
 
 if [ "$ORDER" = after ]; then
   echo "check: pgbench -i -s 1 in main, then CREATE EXTENSION pg_worlds tracks the four pgbench tables"
   $PGBIN/pgbench -i -s 1 -q -h "$dir/sock" -p "$port" -U postgres $DB >"$OUT/init.log" 2>&1 \
     || { cat "$OUT/init.log"; fail "pgbench -i failed"; }
-  psql_in test -d $DB -q -v VERBOSITY=verbose -c "create extension pg_worlds" \
+  psql_in $CL -d $DB -q -v VERBOSITY=verbose -c "create extension pg_worlds" \
     || fail "CREATE EXTENSION pg_worlds failed on a database initialised by pgbench -i"
 else
   echo "check: CREATE EXTENSION pg_worlds, then pgbench -i -s 1 (tables created, loaded, then given keys) tracks them"
-  psql_in test -d $DB -q -c "create extension pg_worlds"
+  psql_in $CL -d $DB -q -c "create extension pg_worlds"
   $PGBIN/pgbench -i -s 1 -q -h "$dir/sock" -p "$port" -U postgres $DB >"$OUT/init.log" 2>&1 \
     || { cat "$OUT/init.log"; fail "pgbench -i failed with pg_worlds created first"; }
 fi
 expect "tracked pgbench tables" \
-  "$(psql_in test -d $DB -qAt -c "select string_agg(relid::text, ',' order by relid::text) from worlds.tables where relid::text like 'pgbench%'")" \
+  "$(psql_in $CL -d $DB -qAt -c "select string_agg(relid::text, ',' order by relid::text) from worlds.tables where relid::text like 'pgbench%'")" \
   "pgbench_accounts,pgbench_branches,pgbench_history,pgbench_tellers"
 
 # sums W: checksums of every pgbench table, read in world W
 sums() {
-  psql_in test -d $DB -qAt -c "set worlds.world = $1" -c "
+  psql_in $CL -d $DB -qAt -c "set worlds.world = $1" -c "
     select concat_ws(' ',
       (select count(*) || ':' || coalesce(md5(string_agg(t::text, ',' order by aid)), '-') from pgbench_accounts t),
       (select count(*) || ':' || coalesce(md5(string_agg(t::text, ',' order by bid)), '-') from pgbench_branches t),
@@ -61,7 +64,7 @@ sums() {
 }
 # invariant W: counts and the TPC-B sums, read in world W
 invariant() {
-  psql_in test -d $DB -qAt -c "set worlds.world = $1" -c "
+  psql_in $CL -d $DB -qAt -c "set worlds.world = $1" -c "
     select (select count(*) from pgbench_history) || ' ' ||
            (select sum(abalance) from pgbench_accounts) || ' ' || (select coalesce(sum(delta), 0) from pgbench_history) || ' ' ||
            (select sum(bbalance) from pgbench_branches) || ' ' || (select sum(tbalance) from pgbench_tellers)"
@@ -72,7 +75,7 @@ echo "  main before: $MAIN0"
 expect "main row counts after -i" "$(echo "$MAIN0" | sed 's/:[0-9a-f-]*//g')" "100000 1 10 0"
 
 echo "check: world bench, forked now, reads exactly main"
-psql_in test -d $DB -qAt -c "select worlds.create_world('bench')" >/dev/null
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('bench')" >/dev/null
 expect "bench checksums at fork" "$(sums bench)" "$MAIN0"
 
 echo "check: pgbench -n -c 2 -j 2 -t 200 on a conninfo with options='-c worlds.world=bench'"
@@ -96,18 +99,18 @@ expect "bench pgbench_history rows" "$h" 400
 expect "bench sum(abalance) = sum(delta)" "$a" "$d"
 expect "bench sum(bbalance) = sum(delta)" "$b" "$d"
 expect "bench sum(tbalance) = sum(delta)" "$t" "$d"
-expect "bench accounts count" "$(psql_in test -d $DB -qAt -c "set worlds.world = bench" -c "select count(*) from pgbench_accounts")" 100000
+expect "bench accounts count" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = bench" -c "select count(*) from pgbench_accounts")" 100000
 # every history row's delta is applied to its account exactly once: per account, abalance = sum of its deltas
 expect "bench accounts whose abalance != sum of their deltas" \
-  "$(psql_in test -d $DB -qAt -c "set worlds.world = bench" -c "
+  "$(psql_in $CL -d $DB -qAt -c "set worlds.world = bench" -c "
      select count(*) from (select aid, sum(delta) as s from pgbench_history group by aid) h
        join pgbench_accounts a using (aid) where a.abalance <> h.s")" 0
 expect "bench accounts changed without a history row" \
-  "$(psql_in test -d $DB -qAt -c "set worlds.world = bench" -c "
+  "$(psql_in $CL -d $DB -qAt -c "set worlds.world = bench" -c "
      select count(*) from pgbench_accounts a where abalance <> 0 and not exists (select 1 from pgbench_history h where h.aid = a.aid)")" 0
 # pgbench -i adds the primary keys after loading: the catalog must know them
 expect "key columns known to pg_worlds" \
-  "$(psql_in test -d $DB -qAt -c "select string_agg(relid::text || '(' || array_to_string(key_columns, ',') || ')', ' ' order by relid::text) from worlds.tables where relid::text like 'pgbench%'")" \
+  "$(psql_in $CL -d $DB -qAt -c "select string_agg(relid::text || '(' || array_to_string(key_columns, ',') || ')', ' ' order by relid::text) from worlds.tables where relid::text like 'pgbench%'")" \
   "pgbench_accounts(aid) pgbench_branches(bid) pgbench_history() pgbench_tellers(tid)"
 BENCH1=$(sums bench)
 
@@ -122,5 +125,5 @@ expect "main sum(bbalance) = sum(delta)" "$b" "$d"
 expect "bench checksums after main's pgbench" "$(sums bench)" "$BENCH1"
 
 if [ $failures -ne 0 ]; then echo "05_pgbench_in_world ($ORDER): $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
-psql_in test -q -c "drop database $DB"
+psql_in $CL -q -c "drop database $DB"
 echo "ok: 05_pgbench_in_world ($ORDER)"

@@ -3,6 +3,9 @@
 # world (and still can't DELETE); a role without rights gets 42501 on the table and can't reach the
 # generated storage in worlds_data; column grants and row-level security apply in the world too.
 source "$(dirname "$0")/../../scripts/lib.sh"
+# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
+CL=${SESSIONS_CLUSTER:-test}
+NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
 failures=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -10,12 +13,12 @@ expect() { # expect WHAT ACTUAL EXPECTED
   if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
 }
 
-start_cluster test yes
+start_cluster $CL yes
 DB=s06_roles
-psql_in test -q -c "set client_min_messages = warning" -c "drop database if exists $DB" \
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" \
   -c "drop role if exists app" -c "drop role if exists nobody" \
   -c "create role app login" -c "create role nobody login" -c "create database $DB"
-psql_in test -d $DB -q >/dev/null <<'SQL'
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
 create extension pg_worlds;
 create table t (id int primary key, secret text not null, v int not null default 0);
 insert into t values (1, 's1', 10), (2, 's2', 20), (3, 's3', 30);
@@ -28,10 +31,10 @@ create policy own on docs using (owner = current_user);
 grant select, insert on docs to app, nobody;
 select worlds.create_world('w1');
 SQL
-CONN=$(conninfo test $DB)
-OVERLAY=$(psql_in test -d $DB -qAt -c "select overlay::text from worlds.tables where relid = 't'::regclass")
-DELTA=$(psql_in test -d $DB -qAt -c "select delta::text from worlds.tables where relid = 't'::regclass")
-HISTORY=$(psql_in test -d $DB -qAt -c "select history::text from worlds.tables where relid = 't'::regclass")
+CONN=$(conninfo $CL $DB)
+OVERLAY=$(psql_in $CL -d $DB -qAt -c "select overlay::text from worlds.tables where relid = 't'::regclass")
+DELTA=$(psql_in $CL -d $DB -qAt -c "select delta::text from worlds.tables where relid = 't'::regclass")
+HISTORY=$(psql_in $CL -d $DB -qAt -c "select history::text from worlds.tables where relid = 't'::regclass")
 echo "  generated storage of t: $OVERLAY $DELTA $HISTORY"
 [ -n "$OVERLAY" ] && [ -n "$DELTA" ] || fail "worlds.tables has no storage for t"
 
@@ -86,7 +89,7 @@ echo "$out" | grep -q 'permission denied for table t' \
   || bad "nobody's error in w1 should name table t (as main does), got: $out"
 
 echo "check: column privileges: nobody gets SELECT (id) only"
-psql_in test -d $DB -q -c "grant select (id) on t to nobody"
+psql_in $CL -d $DB -q -c "grant select (id) on t to nobody"
 ok "nobody: select id in main" "1,2,3" nobody main "select string_agg(id::text, ',' order by id) from t"
 ok "nobody: select id in w1 (sees the world's rows)" "1,2,3,4,5" nobody w1 "select string_agg(id::text, ',' order by id) from t"
 ok "nobody: count(*) in w1" "5" nobody w1 "select count(*) from t"
@@ -113,5 +116,5 @@ elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security p
 else bad "app: insert another role's row into docs in w1: expected 42501 row-level security, got: $out"; fi
 
 if [ $failures -ne 0 ]; then echo "06_roles: $failures check(s) failed" >&2; exit 1; fi
-psql_in test -q -c "drop database $DB" -c "drop role app" -c "drop role nobody"
+psql_in $CL -q -c "drop database $DB" -c "drop role app" -c "drop role nobody"
 echo "ok: 06_roles"
