@@ -106,7 +106,7 @@ def markdown(rs, meta, explain_dir):
            "Produced by `benches/run.sh` (full mode); re-run it to refresh this page. "
            "Each figure is the median of the repetitions, with min and max; ratios are taken per repetition "
            "from runs that alternate the two sides.", ""]
-    for k in ("date", "commit", "build", "machine", "postgres", "sizes", "repetitions", "duration"):
+    for k in ("date", "commit", "build", "machine", "postgres", "sizes", "repetitions", "duration", "load"):
         if k in m:
             out.append(f"- **{k}**: {m[k]}")
     if "note" in m:

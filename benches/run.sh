@@ -42,7 +42,7 @@ DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
-START=$SECONDS
+START=$SECONDS LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---------------------------------------------------------------------------------------------- helpers
 step() { echo "-- $(date +%T) $*"; }
@@ -320,6 +320,7 @@ write_meta() {
     printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run; P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows\n' \
       $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES
     printf 'repetitions\t%s\n' $REPS
+    printf 'load\tload average %s at the start, %s at the end (1 minute; other work on the machine adds noise)\n' "$LOAD_START" "$(cut -d' ' -f1 /proc/loadavg)"
     printf 'duration\t%s s for the whole run, loading included\n' $((SECONDS - START))
     [ "${BENCH_BUILD:-}" != debug ] || printf 'note\t%s\n' "**This run used a debug build of pg_worlds** (\`cargo pgrx install\` without \`--release\`): the extension's native code (capture trigger, overlay visibility functions, merge) runs unoptimised, so every figure that goes through it is pessimistic. Re-run with a release build before treating a missed goal as final."
   } >"$WORK/meta.tsv"

@@ -36,6 +36,8 @@ pub struct Layout {
     /// for each history column after the fixed ones: the tracked table's attnum of the same name
     pub history_map: Vec<Option<i32>>,
     pub unsupported: Option<String>,
+    /// unique indexes other than the primary key (plain columns, no predicate): (name, columns)
+    pub uniques: Vec<(String, Vec<String>)>,
 }
 
 thread_local! {
@@ -128,7 +130,13 @@ fn load_layout(tabno: i32) -> Layout {
                               WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
-                            overlay_nothing::oid
+                            overlay_nothing::oid,
+                            (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
+                                        'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
+                                                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
+                               FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                              WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
+                                AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniques
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
@@ -152,6 +160,21 @@ fn load_layout(tabno: i32) -> Layout {
                 history_map: hmap,
                 key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
                 overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                uniques: row
+                    .get::<pgrx::JsonB>(12)
+                    .ok()
+                    .flatten()
+                    .and_then(|j| j.0.as_array().cloned())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|u| {
+                        let cols = u["cols"].as_array().cloned().unwrap_or_default();
+                        (
+                            u["name"].as_str().unwrap_or_default().to_string(),
+                            cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
+                        )
+                    })
+                    .collect(),
             }
         })
     })

@@ -677,19 +677,13 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
 fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
     let (names, args) = row_args(desc, tuple);
-    if check_key && layout.key_kind != b'r' {
+    if check_key && layout.key_kind != b'r' && key_visible(layout, &names, &args) {
         // the key must not be visible in the world already (23505, as Postgres words it)
-        let exists = key_visible(layout, &names, &args);
-        if exists {
-            let (constraint, detail) = as_internal(|| duplicate_detail(layout, &names, &args));
-            let mut r = pgrx::pg_sys::panic::ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
-                format!("duplicate key value violates unique constraint \"{constraint}\""),
-                "pg_worlds",
-            );
-            r = r.set_detail(detail);
-            r.report(PgLogLevel::ERROR);
-        }
+        let constraint = as_internal(|| primary_key_name(layout));
+        raise_duplicate(&constraint, &layout.key_columns, &names, &args);
+    }
+    if !del {
+        check_unique(layout, &names, &args);
     }
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
@@ -738,17 +732,62 @@ fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-/// Postgres's wording of a duplicate key: the primary key's constraint name and "Key (id)=(7) already exists."
-fn duplicate_detail(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> (String, String) {
-    let constraint = Spi::get_one_with_args::<String>(
+fn primary_key_name(layout: &Layout) -> String {
+    Spi::get_one_with_args::<String>(
         "SELECT conname::text FROM pg_constraint WHERE conrelid = $1 AND contype = 'p'",
         &[layout.relid.into()],
     )
     .ok()
     .flatten()
-    .unwrap_or_else(|| "primary key".into());
-    let vals: Vec<String> = layout
-        .key_columns
+    .unwrap_or_else(|| "primary key".into())
+}
+
+/// Unique constraints other than the primary key hold inside the world: another row the world sees with
+/// the same (non-null) values is a 23505.
+fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) {
+    if layout.uniques.is_empty() {
+        return;
+    }
+    let pos = |c: &String| names.iter().position(|n| n == c);
+    let overlay = as_internal(|| regclass_text(layout.overlay));
+    for (index, cols) in &layout.uniques {
+        let Some(positions) = cols.iter().map(pos).collect::<Option<Vec<usize>>>() else { continue };
+        if positions.iter().any(|&p| args[p].datum().is_none()) {
+            continue; // NULLs are distinct
+        }
+        let mut conds: Vec<String> = cols.iter().zip(&positions).map(|(c, p)| format!("v.{} = ${}", quote_ident(c), p + 1)).collect();
+        if !layout.key_columns.is_empty() {
+            let same_row = layout
+                .key_columns
+                .iter()
+                .filter_map(|k| pos(k).map(|p| format!("v.{} = ${}", quote_ident(k), p + 1)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            conds.push(format!("NOT ({same_row})"));
+        }
+        let sql = format!("SELECT 1 FROM {overlay} v WHERE {} LIMIT 1", conds.join(" AND "));
+        let clash = as_internal(|| Spi::connect(|c| c.select(&sql, None, args).map(|r| !r.is_empty()).unwrap_or(false)));
+        if clash {
+            raise_duplicate(index, cols, names, args);
+        }
+    }
+}
+
+fn raise_duplicate(constraint: &str, cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> ! {
+    let detail = duplicate_detail(cols, names, args);
+    pgrx::pg_sys::panic::ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+        format!("duplicate key value violates unique constraint \"{constraint}\""),
+        "pg_worlds",
+    )
+    .set_detail(detail)
+    .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Postgres's wording of a duplicate key's detail: "Key (id)=(7) already exists."
+fn duplicate_detail(cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> String {
+    let vals: Vec<String> = cols
         .iter()
         .map(|k| {
             let pos = names.iter().position(|n| n == k).unwrap();
@@ -765,10 +804,7 @@ fn duplicate_detail(layout: &Layout, names: &[String], args: &[pgrx::datum::Datu
             }
         })
         .collect();
-    (
-        constraint,
-        format!("Key ({})=({}) already exists.", layout.key_columns.join(", "), vals.join(", ")),
-    )
+    format!("Key ({})=({}) already exists.", cols.join(", "), vals.join(", "))
 }
 
 /// A world's version moves on once per write statement (and its `active` time with it).
