@@ -16,11 +16,11 @@ extension_sql_file!(
 #[pg_extern]
 fn _require_preloaded() {
     if !crate::preloaded() {
-        ereport!(
-            PgLogLevel::ERROR,
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        crate::api::raise_with(
+            "55000",
             "pg_worlds must be loaded via shared_preload_libraries",
-            "Add pg_worlds to shared_preload_libraries in postgresql.conf (shared_preload_libraries = 'pg_worlds') and restart the server, then run CREATE EXTENSION pg_worlds again."
+            None,
+            Some("Add pg_worlds to shared_preload_libraries in postgresql.conf (shared_preload_libraries = 'pg_worlds') and restart the server, then run CREATE EXTENSION pg_worlds again.".into()),
         );
     }
 }

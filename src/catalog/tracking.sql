@@ -10,6 +10,31 @@ LANGUAGE sql STABLE AS $$
     FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
 $$;
 
+-- A relation's name, schema-qualified and quoted whatever the search_path (for SQL text built in Rust).
+CREATE FUNCTION worlds._qualified(rel regclass) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
+$$;
+
+-- The primary key's columns, in key order ('{}' when there is none).
+CREATE FUNCTION worlds._primary_key(rel regclass) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(a.attname::text ORDER BY k.ord), '{}')
+    FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+    WHERE i.indrelid = rel AND i.indisprimary
+$$;
+
+-- 'i' one integer column, 't' any other key, 'r' no key (the whole row)
+CREATE FUNCTION worlds._key_kind(rel regclass, pk text[]) RETURNS "char"
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN cardinality(pk) = 0 THEN 'r'
+        WHEN cardinality(pk) = 1 AND (SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = rel AND attname = pk[1])
+                                     IN ('smallint', 'integer', 'bigint') THEN 'i'
+        ELSE 't' END::"char"
+$$;
+
 -- Why a table can't be compared inside a world (a column type without an equality operator), or null.
 CREATE FUNCTION worlds._unsupported_reason(rel regclass) RETURNS text
 LANGUAGE sql STABLE AS $$
@@ -50,7 +75,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- (Re)creates the overlay view of a tracked table: main as of the world's fork, minus what the world
--- shadows, plus the world's own rows. Qual-free UNION ALL branches tagged by a constant `src`, every
+-- shadows, plus the world's own rows. Qual-free UNION ALL branches tagged by a constant `_w_src`, every
 -- condition in the outer WHERE, so Postgres flattens it into an append relation and joins keep
 -- parameterized index paths into every branch (see DESIGN.md, "Shape of the view").
 -- The view's attnums equal the table's: a dropped column of the table becomes a NULL placeholder column,
@@ -90,15 +115,15 @@ BEGIN
     EXECUTE format($v$
         CREATE VIEW worlds_data.%I AS
         SELECT %s FROM (
-            SELECT %s, 0 AS src, b.ctid AS tid, 0::int8 AS seq, 0 AS w, %s AS k FROM %s b
+            SELECT %s, 0 AS _w_src, b.ctid AS _w_tid, 0::int8 AS _w_seq, 0 AS _w_world, %s AS _w_k FROM %s b
             UNION ALL
             SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s FROM worlds_data.%I d
             UNION ALL
             SELECT %s, 2, NULL::tid, h._w_hseq, 0, %s FROM worlds_data.%I h
         ) u
-        WHERE (u.src = 0 AND worlds._base_visible(%s, u.tid, u.k))
-           OR (u.src = 1 AND worlds._delta_visible(%s, u.w, u.seq))
-           OR (u.src = 2 AND worlds._history_visible(%s, u.seq, u.k))
+        WHERE (u._w_src = 0 AND worlds._base_visible(%s, u._w_tid, u._w_k))
+           OR (u._w_src = 1 AND worlds._delta_visible(%s, u._w_world, u._w_seq))
+           OR (u._w_src = 2 AND worlds._history_visible(%s, u._w_seq, u._w_k))
         $v$,
         vname, outer_cols,
         base_cols, worlds._view_key(t, 'b'), t.relid::text,
@@ -173,18 +198,8 @@ BEGIN
         RAISE EXCEPTION 'only ordinary tables can be tracked: % is not one', rel
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    SELECT array_agg(a.attname::text ORDER BY k.ord) INTO pk
-    FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-    WHERE i.indrelid = rel AND i.indisprimary;
-    IF pk IS NULL THEN
-        pk := '{}'; kind := 'r';
-    ELSIF cardinality(pk) = 1 AND (SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = rel AND attname = pk[1])
-                                  IN ('smallint', 'integer', 'bigint') THEN
-        kind := 'i';
-    ELSE
-        kind := 't';
-    END IF;
+    pk := worlds._primary_key(rel);
+    kind := worlds._key_kind(rel, pk);
     n := nextval('worlds.tables_tabno_seq');
     base := left((SELECT relname FROM pg_class WHERE oid = rel), 40) || '_' || n;
 
@@ -198,7 +213,8 @@ BEGIN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'h_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
     END IF;
-    EXECUTE format('CREATE SEQUENCE worlds_data.%I CACHE 64', 's_' || base);
+    -- no CACHE: history's order must be the real order of changes across backends
+    EXECUTE format('CREATE SEQUENCE worlds_data.%I', 's_' || base);
     -- a placeholder view so the catalog row can name it; _build_overlay replaces it
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
 
@@ -283,7 +299,7 @@ END $$;
 -- temporary or unlogged-into-worlds_data tables.
 CREATE FUNCTION worlds._trackable(rel regclass) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT c.relkind = 'r' AND c.relpersistence = 'p'
+    SELECT c.relkind = 'r' AND c.relpersistence = 'p' AND NOT c.relispartition
        AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'worlds', 'worlds_data', 'pg_toast')
        AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%'
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
@@ -298,6 +314,7 @@ DECLARE
     cmd record;
     t worlds.tables;
     a record;
+    pk text[];
 BEGIN
     -- (DDL inside a world is refused by the router before it runs)
     FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
@@ -343,6 +360,16 @@ BEGIN
             END LOOP;
             UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)
             WHERE tabno = t.tabno RETURNING * INTO t;
+            -- a primary key added (pgbench -i adds them after loading) or changed: the same storage, read by the new key
+            pk := worlds._primary_key(t.relid);
+            IF pk IS DISTINCT FROM t.key_columns THEN
+                UPDATE worlds.tables SET key_columns = pk, key_kind = worlds._key_kind(t.relid, pk)
+                WHERE tabno = t.tabno RETURNING * INTO t;
+                IF cardinality(pk) > 0 THEN
+                    EXECUTE format('CREATE INDEX ON %s (%s)', t.history, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+                    EXECUTE format('CREATE INDEX ON %s (%s)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+                END IF;
+            END IF;
             PERFORM worlds._build_overlay(t);
             SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
             PERFORM worlds._sync_checks(t);

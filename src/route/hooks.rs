@@ -63,7 +63,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
         if let Some(prev) = PREV_POST_PARSE_ANALYZE {
             pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
         }
-        if routing_active() && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && overlay::session_world().is_some() {
+        if routing_active() && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && overlay::routing_world().is_some() {
             route_query(query);
         }
     }
@@ -131,7 +131,14 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 }
                 continue;
             }
-            if let Some(&tabno) = ctx.tracked.get(&(*rte).relid) {
+            let tracked = ctx.tracked.get(&(*rte).relid).copied();
+            if tracked.is_none() && is_result {
+                refuse_untracked_write((*rte).relid);
+            }
+            if tracked.is_none() && (*rte).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char {
+                raise("0A000", format!("partitioned table {} can't be used inside a world yet", relation_name((*rte).relid)));
+            }
+            if let Some(tabno) = tracked {
                 let layout = storage::relation_layout(tabno);
                 if (*query).commandType == pg_sys::CmdType::CMD_MERGE && is_result {
                     raise("0A000", "the SQL MERGE command cannot write a tracked table inside a world yet; use INSERT ... ON CONFLICT, UPDATE or DELETE");
@@ -170,6 +177,36 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
         }
+    }
+}
+
+/// A write inside a world must never reach main: a table pg_worlds doesn't track (tracking failed, or it
+/// was untracked) is refused, unless it is the session's own temporary table or pg_worlds' own.
+unsafe fn refuse_untracked_write(relid: pg_sys::Oid) {
+    unsafe {
+        if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
+            return;
+        }
+        let ns = pg_sys::get_rel_namespace(relid);
+        let ns_name = std::ffi::CStr::from_ptr(pg_sys::get_namespace_name(ns)).to_string_lossy().into_owned();
+        if ns_name == "worlds" || ns_name == "worlds_data" || ns == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE) {
+            return;
+        }
+        raise(
+            "0A000",
+            format!(
+                "table {} is not tracked by pg_worlds, so it can't be written inside a world (the write would reach main); track it with SELECT worlds.track('{}')",
+                relation_name(relid),
+                relation_name(relid)
+            ),
+        );
+    }
+}
+
+unsafe fn relation_name(relid: pg_sys::Oid) -> String {
+    unsafe {
+        let name = pg_sys::get_rel_name(relid);
+        if name.is_null() { relid.to_u32().to_string() } else { std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned() }
     }
 }
 

@@ -23,6 +23,12 @@ pub unsafe fn datum_is_equal(a: pg_sys::Datum, b: pg_sys::Datum, by_val: bool, l
 /// What the native code needs to know of a tracked table.
 pub struct Layout {
     pub tabno: i32,
+    /// qualified, quoted names of the table and its storage, for SQL text
+    pub table_name: String,
+    pub history_name: String,
+    pub delta_name: String,
+    pub overlay_name: String,
+    pub sequence_name: String,
     pub relid: pg_sys::Oid,
     pub history: pg_sys::Oid,
     pub delta: pg_sys::Oid,
@@ -131,6 +137,7 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
+                            ARRAY[worlds._qualified(relid), worlds._qualified(history), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence)],
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
                                                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
@@ -147,8 +154,15 @@ fn load_layout(tabno: i32) -> Layout {
             };
             let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).ok().flatten().unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
             // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
+            let names: Vec<String> = row.get::<Vec<String>>(12).ok().flatten().unwrap_or_default();
+            let name = |i: usize| names.get(i).cloned().unwrap_or_default();
             Layout {
                 tabno,
+                table_name: name(0),
+                history_name: name(1),
+                delta_name: name(2),
+                overlay_name: name(3),
+                sequence_name: name(4),
                 relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
                 history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
                 delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap(),
@@ -161,7 +175,7 @@ fn load_layout(tabno: i32) -> Layout {
                 key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
                 overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 uniques: row
-                    .get::<pgrx::JsonB>(12)
+                    .get::<pgrx::JsonB>(13)
                     .ok()
                     .flatten()
                     .and_then(|j| j.0.as_array().cloned())
@@ -228,7 +242,6 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, _relid
             *t = None;
         }
     });
-    overlay::forget_plans();
 }
 
 pub fn register_callbacks() {

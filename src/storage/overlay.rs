@@ -85,14 +85,6 @@ pub fn forget_all() {
     });
 }
 
-pub fn forget_plans() {
-    WORLD.with(|w| {
-        if let Ok(mut w) = w.try_borrow_mut() {
-            *w = None;
-        }
-    });
-}
-
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
@@ -119,6 +111,17 @@ pub fn register_xact_callbacks() {
     }
 }
 
+/// The session's world for routing a query being analyzed: the one resolved last, unless the setting
+/// changed since (the statement's execution validates it again).
+pub fn routing_world() -> Option<World> {
+    if guc::in_main() {
+        return None;
+    }
+    let setting_gen = guc::world_generation();
+    let cached = WORLD.with(|w| w.borrow().as_ref().and_then(|(_, s, w)| (*s == setting_gen).then(|| w.clone())));
+    cached.or_else(session_world)
+}
+
 /// The session's world, or None in main. Resolved once per statement (a dropped world moves the session
 /// to its nearest live ancestor, as DROP WORLD promises).
 pub fn session_world() -> Option<World> {
@@ -127,10 +130,28 @@ pub fn session_world() -> Option<World> {
     }
     let gen = exec_gen();
     let setting_gen = guc::world_generation();
-    if let Some(w) = WORLD.with(|w| {
-        w.borrow().as_ref().and_then(|(g, s, w)| (*g == gen && *s == setting_gen).then(|| w.clone()))
-    }) {
-        return Some(w);
+    let cached = WORLD.with(|w| w.borrow().as_ref().and_then(|(g, s, w)| (*s == setting_gen).then(|| (*g, w.clone()))));
+    if let Some((g, w)) = cached {
+        if g == gen {
+            return Some(w);
+        }
+        // a new statement: the world is still live at the same version? (one indexed lookup, kept plan)
+        let current = as_internal(|| {
+            with_kept_plan(
+                "SELECT version FROM worlds.world WHERE num = $1 AND dropped IS NULL",
+                &[pg_sys::INT4OID],
+                |client, plan| {
+                    client
+                        .select(plan, None, &[w.num.into()])
+                        .ok()
+                        .and_then(|r| r.into_iter().next().and_then(|r| r.get::<i64>(1).ok().flatten()))
+                },
+            )
+        });
+        if current == Some(w.version) {
+            WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+            return Some(w);
+        }
     }
     let setting = guc::current_world_setting().to_string_lossy().into_owned();
     let world = as_internal(|| resolve(&setting));
@@ -319,10 +340,6 @@ fn read_key(layout: &Layout, row: &pgrx::spi::SpiHeapTupleData, ord: usize) -> O
     }
 }
 
-fn regclass_text(oid: pg_sys::Oid) -> String {
-    Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
-}
-
 /// The world part: every version of every key in the world's chain, decided in Rust.
 fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.winner.clear();
@@ -331,7 +348,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         "SELECT d._w_world, d._w_dseq, d._w_del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
          WHERE c.snap IS NULL OR pg_visible_in_snapshot(d._w_xid, c.snap::pg_snapshot)",
         key_expr(layout, "d"),
-        regclass_text(layout.delta)
+        layout.delta_name
     );
     let snaps: Vec<Option<String>> = world.layer_snapshots.clone();
     Spi::connect(|client| {
@@ -374,37 +391,69 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
 /// since the fork is hidden.
 fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     let sql = format!(
-        "SELECT _w_hseq, _w_op::text, _w_old_tid::text, _w_new_tid::text FROM {} h
+        "SELECT pg_current_snapshot()::text,
+                array_agg(_w_hseq ORDER BY _w_hseq), array_agg(_w_op::text ORDER BY _w_hseq),
+                array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq)
+         FROM {} h
          WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)
-           AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)
-         ORDER BY _w_hseq",
-        regclass_text(layout.history)
+           AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)",
+        layout.history_name
     );
-    Spi::connect(|client| {
+    let args = [cache.frontier.clone().into(), cache.main_snapshot.clone().into()];
+    with_kept_plan(&sql, &[pg_sys::TEXTOID, pg_sys::TEXTOID], |client, plan| {
         let rows = client
-            .select(&sql, None, &[cache.frontier.clone().into(), cache.main_snapshot.clone().into()])
+            .select(plan, None, &args)
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading history: {e}")));
-        for row in rows {
-            let hseq: i64 = row.get(1).ok().flatten().unwrap_or(0);
-            let op: String = row.get(2).ok().flatten().unwrap_or_default();
-            if let Some(old) = row.get::<String>(3).ok().flatten() {
-                let old = parse_tid(&old);
-                if op != "I" && !cache.created_tids.contains(&old) {
-                    cache.hist_pick.insert(hseq);
+        let Some(row) = rows.into_iter().next() else { return };
+        let now: Option<String> = row.get(1).ok().flatten();
+        let hseqs: Vec<i64> = row.get(2).ok().flatten().unwrap_or_default();
+        let ops: Vec<String> = row.get(3).ok().flatten().unwrap_or_default();
+        let olds: Vec<String> = row.get(4).ok().flatten().unwrap_or_default();
+        let news: Vec<String> = row.get(5).ok().flatten().unwrap_or_default();
+        for i in 0..hseqs.len() {
+            if !olds[i].is_empty() {
+                let old = parse_tid(&olds[i]);
+                if ops[i] != "I" && !cache.created_tids.contains(&old) {
+                    cache.hist_pick.insert(hseqs[i]);
                 }
             }
-            if let Some(new) = row.get::<String>(4).ok().flatten() {
-                cache.created_tids.insert(parse_tid(&new));
+            if !news[i].is_empty() {
+                cache.created_tids.insert(parse_tid(&news[i]));
             }
         }
-        let now: Option<String> = client
-            .select("SELECT pg_current_snapshot()::text", None, &[])
-            .ok()
-            .and_then(|r| r.into_iter().next().and_then(|r| r.get::<String>(1).ok().flatten()));
         if let Some(now) = now {
             cache.frontier = now;
         }
     });
+}
+
+thread_local! {
+    /// Plans of the per-statement cache queries, prepared once per backend (SPI_keepplan).
+    static PLANS: RefCell<HashMap<String, std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+fn with_kept_plan<R>(
+    sql: &str,
+    types: &[pg_sys::Oid],
+    f: impl FnOnce(&pgrx::spi::SpiClient, &pgrx::spi::OwnedPreparedStatement) -> R,
+) -> R {
+    Spi::connect(|client| {
+        let plan = PLANS.with(|p| p.borrow().get(sql).cloned());
+        let plan = match plan {
+            Some(p) => p,
+            None => {
+                let oids: Vec<pgrx::PgOid> = types.iter().map(|t| pgrx::PgOid::from(*t)).collect();
+                let prepared = client
+                    .prepare(sql, &oids)
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: preparing {sql}: {e}")))
+                    .keep();
+                let prepared = std::rc::Rc::new(prepared);
+                PLANS.with(|p| p.borrow_mut().insert(sql.to_string(), prepared.clone()));
+                prepared
+            }
+        };
+        f(&client, &plan)
+    })
 }
 
 // ---- visibility functions, called per row from the overlay views (raw V1 functions: the hot path) ----
@@ -575,7 +624,7 @@ fn raise_no_key(layout: &Layout) -> ! {
         "0A000",
         format!(
             "updating or deleting rows of {} inside a world needs a primary key: the table has none (inserts work)",
-            as_internal(|| regclass_text(layout.relid))
+            layout.table_name
         ),
     )
 }
@@ -669,7 +718,7 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
             format!("v.{} = ${}", quote_ident(k), pos + 1)
         })
         .collect();
-    let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", as_internal(|| regclass_text(layout.overlay)), conds.join(" AND "));
+    let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", layout.overlay_name, conds.join(" AND "));
     as_internal(|| Spi::connect(|c| c.select(&sql, None, args).map(|r| !r.is_empty()).unwrap_or(false)))
 }
 
@@ -687,12 +736,12 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
     }
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
-    let (delta, seq) = as_internal(|| (regclass_text(layout.delta), regclass_text(layout.sequence)));
+    let (delta, seq) = (&layout.delta_name, &layout.sequence_name);
     let sql = format!(
         "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval({}::regclass), $2{}{}) RETURNING _w_dseq, {}",
         if cols.is_empty() { "" } else { ", " },
         cols.join(", "),
-        quote_literal(&seq),
+        quote_literal(seq),
         if placeholders.is_empty() { "" } else { ", " },
         placeholders.join(", "),
         key_expr(layout, "d")
@@ -749,7 +798,7 @@ fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWit
         return;
     }
     let pos = |c: &String| names.iter().position(|n| n == c);
-    let overlay = as_internal(|| regclass_text(layout.overlay));
+    let overlay = &layout.overlay_name;
     for (index, cols) in &layout.uniques {
         let Some(positions) = cols.iter().map(pos).collect::<Option<Vec<usize>>>() else { continue };
         if positions.iter().any(|&p| args[p].datum().is_none()) {

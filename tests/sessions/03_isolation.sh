@@ -2,7 +2,9 @@
 # Isolation between concurrent sessions: A and A2 in world wa, B in world wb (both forked from main after
 # loading), C in main, all writing the same tables at once. Afterwards every world holds exactly main as of
 # its fork plus its own writes, and main holds exactly C's writes. A world's open transaction must not
-# block main, and its uncommitted writes are invisible to another session in the same world.
+# block main, and its uncommitted writes are invisible to another session in the same world. Also: a fork
+# taken while a main transaction is open, two main sessions updating the same rows at once after forks,
+# and a table whose column names pg_worlds' own storage also uses.
 source "$(dirname "$0")/../../scripts/lib.sh"
 # the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
 CL=${SESSIONS_CLUSTER:-test}

@@ -98,22 +98,42 @@ denied "nobody: select secret in w1" nobody w1 "select secret from t where id = 
 denied "nobody: where on secret in w1" nobody w1 "select id from t where secret = 's1'"
 denied "nobody: select * in main" nobody main "select * from t"
 
-echo "check: row-level security: a world shows each role only the rows main would"
+echo "check: row-level security: a world never shows a role rows main would hide"
+# Either the world applies the policies exactly as main does, or it refuses the table with 0A000; it must
+# never return rows the policy hides, nor accept a row the policy's check refuses.
+rls() { # rls WHAT EXPECTED ROLE WORLD SQL...: that output, or a 0A000 refusal
+  local what=$1 want=$2 out; shift 2
+  if out=$(as "$@"); then expect "$what" "$out" "$want"
+  elif echo "$out" | grep -q "ERROR:  0A000:"; then echo "  ok   $what -> refused: $(echo "$out" | grep -m1 ERROR)"; RLS_REFUSED=1
+  else bad "$what: expected '$want' or a 0A000 refusal, got: $out"; fi
+}
+RLS_REFUSED=0
 ok "app: docs in main" "1,3" app main "select string_agg(id::text, ',' order by id) from docs"
-ok "app: docs in w1" "1,3" app w1 "select string_agg(id::text, ',' order by id) from docs"
 ok "nobody: docs in main" "2" nobody main "select string_agg(id::text, ',' order by id) from docs"
-ok "nobody: docs in w1" "2" nobody w1 "select string_agg(id::text, ',' order by id) from docs"
-ok "nobody: docs count(*) in w1" "1" nobody w1 "select count(*) from docs"
-ok "app: insert into docs in w1" "" app w1 "insert into docs values (4, 'app', 'world doc')"
-ok "app: docs in w1 after insert" "1,3,4" app w1 "select string_agg(id::text, ',' order by id) from docs"
-ok "nobody: docs in w1 after app's insert" "2" nobody w1 "select string_agg(id::text, ',' order by id) from docs"
-ok "superuser: docs in w1" "1,2,3,4" postgres w1 "select string_agg(id::text, ',' order by id) from docs"
+rls "app: docs in w1" "1,3" app w1 "select string_agg(id::text, ',' order by id) from docs"
+rls "nobody: docs in w1" "2" nobody w1 "select string_agg(id::text, ',' order by id) from docs"
+rls "nobody: docs count(*) in w1" "1" nobody w1 "select count(*) from docs"
+rls "nobody: docs by id in w1" "0" nobody w1 "select count(*) from docs where id = 1"
+rls "app: insert into docs in w1" "" app w1 "insert into docs values (4, 'app', 'world doc')"
+if [ $RLS_REFUSED -eq 0 ]; then
+  rls "app: docs in w1 after insert" "1,3,4" app w1 "select string_agg(id::text, ',' order by id) from docs"
+  rls "nobody: docs in w1 after app's insert" "2" nobody w1 "select string_agg(id::text, ',' order by id) from docs"
+  ok "superuser: docs in w1" "1,2,3,4" postgres w1 "select string_agg(id::text, ',' order by id) from docs"
+  if out=$(as app w1 "insert into docs values (5, 'nobody', 'x')"); then
+    bad "app: inserting another role's row into docs in w1 should fail the policy (42501), but succeeded"
+  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
+    echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
+  else bad "app: insert another role's row into docs in w1: expected 42501 row-level security, got: $out"; fi
+else
+  echo "  note: worlds refuse tables with row-level security (0A000); checking nothing leaked"
+  rls "app: another role's row in w1" "0" app w1 "select count(*) from docs where owner <> current_user"
+  if out=$(as app w1 "insert into docs values (5, 'nobody', 'x')"); then
+    bad "app: inserting another role's row into docs in w1 succeeded (the policy would refuse it in main)"
+  elif echo "$out" | grep -qE "ERROR:  (0A000|42501):"; then
+    echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
+  else bad "app: insert another role's row into docs in w1: expected 0A000 or 42501, got: $out"; fi
+fi
 ok "superuser: docs in main" "1,2,3" postgres main "select string_agg(id::text, ',' order by id) from docs"
-if out=$(as app w1 "insert into docs values (5, 'nobody', 'x')"); then
-  bad "app: inserting another role's row into docs in w1 should fail the policy (42501), but succeeded"
-elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
-  echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
-else bad "app: insert another role's row into docs in w1: expected 42501 row-level security, got: $out"; fi
 
 if [ $failures -ne 0 ]; then echo "06_roles: $failures check(s) failed" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB" -c "drop role app" -c "drop role nobody"
