@@ -3,6 +3,7 @@
 //! invalidation (DDL, track/untrack).
 pub mod capture;
 pub mod overlay;
+pub mod snapshot_spi;
 
 use crate::api::raise;
 use pgrx::prelude::*;

@@ -12,6 +12,7 @@
 //! the world part is rebuilt when the world's version moves (O(rows the world changed)); the main part is
 //! brought forward incrementally from the last snapshot seen (O(rows main changed since)). The world's
 //! own writes update the cache in place, so a statement sees its earlier rows.
+use super::snapshot_spi::{self, arg};
 use super::{as_internal, relation_layout, Layout};
 use crate::api::raise;
 use crate::guc;
@@ -137,16 +138,15 @@ pub fn session_world() -> Option<World> {
         }
         // a new statement: the world is still live at the same version? (one indexed lookup, kept plan)
         let current = as_internal(|| {
-            with_kept_plan(
+            snapshot_spi::query(
                 "SELECT version FROM worlds.world WHERE num = $1 AND dropped IS NULL",
                 &[pg_sys::INT4OID],
-                |client, plan| {
-                    client
-                        .select(plan, None, &[w.num.into()])
-                        .ok()
-                        .and_then(|r| r.into_iter().next().and_then(|r| r.get::<i64>(1).ok().flatten()))
-                },
+                &[arg(w.num)],
+                |r| r.get::<i64>(1),
             )
+            .into_iter()
+            .next()
+            .flatten()
         });
         if current == Some(w.version) {
             WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
@@ -351,39 +351,44 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         layout.delta_name
     );
     let snaps: Vec<Option<String>> = world.layer_snapshots.clone();
-    Spi::connect(|client| {
-        let rows = client
-            .select(&sql, None, &[world.chain.clone().into(), snaps.into()])
-            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading world rows: {e}")));
-        // best (layer, dseq) per key: the nearest layer wins, then its latest version
-        let mut best: HashMap<Key, (usize, i64, bool)> = HashMap::new();
-        for row in rows {
-            let w: i32 = row.get(1).ok().flatten().unwrap_or(0);
-            let dseq: i64 = row.get(2).ok().flatten().unwrap_or(0);
-            let del: bool = row.get(3).ok().flatten().unwrap_or(false);
-            let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
-            match read_key(layout, &row, 4) {
-                Some(k) => {
-                    let e = best.entry(k).or_insert((layer, dseq, del));
-                    if layer < e.0 || (layer == e.0 && dseq > e.1) {
-                        *e = (layer, dseq, del);
-                    }
-                }
-                None => {
-                    // a table without a key: every added row of the chain is seen
-                    if !del {
-                        cache.delta_pick.insert(dseq);
-                    }
+    let kind = layout.key_kind;
+    let rows = snapshot_spi::query(
+        &sql,
+        &[pg_sys::INT4ARRAYOID, pg_sys::TEXTARRAYOID],
+        &[arg(world.chain.clone()), arg(snaps)],
+        |row| {
+            let key = match kind {
+                b'i' => row.get::<i64>(4).map(Key::I),
+                b't' => row.get::<String>(4).map(Key::T),
+                _ => None,
+            };
+            (row.get::<i32>(1).unwrap_or(0), row.get::<i64>(2).unwrap_or(0), row.get::<bool>(3).unwrap_or(false), key)
+        },
+    );
+    // best (layer, dseq) per key: the nearest layer wins, then its latest version
+    let mut best: HashMap<Key, (usize, i64, bool)> = HashMap::new();
+    for (w, dseq, del, key) in rows {
+        let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
+        match key {
+            Some(k) => {
+                let e = best.entry(k).or_insert((layer, dseq, del));
+                if layer < e.0 || (layer == e.0 && dseq > e.1) {
+                    *e = (layer, dseq, del);
                 }
             }
-        }
-        for (k, (_, dseq, del)) in best {
-            if !del {
+            // a table without a key: every added row of the chain is seen
+            None if !del => {
                 cache.delta_pick.insert(dseq);
             }
-            cache.winner.insert(k, (dseq, del));
+            None => {}
         }
-    });
+    }
+    for (k, (_, dseq, del)) in best {
+        if !del {
+            cache.delta_pick.insert(dseq);
+        }
+        cache.winner.insert(k, (dseq, del));
+    }
 }
 
 /// The main part: history entries that became visible since the frontier (and were not visible at the
@@ -399,61 +404,35 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
            AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)",
         layout.history_name
     );
-    let args = [cache.frontier.clone().into(), cache.main_snapshot.clone().into()];
-    with_kept_plan(&sql, &[pg_sys::TEXTOID, pg_sys::TEXTOID], |client, plan| {
-        let rows = client
-            .select(plan, None, &args)
-            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading history: {e}")));
-        let Some(row) = rows.into_iter().next() else { return };
-        let now: Option<String> = row.get(1).ok().flatten();
-        let hseqs: Vec<i64> = row.get(2).ok().flatten().unwrap_or_default();
-        let ops: Vec<String> = row.get(3).ok().flatten().unwrap_or_default();
-        let olds: Vec<String> = row.get(4).ok().flatten().unwrap_or_default();
-        let news: Vec<String> = row.get(5).ok().flatten().unwrap_or_default();
-        for i in 0..hseqs.len() {
-            if !olds[i].is_empty() {
-                let old = parse_tid(&olds[i]);
-                if ops[i] != "I" && !cache.created_tids.contains(&old) {
-                    cache.hist_pick.insert(hseqs[i]);
-                }
-            }
-            if !news[i].is_empty() {
-                cache.created_tids.insert(parse_tid(&news[i]));
+    let rows = snapshot_spi::query(
+        &sql,
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+        &[arg(cache.frontier.clone()), arg(cache.main_snapshot.clone())],
+        |row| {
+            (
+                row.get::<String>(1),
+                row.get::<Vec<i64>>(2).unwrap_or_default(),
+                row.get::<Vec<String>>(3).unwrap_or_default(),
+                row.get::<Vec<String>>(4).unwrap_or_default(),
+                row.get::<Vec<String>>(5).unwrap_or_default(),
+            )
+        },
+    );
+    let Some((now, hseqs, ops, olds, news)) = rows.into_iter().next() else { return };
+    for i in 0..hseqs.len() {
+        if !olds[i].is_empty() {
+            let old = parse_tid(&olds[i]);
+            if ops[i] != "I" && !cache.created_tids.contains(&old) {
+                cache.hist_pick.insert(hseqs[i]);
             }
         }
-        if let Some(now) = now {
-            cache.frontier = now;
+        if !news[i].is_empty() {
+            cache.created_tids.insert(parse_tid(&news[i]));
         }
-    });
-}
-
-thread_local! {
-    /// Plans of the per-statement cache queries, prepared once per backend (SPI_keepplan).
-    static PLANS: RefCell<HashMap<String, std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
-}
-
-fn with_kept_plan<R>(
-    sql: &str,
-    types: &[pg_sys::Oid],
-    f: impl FnOnce(&pgrx::spi::SpiClient, &pgrx::spi::OwnedPreparedStatement) -> R,
-) -> R {
-    Spi::connect(|client| {
-        let plan = PLANS.with(|p| p.borrow().get(sql).cloned());
-        let plan = match plan {
-            Some(p) => p,
-            None => {
-                let oids: Vec<pgrx::PgOid> = types.iter().map(|t| pgrx::PgOid::from(*t)).collect();
-                let prepared = client
-                    .prepare(sql, &oids)
-                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: preparing {sql}: {e}")))
-                    .keep();
-                let prepared = std::rc::Rc::new(prepared);
-                PLANS.with(|p| p.borrow_mut().insert(sql.to_string(), prepared.clone()));
-                prepared
-            }
-        };
-        f(&client, &plan)
-    })
+    }
+    if let Some(now) = now {
+        cache.frontier = now;
+    }
 }
 
 // ---- visibility functions, called per row from the overlay views (raw V1 functions: the hot path) ----
@@ -708,6 +687,52 @@ fn key_exists(layout: &Layout, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple
     key_visible(layout, &names, &args)
 }
 
+/// Serializes writers of one key in one world (a transaction-level advisory lock), then returns the
+/// world's own latest version of the key as this statement saw it and as committed now.
+fn serialize_key(
+    layout: &Layout,
+    world: &World,
+    names: &[String],
+    args: &[pgrx::datum::DatumWithOid],
+) -> (Option<i64>, Option<(i64, bool)>) {
+    let key_args: Vec<pgrx::datum::DatumWithOid> = layout
+        .key_columns
+        .iter()
+        .map(|k| {
+            let p = names.iter().position(|n| n == k).unwrap();
+            unsafe { pgrx::datum::DatumWithOid::new_from_datum(args[p].datum(), args[p].oid()) }
+        })
+        .collect();
+    let conds = layout
+        .key_columns
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let placeholders = (0..layout.key_columns.len()).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ");
+    let lock = format!("SELECT pg_advisory_xact_lock({}, hashtext($1::text || '/' || ROW({placeholders})::text))", layout.tabno);
+    let latest = format!(
+        "SELECT d._w_dseq, d._w_del FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
+        layout.delta_name
+    );
+    let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
+    all.extend(key_args);
+    as_internal(|| {
+        // the statement's snapshot
+        let seen = snapshot_query(&latest, &all).into_iter().next().flatten();
+        Spi::connect_mut(|c| {
+            c.update(&lock, None, &all).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            // read-write: a fresh snapshot, taken after the lock
+            let now = c
+                .update(&latest, None, &all)
+                .ok()
+                .and_then(|r| r.into_iter().next().map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<bool>(2).ok().flatten().unwrap_or(false))));
+            (seen, now)
+        })
+    })
+}
+
 fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
     with_cache(layout.tabno, |_| ());
     let conds: Vec<String> = layout
@@ -719,17 +744,37 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
         })
         .collect();
     let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", layout.overlay_name, conds.join(" AND "));
-    as_internal(|| Spi::connect(|c| c.select(&sql, None, args).map(|r| !r.is_empty()).unwrap_or(false)))
+    as_internal(|| !snapshot_query(&sql, args).is_empty())
+}
+
+/// A query over the world's rows with the statement's snapshot (see snapshot_spi), arguments as given.
+fn snapshot_query(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<Option<i64>> {
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    snapshot_spi::query(sql, &types, &values, |r| r.get::<i64>(1))
 }
 
 /// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
 fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
     let (names, args) = row_args(desc, tuple);
-    if check_key && layout.key_kind != b'r' && key_visible(layout, &names, &args) {
-        // the key must not be visible in the world already (23505, as Postgres words it)
-        let constraint = as_internal(|| primary_key_name(layout));
-        raise_duplicate(&constraint, &layout.key_columns, &names, &args);
+    if layout.key_kind != b'r' {
+        let (seen, latest) = serialize_key(layout, world, &names, &args);
+        if check_key {
+            // a new key must not be visible in the world already, nor written by a concurrent session
+            // that committed since this statement began (23505, as Postgres words it)
+            if key_visible(layout, &names, &args) || latest.is_some_and(|(_, del)| !del) {
+                let constraint = as_internal(|| primary_key_name(layout));
+                raise_duplicate(&constraint, &layout.key_columns, &names, &args);
+            }
+        } else if seen != latest.map(|(dseq, _)| dseq) {
+            // the row this statement read was changed by a concurrent session in the same world since:
+            // like REPEATABLE READ, refuse rather than lose that update (retry the transaction)
+            raise(
+                "40001",
+                format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+            );
+        }
     }
     if !del {
         check_unique(layout, &names, &args);
@@ -815,7 +860,7 @@ fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWit
             conds.push(format!("NOT ({same_row})"));
         }
         let sql = format!("SELECT 1 FROM {overlay} v WHERE {} LIMIT 1", conds.join(" AND "));
-        let clash = as_internal(|| Spi::connect(|c| c.select(&sql, None, args).map(|r| !r.is_empty()).unwrap_or(false)));
+        let clash = as_internal(|| !snapshot_query(&sql, args).is_empty());
         if clash {
             raise_duplicate(index, cols, names, args);
         }
@@ -874,6 +919,11 @@ fn bump_version(world: &World) {
             .and_then(|r| r.into_iter().next().and_then(|r| r.get::<i64>(1).ok().flatten()))
         })
     });
+    if new_version != Some(world.version + 1) {
+        // another session wrote the world since this statement's cache was built: start over
+        forget_all();
+        return;
+    }
     if let Some(v) = new_version {
         // caches of this world were brought up to date in place: they stay valid at the new version
         CACHES.with(|c| {

@@ -1,0 +1,74 @@
+//! Read-only SPI against the statement's own snapshot.
+//!
+//! pgrx's `select` runs read-only only while the transaction has no xid; once a world has written in
+//! this transaction, every query would take a fresh snapshot. The overlay cache must see exactly what the
+//! statement's scan sees (or a base row and its before-image could both show), so its queries go through
+//! here: `SPI_execute_plan(..., read_only = true)` on plans prepared once and kept for the backend.
+use crate::api::raise;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    static PLANS: RefCell<HashMap<String, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
+}
+
+/// One result row.
+pub struct Row {
+    tuple: pg_sys::HeapTuple,
+    desc: pg_sys::TupleDesc,
+}
+
+impl Row {
+    /// Column `ord` (1-based) as T, None when NULL.
+    pub fn get<T: FromDatum>(&self, ord: usize) -> Option<T> {
+        unsafe {
+            let mut isnull = false;
+            let d = pg_sys::SPI_getbinval(self.tuple, self.desc, ord as i32, &mut isnull);
+            T::from_datum(d, isnull)
+        }
+    }
+}
+
+/// Runs `sql` (with `$n` parameters of the given types) read-only on the active snapshot and calls `f`
+/// for each row. The plan is prepared once per backend and kept.
+pub fn query<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], mut f: impl FnMut(&Row) -> R) -> Vec<R> {
+    Spi::connect(|_client| unsafe {
+        let plan = plan_for(sql, types);
+        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
+        let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), true, 0);
+        if rc < 0 {
+            raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
+        }
+        let table = pg_sys::SPI_tuptable;
+        let mut out = Vec::new();
+        if !table.is_null() {
+            for i in 0..pg_sys::SPI_processed as usize {
+                let row = Row { tuple: *(*table).vals.add(i), desc: (*table).tupdesc };
+                out.push(f(&row));
+            }
+        }
+        out
+    })
+}
+
+unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
+    if let Some(p) = PLANS.with(|p| p.borrow().get(sql).copied()) {
+        return p;
+    }
+    let c = std::ffi::CString::new(sql).unwrap();
+    let mut types = types.to_vec();
+    let plan = unsafe { pg_sys::SPI_prepare(c.as_ptr(), types.len() as i32, types.as_mut_ptr()) };
+    if plan.is_null() {
+        raise("XX000", format!("pg_worlds: could not prepare {sql}"));
+    }
+    unsafe { pg_sys::SPI_keepplan(plan) };
+    PLANS.with(|p| p.borrow_mut().insert(sql.to_string(), plan));
+    plan
+}
+
+/// The datum of a Rust value, for `query`'s arguments.
+pub fn arg<T: IntoDatum>(v: T) -> Option<pg_sys::Datum> {
+    v.into_datum()
+}
