@@ -12,6 +12,7 @@
 use crate::api::{raise, raise_with};
 use crate::storage::capture::MERGE_SOURCE;
 use crate::storage::overlay::quote_ident;
+use crate::storage::overlay::{base_of, with_world, world_by_num, World};
 use crate::storage::{as_internal, relation_layout, Layout};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
@@ -58,6 +59,8 @@ pub fn resolve_world(name: &str) -> WorldRow {
 #[derive(Clone, Debug)]
 pub struct Changed {
     pub key: String,
+    /// the key's columns as a JSON object (the row itself for a table without a key)
+    pub key_obj: Value,
     pub base: Option<Value>,
     pub ours: Option<Value>,
     pub theirs: Option<Value>,
@@ -155,11 +158,15 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             c.select(&sql, None, &[world.num.into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .into_iter()
-                .map(|r| Changed {
-                    key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
-                    base: None,
-                    ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
-                    theirs: None,
+                .map(|r| {
+                    let ours = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
+                    Changed {
+                        key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        key_obj: ours.clone().unwrap_or(Value::Null),
+                        base: None,
+                        ours,
+                        theirs: None,
+                    }
                 })
                 .collect()
         })
@@ -180,8 +187,10 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
              SELECT o.k,
                     CASE WHEN o.del THEN NULL ELSE o.row END,
                     (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
-                    (SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1)
+                    (SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1),
+                    {kobj}
              FROM o ORDER BY {okeys}",
+            kobj = json_object_expr("o", &layout.key_columns),
             ktext = key_text_expr(layout, "d"),
             dobj = json_object_expr("d", &cols),
             tmatch = key_match(layout, "t", "o"),
@@ -202,6 +211,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                     };
                     Changed {
                         key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        key_obj: r.get::<JsonB>(5).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
                         ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
                         theirs,
                         base,
@@ -276,7 +286,7 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "DIFF compares a world with its fork point: main has none; name a world (DIFF WORLD name)");
         }
-        let mut tables: Vec<(String, std::rc::Rc<Layout>, Vec<(String, Option<Value>, Option<Value>)>)> = world_changes(&world)
+        let tables: Vec<DiffTable> = world_changes(&world)
             .into_iter()
             .map(|t| {
                 let rows = t.rows.into_iter().filter(|r| r.base != r.ours).map(|r| (r.key, r.base, r.ours)).collect::<Vec<_>>();
@@ -284,42 +294,140 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
             })
             .filter(|t| !t.2.is_empty())
             .collect();
-        tables.sort_by(|a, b| counts(&b.2).0.cmp(&counts(&a.2).0).then(a.0.cmp(&b.0)));
-        if !tables.is_empty() {
-            let summary = tables
-                .iter()
-                .map(|(t, _, rows)| {
-                    let (d, u, i) = counts(rows);
-                    format!("{}: {} deleted, {} updated, {} inserted", short_name(t), fmt_count(d), fmt_count(u), fmt_count(i))
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            pgrx::notice!("{}: {}", world.name, summary);
-        }
-        let mut out = Vec::new();
-        for pass in [true, false] {
-            for (table, layout, rows) in &tables {
-                for (key, before, after) in rows {
-                    if (change_kind(before, after) == "delete") != pass {
-                        continue;
-                    }
-                    if req.as_sql {
-                        out.push(serde_json::json!({ "sql": as_sql(table, layout, before, after) }));
-                    } else {
-                        let cols = changed_columns(before.as_ref(), after.as_ref());
-                        out.push(serde_json::json!({
-                            "table": short_name(table), "id": key, "change": change_kind(before, after),
-                            "before": before, "after": after, "columns": cols,
-                        }));
-                    }
+        render_diff(&world.name, tables, req.as_sql, req.limit)
+    })
+}
+
+type DiffTable = (String, std::rc::Rc<Layout>, Vec<(String, Option<Value>, Option<Value>)>);
+
+/// DIFF's output: a NOTICE with what each table loses (tables that delete most first), then deleted rows,
+/// then the rest, each part in key order; or the statements that make the change (AS SQL).
+fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
+    tables.sort_by(|a, b| counts(&b.2).0.cmp(&counts(&a.2).0).then(a.0.cmp(&b.0)));
+    if !tables.is_empty() {
+        let summary = tables
+            .iter()
+            .map(|(t, _, rows)| {
+                let (d, u, i) = counts(rows);
+                format!("{}: {} deleted, {} updated, {} inserted", short_name(t), fmt_count(d), fmt_count(u), fmt_count(i))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        pgrx::notice!("{}: {}", label, summary);
+    }
+    let mut out = Vec::new();
+    for pass in [true, false] {
+        for (table, layout, rows) in &tables {
+            for (key, before, after) in rows {
+                if (change_kind(before, after) == "delete") != pass {
+                    continue;
+                }
+                if as_sql_out {
+                    out.push(serde_json::json!({ "sql": as_sql(table, layout, before, after) }));
+                } else {
+                    let cols = changed_columns(before.as_ref(), after.as_ref());
+                    out.push(serde_json::json!({
+                        "table": short_name(table), "id": key, "change": change_kind(before, after),
+                        "before": before, "after": after, "columns": cols,
+                    }));
                 }
             }
         }
-        if let Some(n) = req.limit {
-            out.truncate(n.max(0) as usize);
+    }
+    if let Some(n) = limit {
+        out.truncate(n.max(0) as usize);
+    }
+    out
+}
+
+/// DIFF WORLD a TO b: what turns a into b, for any two worlds (main included). The rows compared are the
+/// ones either side's chain changed, and the ones main changed since either side forked: O(rows changed).
+pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
+    as_internal(|| {
+        let side = |name: &str| -> Option<World> {
+            if name.contains('@') {
+                raise("0A000", format!("'{name}' is a moment: reading a world as it was needs time travel, which this version of pg_worlds does not have yet"));
+            }
+            let w = resolve_world(name);
+            world_by_num(w.num)
+        };
+        let (a, b) = (side(from), side(to));
+        let worlds: Vec<i32> = a.iter().chain(b.iter()).flat_map(|w| w.chain.clone()).collect();
+        let snapshots: Vec<String> = a.iter().chain(b.iter()).map(|w| w.main_snapshot.clone()).collect();
+        let mut tables: Vec<DiffTable> = Vec::new();
+        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+            let keys = candidate_keys(l, &worlds, &snapshots);
+            if keys.is_empty() {
+                continue;
+            }
+            let before = with_world(a.clone(), || read_rows(l, &keys));
+            let after = with_world(b.clone(), || read_rows(l, &keys));
+            let mut rows: Vec<(Value, Option<Value>, Option<Value>)> = keys
+                .into_iter()
+                .filter_map(|k| {
+                    let t = k.to_string();
+                    let (x, y) = (before.get(&t).cloned(), after.get(&t).cloned());
+                    (x != y).then_some((k, x, y))
+                })
+                .collect();
+            rows.sort_by(|x, y| compare_keys(&x.0, &y.0, &l.key_columns));
+            let rows: Vec<(String, Option<Value>, Option<Value>)> =
+                rows.into_iter().map(|(k, x, y)| (key_text(&k, &l.key_columns), x, y)).collect();
+            if !rows.is_empty() {
+                tables.push((l.table_name.clone(), l.clone(), rows));
+            }
         }
-        out
+        render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit)
     })
+}
+
+/// Keys of one table that any of these worlds wrote, or main changed since any of these snapshots.
+fn candidate_keys(l: &Layout, worlds: &[i32], snapshots: &[String]) -> Vec<Value> {
+    let kobj_d = json_object_expr("d", &l.key_columns);
+    let kobj_h = json_object_expr("h", &l.key_columns);
+    let sql = format!(
+        "SELECT DISTINCT k FROM (
+             SELECT {kobj_d} AS k FROM {} d WHERE d._w_world = ANY($1)
+             UNION ALL
+             SELECT {kobj_h} FROM {} h, unnest($2::text[]) AS s(snap)
+             WHERE h._w_xid >= pg_snapshot_xmin(s.snap::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, s.snap::pg_snapshot)
+         ) x",
+        l.delta_name, l.history_name
+    );
+    Spi::connect(|c| {
+        c.select(&sql, None, &[worlds.to_vec().into(), snapshots.to_vec().into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .into_iter()
+            .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
+            .collect()
+    })
+}
+
+fn compare_keys(a: &Value, b: &Value, cols: &[String]) -> std::cmp::Ordering {
+    for c in cols {
+        let o = match (&a[c], &b[c]) {
+            (Value::Number(x), Value::Number(y)) => x.as_f64().partial_cmp(&y.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
+            (x, y) => x.to_string().cmp(&y.to_string()),
+        };
+        if o != std::cmp::Ordering::Equal {
+            return o;
+        }
+    }
+    std::cmp::Ordering::Equal
+}
+
+/// A key as the spec prints it: `7`, or `(1,abc)` for several columns.
+fn key_text(k: &Value, cols: &[String]) -> String {
+    let part = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    if cols.len() == 1 {
+        part(&k[&cols[0]])
+    } else {
+        format!("({})", cols.iter().map(|c| part(&k[c])).collect::<Vec<_>>().join(","))
+    }
 }
 
 fn sql_literal(v: &Value) -> String {
@@ -449,12 +557,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         let target_num = into.as_ref().map(|i| i.num).unwrap_or(world.parent.unwrap_or(0));
-        if target_num != 0 {
-            raise(
-                "0A000",
-                format!("merging {} into a world (not main) is not supported by this version of pg_worlds yet; merge its parent chain into main first", world.name),
-            );
-        }
+        // a world target is read and written through its overlay; main through its tables and history
+        let target_world = world_by_num(target_num);
+        let target_name = target_world.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| "main".into());
         // serialize merges of this world and into its target
         Spi::connect_mut(|c| {
             c.update("SELECT num FROM worlds.world WHERE num IN ($1, $2) ORDER BY num FOR UPDATE", None, &[world.num.into(), target_num.into()])
@@ -478,7 +583,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
             .collect();
         layouts.retain(|l| world_touched(l, &world));
-        if !req.dry_run {
+        if !req.dry_run && target_world.is_none() {
             for l in &layouts {
                 let t = regclass_text(l.relid);
                 Spi::run(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")).ok();
@@ -487,8 +592,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let resolve: HashMap<(pg_sys::Oid, String), Pick> =
             req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
         let mut plan: Vec<Planned> = Vec::new();
+        let base_world = world_by_num(world.num).and_then(|w| base_of(&w));
         for l in &layouts {
-            let t = gather(l, &world);
+            let mut t = gather(l, &world);
+            other_sides(l, &mut t.rows, base_world.as_ref(), target_world.as_ref());
             let mbc = merge_by_columns(l);
             for row in t.rows {
                 if let Some(keys) = &only_keys {
@@ -533,23 +640,26 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS, or REBASE WORLD first.".into()),
             );
         }
-        let applied = apply(&plan, &world);
+        let applied = match &target_world {
+            None => apply(&plan, &world),
+            Some(t) => with_world(Some(t.clone()), || apply(&plan, &world)),
+        };
         let partial = only_tables.is_some() || only_keys.is_some();
-        let target_name = "main";
+        let target_name = target_name.as_str();
         Spi::connect_mut(|c| {
             if partial {
                 c.update("UPDATE worlds.world SET version = version + 1 WHERE num = $1", None, &[world.num.into()]).ok();
                 c.update(
-                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), (0, 'merged part of ' || $2, $4)",
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), ($5, 'merged part of ' || $2, $4)",
                     None,
-                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into()],
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into(), target_num.into()],
                 )
                 .ok();
             } else {
                 c.update(
-                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged into ' || $3, $4), (0, 'merged ' || $2, $4)",
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged into ' || $3, $4), ($5, 'merged ' || $2, $4)",
                     None,
-                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into()],
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), (applied as i64).into(), target_num.into()],
                 )
                 .ok();
             }
@@ -567,6 +677,51 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             });
         }
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
+    })
+}
+
+/// For merges that don't go straight into main from a world of main: the parent as of the fork (when the
+/// parent is a world) and the target now (when the target is a world), read through their overlays.
+fn other_sides(l: &Layout, rows: &mut [Changed], base_world: Option<&World>, target_world: Option<&World>) {
+    if l.key_kind == b'r' || rows.is_empty() {
+        return;
+    }
+    let keys: Vec<Value> = rows.iter().map(|r| r.key_obj.clone()).collect();
+    if let Some(b) = base_world {
+        let seen = with_world(Some(b.clone()), || read_rows(l, &keys));
+        for r in rows.iter_mut() {
+            r.base = seen.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+    if let Some(t) = target_world {
+        let seen = with_world(Some(t.clone()), || read_rows(l, &keys));
+        for r in rows.iter_mut() {
+            r.theirs = seen.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+}
+
+/// The rows with these keys as the current reader (a world under `with_world`, or main) sees them,
+/// by key (the key object's JSON text).
+pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
+    let cols = live_columns(l.relid);
+    let table = &l.table_name;
+    let sql = format!(
+        "SELECT {}, {} FROM jsonb_populate_recordset(NULL::{table}, $1) k JOIN {table} t ON {}",
+        json_object_expr("t", &l.key_columns),
+        json_object_expr("t", &cols),
+        key_match(l, "t", "k")
+    );
+    Spi::connect(|c| {
+        c.select(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .into_iter()
+            .filter_map(|r| {
+                let k = r.get::<JsonB>(1).ok().flatten()?.0;
+                let row = r.get::<JsonB>(2).ok().flatten()?.0;
+                Some((k.to_string(), row))
+            })
+            .collect()
     })
 }
 

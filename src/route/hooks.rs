@@ -50,6 +50,10 @@ pub fn install_hooks() {
 /// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a
 /// transaction where the catalog can be read.)
 fn routing_active() -> bool {
+    if overlay::override_active() {
+        // a merge or diff reading or writing another world on purpose
+        return unsafe { pg_sys::IsTransactionState() };
+    }
     !guc::in_main() && !storage::internal() && unsafe { pg_sys::IsTransactionState() }
 }
 
@@ -75,7 +79,22 @@ struct RouteContext {
     overlays: std::collections::HashSet<pg_sys::Oid>,
 }
 
+thread_local! {
+    /// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
+    static ROUTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 unsafe fn route_query(query: *mut pg_sys::Query) {
+    if ROUTING.with(|r| r.replace(true)) {
+        return;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ROUTING.with(|r| r.set(false));
+        }
+    }
+    let _reset = Reset;
     let tracked = storage::tracked_tables();
     if tracked.is_empty() {
         return;

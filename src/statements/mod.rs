@@ -107,12 +107,11 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             );
             tag(t)
         }
-        Statement::Diff { from, to, as_sql, limit } => {
-            if to.is_some() {
-                raise("0A000", "DIFF ... TO is not supported by this version of pg_worlds yet; DIFF WORLD a compares a with its fork point");
-            }
-            merge::diff(DiffRequest { world: from, as_sql, limit })
+        Statement::Diff { from, to: Some(to), as_sql, limit } => {
+            let from = from.unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
+            merge::diff_to(&from, &to, as_sql, limit)
         }
+        Statement::Diff { from, to: None, as_sql, limit } => merge::diff(DiffRequest { world: from, as_sql, limit }),
         Statement::Merge { name, clauses: c, .. } => merge::merge(MergeRequest {
             world: name,
             into: c.into,

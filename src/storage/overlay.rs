@@ -115,6 +115,9 @@ pub fn register_xact_callbacks() {
 /// The session's world for routing a query being analyzed: the one resolved last, unless the setting
 /// changed since (the statement's execution validates it again).
 pub fn routing_world() -> Option<World> {
+    if let Some(w) = OVERRIDE.with(|o| o.borrow().clone()) {
+        return w;
+    }
     if guc::in_main() {
         return None;
     }
@@ -126,6 +129,9 @@ pub fn routing_world() -> Option<World> {
 /// The session's world, or None in main. Resolved once per statement (a dropped world moves the session
 /// to its nearest live ancestor, as DROP WORLD promises).
 pub fn session_world() -> Option<World> {
+    if let Some(w) = OVERRIDE.with(|o| o.borrow().clone()) {
+        return w;
+    }
     if guc::in_main() {
         return None;
     }
@@ -185,61 +191,110 @@ fn resolve(setting: &str) -> Option<World> {
         };
         let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);
         let dropped: bool = row.get(2).ok().flatten().unwrap_or(false);
-        // the chain, from the world up to main
-        let load_chain = |num: i32| {
-            client
-                .select(
-                    "WITH RECURSIVE c AS (
-                         SELECT num, name, parent, version, fork_snapshot::text AS snap, dropped, 0 AS lvl FROM worlds.world WHERE num = $1
-                         UNION ALL
-                         SELECT w.num, w.name, w.parent, w.version, w.fork_snapshot::text, w.dropped, c.lvl + 1
-                         FROM worlds.world w JOIN c ON w.num = c.parent)
-                     SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
-                    None,
-                    &[num.into()],
-                )
-                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                .into_iter()
-                .map(|r| {
-                    (
-                        r.get::<i32>(1).ok().flatten().unwrap_or(0),
-                        r.get::<String>(2).ok().flatten().unwrap_or_default(),
-                        r.get::<i64>(3).ok().flatten().unwrap_or(0),
-                        r.get::<String>(4).ok().flatten(),
-                        r.get::<bool>(5).ok().flatten().unwrap_or(false),
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut chain = load_chain(num);
         if dropped {
             // carry on from the nearest live ancestor
+            let chain = load_chain(num);
             let live = chain.iter().find(|c| !c.4).cloned();
             let (lnum, lname) = live.map(|c| (c.0, c.1)).unwrap_or((0, "main".to_string()));
             set_session_world(&lname);
             num = lnum;
-            if num == 0 {
-                return None;
-            }
-            chain = load_chain(num);
         }
-        if num == 0 {
-            return None;
-        }
-        let layers: Vec<_> = chain.iter().filter(|c| c.0 != 0).cloned().collect();
-        let mut layer_snapshots = vec![None];
-        for i in 1..layers.len() {
-            layer_snapshots.push(layers[i - 1].3.clone());
-        }
-        Some(World {
-            num,
-            name: layers[0].1.clone(),
-            version: layers[0].2,
-            chain: layers.iter().map(|c| c.0).collect(),
-            layer_snapshots,
-            main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
-        })
+        world_by_num(num)
     })
+}
+
+/// One row of a world's chain: (num, name, version, fork snapshot, dropped).
+type ChainRow = (i32, String, i64, Option<String>, bool);
+
+/// The chain from a world up to main (the world first).
+fn load_chain(num: i32) -> Vec<ChainRow> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE c AS (
+                     SELECT num, name, parent, version, fork_snapshot::text AS snap, dropped, 0 AS lvl FROM worlds.world WHERE num = $1
+                     UNION ALL
+                     SELECT w.num, w.name, w.parent, w.version, w.fork_snapshot::text, w.dropped, c.lvl + 1
+                     FROM worlds.world w JOIN c ON w.num = c.parent)
+                 SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
+                None,
+                &[num.into()],
+            )
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .into_iter()
+            .map(|r| {
+                (
+                    r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                    r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                    r.get::<i64>(3).ok().flatten().unwrap_or(0),
+                    r.get::<String>(4).ok().flatten(),
+                    r.get::<bool>(5).ok().flatten().unwrap_or(false),
+                )
+            })
+            .collect()
+    })
+}
+
+/// A world as the overlay reads it, by number (None for main).
+pub fn world_by_num(num: i32) -> Option<World> {
+    if num == 0 {
+        return None;
+    }
+    let chain = load_chain(num);
+    let layers: Vec<_> = chain.iter().filter(|c| c.0 != 0).cloned().collect();
+    let mut layer_snapshots = vec![None];
+    for i in 1..layers.len() {
+        layer_snapshots.push(layers[i - 1].3.clone());
+    }
+    Some(World {
+        num,
+        name: layers[0].1.clone(),
+        version: layers[0].2,
+        chain: layers.iter().map(|c| c.0).collect(),
+        layer_snapshots,
+        main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
+    })
+}
+
+/// What a world stood on when it forked: its parent as of the fork (None when the parent is main, which
+/// the caller reads from history). A pseudo-world with a negative number, so caches keep it apart.
+pub fn base_of(world: &World) -> Option<World> {
+    if world.chain.len() < 2 {
+        return None;
+    }
+    Some(World {
+        num: -world.num,
+        name: format!("{} (fork point)", world.name),
+        version: world.version,
+        chain: world.chain[1..].to_vec(),
+        layer_snapshots: world.layer_snapshots[1..].to_vec(),
+        main_snapshot: world.main_snapshot.clone(),
+    })
+}
+
+thread_local! {
+    /// While set, the overlay reads (and the router routes into) this world instead of the session's:
+    /// how merges and diffs read and write other worlds.
+    static OVERRIDE: RefCell<Option<Option<World>>> = const { RefCell::new(None) };
+}
+
+pub fn override_active() -> bool {
+    OVERRIDE.with(|o| o.borrow().is_some())
+}
+
+/// Runs f reading and writing as `world` (None: main), routed even inside pg_worlds' own work.
+pub fn with_world<R>(world: Option<World>, f: impl FnOnce() -> R) -> R {
+    struct Guard(Option<Option<World>>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| *o.borrow_mut() = self.0.take());
+            next_statement();
+        }
+    }
+    let previous = OVERRIDE.with(|o| o.borrow_mut().replace(world));
+    next_statement();
+    let _g = Guard(previous);
+    f()
 }
 
 pub fn set_session_world(name: &str) {
