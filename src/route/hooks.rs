@@ -108,12 +108,18 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
         .collect();
     let mut ctx = RouteContext { tracked, overlays };
     unsafe {
-        route_walker(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
+        // called directly, not through the guarded walker: an error must unwind through this frame (so
+        // the ROUTING flag resets), not longjmp over it
+        route_node(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
     }
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn route_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe { route_node(node, context) }
+}
+
+unsafe fn route_node(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
     unsafe {
         if node.is_null() {
             return false;

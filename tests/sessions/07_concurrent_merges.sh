@@ -173,7 +173,7 @@ same_key() {
     if [ "$(rc_of ${t}m$i)" = 0 ]; then winner="$winner$i"; else loser="$loser$i"; fi
   done
   if [ ${#winner} -ne 1 ] || [ ${#loser} -ne 1 ]; then
-    bad "$t: expected exactly one merge to succeed; succeeded: '${winner}', failed: '${loser}' (${t}m1: $(rc_of ${t}m1) $(cat "$OUT/${t}m1.err") | ${t}m2: $(rc_of ${t}m2) $(cat "$OUT/${t}m2.err"))"
+    bad "$t: expected exactly one merge to succeed; succeeded: '${winner}', failed: '${loser}' (${t}m1: exit $(rc_of ${t}m1) $(tag_of ${t}m1) $(cat "$OUT/${t}m1.err") | ${t}m2: exit $(rc_of ${t}m2) $(tag_of ${t}m2) $(cat "$OUT/${t}m2.err"); main acct 90 now $(q main "select v from acct where id = 90"); worlds left: $(q main "select string_agg(name, ',') from worlds.show_worlds() where name like '${t}_'"))"
     return
   fi
   echo "  ok   $t: exactly one merge succeeded (${t}$winner: $(tag_of ${t}m$winner))"
