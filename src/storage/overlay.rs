@@ -40,6 +40,30 @@ pub struct World {
     pub main_snapshot: String,
 }
 
+/// FxHash: the sets below are probed once per row of every scan in a world; SipHash is needlessly slow there.
+#[derive(Default, Clone, Copy)]
+pub struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<Fx>;
+type FastSet<T> = HashSet<T, FxBuild>;
+type FastMap<K, V> = HashMap<K, V, FxBuild>;
+
 #[derive(Default)]
 struct TableCache {
     checked_gen: u64,
@@ -47,19 +71,19 @@ struct TableCache {
     world_version: i64,
     main_snapshot: String,
     // world part
-    winner: HashMap<Key, (i64, bool)>,
-    delta_pick: HashSet<i64>,
+    winner: FastMap<Key, (i64, bool)>,
+    delta_pick: FastSet<i64>,
     // main part
     frontier: String,
-    created_tids: HashSet<u64>,
-    hist_pick: HashSet<i64>,
+    created_tids: FastSet<u64>,
+    hist_pick: FastSet<i64>,
 }
 
 thread_local! {
     /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
     static EXEC_GEN: Cell<u64> = const { Cell::new(1) };
     static WORLD: RefCell<Option<(u64, u64, World)>> = const { RefCell::new(None) };
-    static CACHES: RefCell<HashMap<i32, TableCache>> = RefCell::new(HashMap::new());
+    static CACHES: RefCell<FastMap<i32, TableCache>> = RefCell::new(FastMap::default());
     /// (lxid, statement start) of the last statement that bumped the world's version
     static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
 }
@@ -339,11 +363,17 @@ unsafe fn tid_of_datum(d: pg_sys::Datum) -> u64 {
 /// Makes sure the cache of one table is current for this statement, and runs f on it.
 fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
     let gen = exec_gen();
-    let fresh = CACHES.with(|c| c.borrow().get(&tabno).map(|t| t.checked_gen == gen).unwrap_or(false));
-    if !fresh {
-        validate(tabno, gen);
+    let mut f = Some(f);
+    // the hot path: one lookup when the cache is current for this statement
+    let done = CACHES.with(|c| match c.borrow().get(&tabno) {
+        Some(t) if t.checked_gen == gen => Some((f.take().unwrap())(t)),
+        _ => None,
+    });
+    if let Some(r) = done {
+        return r;
     }
-    CACHES.with(|c| f(c.borrow().get(&tabno).expect("validated")))
+    validate(tabno, gen);
+    CACHES.with(|c| (f.take().unwrap())(c.borrow().get(&tabno).expect("validated")))
 }
 
 fn validate(tabno: i32, gen: u64) {
@@ -428,7 +458,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         },
     );
     // best (layer, dseq) per key: the nearest layer wins, then its latest version
-    let mut best: HashMap<Key, (usize, i64, bool)> = HashMap::new();
+    let mut best: FastMap<Key, (usize, i64, bool)> = FastMap::default();
     for (w, dseq, del, key) in rows {
         let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
         match key {
@@ -526,10 +556,12 @@ unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> 
 unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
-        let tid = tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1));
-        let key = arg_key(fcinfo, 2, int_key);
         let visible = with_cache(tabno, |c| {
-            !c.created_tids.contains(&tid) && key.as_ref().map(|k| !c.winner.contains_key(k)).unwrap_or(true)
+            // fast paths: nothing main created since the fork, nothing the world shadows
+            if !c.created_tids.is_empty() && c.created_tids.contains(&tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1))) {
+                return false;
+            }
+            c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true)
         });
         pg_sys::Datum::from(visible)
     }
@@ -564,9 +596,9 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let hseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).value() as i64;
-        let key = arg_key(fcinfo, 2, int_key);
         let visible = with_cache(tabno, |c| {
-            c.hist_pick.contains(&hseq) && key.as_ref().map(|k| !c.winner.contains_key(k)).unwrap_or(true)
+            c.hist_pick.contains(&hseq)
+                && (c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true))
         });
         pg_sys::Datum::from(visible)
     }
