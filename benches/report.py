@@ -109,8 +109,9 @@ def markdown(rs, meta, explain_dir):
     for k in ("date", "commit", "build", "machine", "postgres", "sizes", "repetitions", "duration", "load"):
         if k in m:
             out.append(f"- **{k}**: {m[k]}")
-    if "note" in m:
-        out += ["", m["note"]]
+    for k in ("warning", "note"):
+        if k in m:
+            out += ["", ("**Warning**: " if k == "warning" else "") + m[k]]
     out += ["", "| " + " | ".join(h for _, h in COLS) + " |", "|" + "---|" * len(COLS)]
     out += ["| " + " | ".join(r[k] for k, _ in COLS) + " |" for r in rs]
     missed = [r for r in rs if r["missed"]]

@@ -43,6 +43,9 @@ WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
 START=$SECONDS LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
+LIBRARY=$($PG_CONFIG --pkglibdir)/pg_worlds.so
+library_id() { stat -c '%i %Y %s' "$LIBRARY" 2>/dev/null || echo missing; }  # changes when it is reinstalled
+LIBRARY_START=$(library_id)
 
 # ---------------------------------------------------------------------------------------------- helpers
 step() { echo "-- $(date +%T) $*"; }
@@ -288,7 +291,7 @@ measure_p6() {
   ts=$(sql bench_reads -c "select clock_timestamp()")
   sql bench_reads -c "update items set price = price + 1 where id % 100 = 1"
   echo "select count(*) from items;" >"$WORK/plain.sql"
-  echo "select count(*) from worlds.as_of(null::items, '$ts');" >"$WORK/asof.sql"
+  echo "select count(*) from worlds.as_of(null::items, '$ts'::timestamptz);" >"$WORK/asof.sql"
   for rep in $(seq $REPS); do
     bench main bench_reads -f "$WORK/plain.sql" -T $T_READ; p=$(latency)
     bench main bench_reads -f "$WORK/asof.sql" -T $T_READ; a=$(latency)
@@ -322,6 +325,7 @@ write_meta() {
     printf 'repetitions\t%s\n' $REPS
     printf 'load\tload average %s at the start, %s at the end (1 minute; other work on the machine adds noise)\n' "$LOAD_START" "$(cut -d' ' -f1 /proc/loadavg)"
     printf 'duration\t%s s for the whole run, loading included\n' $((SECONDS - START))
+    [ -z "${LIBRARY_NOTE:-}" ] || printf 'warning\t%s\n' "$LIBRARY_NOTE"
     [ "${BENCH_BUILD:-}" != debug ] || printf 'note\t%s\n' "**This run used a debug build of pg_worlds** (\`cargo pgrx install\` without \`--release\`): the extension's native code (capture trigger, overlay visibility functions, merge) runs unoptimised, so every figure that goes through it is pessimistic. Re-run with a release build before treating a missed goal as final."
   } >"$WORK/meta.tsv"
 }
@@ -346,6 +350,11 @@ if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it res
   group "P1wn P1sn" measure_p1_nopreload
 fi
 step "done in $((SECONDS - START)) s"
+if [ "$(library_id)" != "$LIBRARY_START" ]; then
+  [ $MODE = smoke ] || FAILED=1
+  LIBRARY_NOTE="pg_worlds.so was reinstalled during this run: figures may mix two builds (and errors like 'could not access file \"pg_worlds\"' come from the reinstall). Run again."
+  echo "bench: WARNING: $LIBRARY_NOTE" >&2
+fi
 echo
 if [ $MODE = full ]; then
   write_meta

@@ -64,9 +64,17 @@ conninfo() {
   echo "host=$dir/sock port=$(cat "$dir/port") user=postgres dbname=${2:-postgres}"
 }
 
-# install_extension [--release]: build and install into the system Postgres (removing the old .so first:
-# overwriting a loaded library in place crashes running backends)
+# install_extension [--release]: build a package, then install it into the system Postgres. The old .so is
+# removed (not overwritten) only once the build succeeded: overwriting a loaded library in place crashes
+# running backends, and a failed build must leave the installed one alone.
 install_extension() {
-  rm -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so"
-  (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" "$@" >"$RUN_DIR/install.log" 2>&1) || { tail -40 "$RUN_DIR/install.log"; return 1; }
+  local mode=--debug profile=debug
+  [ "${1:-}" = --release ] && { mode=; profile=release; }
+  local pkg="$ROOT/target/$profile/pg_worlds-pg15"
+  (cd "$ROOT" && cargo pgrx package $mode --pg-config "$PG_CONFIG" >"$RUN_DIR/install.log" 2>&1) || { tail -40 "$RUN_DIR/install.log"; return 1; }
+  local libdir sharedir
+  libdir=$($PG_CONFIG --pkglibdir); sharedir=$($PG_CONFIG --sharedir)
+  rm -f "$libdir/pg_worlds.so"
+  cp "$pkg$libdir/pg_worlds.so" "$libdir/pg_worlds.so"
+  cp "$pkg$sharedir/extension/"pg_worlds* "$sharedir/extension/"
 }

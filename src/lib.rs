@@ -7,6 +7,7 @@
 //! - `storage`    history capture on main, world deltas, the overlay read cache
 //! - `merge`      DIFF, MERGE (and DRY RUN), REBASE: gather three sides, decide (worlds_core), apply
 //! - `statements` `worlds.sql(text)`: the spec's statements, parsed by `worlds_core::grammar`
+//! - `time`       RESTORE WORLD and UNDO MERGE (moments, AS OF, checkpoints, SHOW HISTORY are SQL)
 //! - `api`        small SQL-callable helpers shared by the above
 use pgrx::prelude::*;
 
@@ -17,6 +18,7 @@ pub mod merge;
 pub mod route;
 pub mod statements;
 pub mod storage;
+pub mod time;
 
 ::pgrx::pg_module_magic!(name, version);
 

@@ -20,6 +20,7 @@ CREATE TABLE worlds.world (
     active        timestamptz,
     pinned        boolean NOT NULL DEFAULT false,
     fork_snapshot pg_snapshot,                         -- the parent's snapshot when this world forked
+    rebased       timestamptz,                         -- when its fork point last moved (REBASE)
     dropped       timestamptz                          -- null while live
 );
 CREATE UNIQUE INDEX world_live_name ON worlds.world (name) WHERE dropped IS NULL;

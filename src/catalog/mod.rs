@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 extension_sql_file!("catalog.sql", name = "catalog", bootstrap);
 extension_sql_file!("tracking.sql", name = "tracking", requires = ["catalog"]);
 extension_sql_file!("lifecycle.sql", name = "lifecycle", requires = ["catalog"]);
+extension_sql_file!("time.sql", name = "time", requires = ["lifecycle"]);
 extension_sql_file!(
     "install.sql",
     name = "install",

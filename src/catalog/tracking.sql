@@ -206,7 +206,7 @@ BEGIN
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_hseq int8 NOT NULL, _w_xid xid8 NOT NULL, _w_at timestamptz NOT NULL, _w_op "char" NOT NULL, _w_old_tid tid, _w_new_tid tid, _w_src text%s)',
                    'h_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
-    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
+    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
                    'd_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
     IF kind <> 'r' THEN

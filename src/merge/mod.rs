@@ -76,7 +76,7 @@ fn regclass_text(oid: pg_sys::Oid) -> String {
     Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
 }
 
-fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
+pub fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
     Spi::connect(|c| {
         c.select(
             "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
@@ -88,7 +88,7 @@ fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
     })
 }
 
-fn json_object_expr(alias: &str, cols: &[String]) -> String {
+pub fn json_object_expr(alias: &str, cols: &[String]) -> String {
     // jsonb_build_object takes at most 100 arguments: concatenate chunks of 50 columns
     let parts: Vec<String> = cols
         .chunks(50)
@@ -121,7 +121,7 @@ fn key_text_expr(layout: &Layout, alias: &str) -> String {
     }
 }
 
-fn key_match(layout: &Layout, a: &str, b: &str) -> String {
+pub fn key_match(layout: &Layout, a: &str, b: &str) -> String {
     layout
         .key_columns
         .iter()
@@ -131,7 +131,7 @@ fn key_match(layout: &Layout, a: &str, b: &str) -> String {
 }
 
 /// Every tracked table, with its layout.
-fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
+pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
     let tabnos: Vec<i32> = Spi::connect(|c| {
         c.select("SELECT tabno FROM worlds.tables ORDER BY relid::oid", None, &[])
             .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
@@ -224,7 +224,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
 }
 
 /// The table name as the spec prints it in ids ('orders/7'): unqualified when in the search path.
-fn short_name(table: &str) -> String {
+pub fn short_name(table: &str) -> String {
     table.rsplit('.').next().unwrap_or(table).trim_matches('"').to_string()
 }
 
@@ -491,12 +491,13 @@ pub struct MergeRequest {
     pub dry_run: bool,
 }
 
-struct Planned {
-    table: String,
-    layout: std::rc::Rc<Layout>,
-    merge_by_columns: bool,
-    row: Changed,
-    decision: Decision,
+/// One row of a plan: the three sides and what to do with it.
+pub struct Planned {
+    pub table: String,
+    pub layout: std::rc::Rc<Layout>,
+    pub merge_by_columns: bool,
+    pub row: Changed,
+    pub decision: Decision,
 }
 
 fn regclass_of(name: &str) -> pg_sys::Oid {
@@ -820,13 +821,19 @@ fn fk_depth() -> HashMap<pg_sys::Oid, i32> {
 /// Applies the settled rows to main: deletes children-first, then inserts and updates parents-first,
 /// one set-based statement per table and kind. Returns the rows applied.
 fn apply(plan: &[Planned], world: &WorldRow) -> usize {
+    apply_plan(plan, Some(world.id.clone()))
+}
+
+/// Writes each planned row's result where the row is now `theirs` (the reader's table: main, or a world
+/// under `with_world`). History records `source` as where the changes came from.
+pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
     struct Guard;
     impl Drop for Guard {
         fn drop(&mut self) {
             MERGE_SOURCE.with(|s| *s.borrow_mut() = None);
         }
     }
-    MERGE_SOURCE.with(|s| *s.borrow_mut() = Some(world.id.clone()));
+    MERGE_SOURCE.with(|s| *s.borrow_mut() = source);
     let _g = Guard;
     let depth = fk_depth();
     let mut by_table: Vec<(pg_sys::Oid, &std::rc::Rc<Layout>, String)> = Vec::new();
@@ -1013,7 +1020,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         }
         Spi::connect_mut(|c| {
             c.update(
-                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), version = version + 1 WHERE num = $1",
+                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), version = version + 1, rebased = clock_timestamp() WHERE num = $1",
                 None,
                 &[world.num.into()],
             )

@@ -7,7 +7,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use crate::merge::{self, DiffRequest, MergeRequest, RebaseRequest};
-use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, Side, Statement};
+use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, RestoreTarget, Side, Statement};
 use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
@@ -133,22 +133,26 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             resolve: picks(resolve),
             at_version,
         }),
-        other => raise("0A000", format!("{} is not supported by this version of pg_worlds yet", statement_name(&other))),
-    }
-}
-
-fn statement_name(s: &Statement) -> &'static str {
-    match s {
-        Statement::Diff { .. } => "DIFF",
-        Statement::Merge { .. } => "MERGE WORLD",
-        Statement::Rebase { .. } => "REBASE WORLD",
-        Statement::ShowHistory { .. } => "SHOW HISTORY",
-        Statement::UndoMerge { .. } => "UNDO MERGE",
-        Statement::Restore { .. } => "RESTORE WORLD",
-        Statement::Checkpoint { .. } => "CHECKPOINT WORLD",
-        Statement::SetHistoryRetention { .. } => "ALTER SYSTEM SET history_retention",
-        Statement::ShowHistoryRetention => "SHOW history_retention",
-        _ => "this statement",
+        Statement::ShowHistory { name, limit } => rows(
+            "SELECT * FROM worlds.show_history(world => $1, \"limit\" => $2)",
+            &[name.into(), limit.unwrap_or(100).into()],
+        ),
+        Statement::Checkpoint { name, label } => {
+            call_tag("SELECT worlds.checkpoint_world(name => $1, label => $2)", &[name.into(), label.into()])
+        }
+        Statement::Restore { name, to } => {
+            let (when, checkpoint) = match to {
+                RestoreTarget::When(text) => (Some(moment_text(&text)), None),
+                RestoreTarget::Expr(expr) => (Some(moment_expr(&expr)), None),
+                RestoreTarget::Checkpoint(label) => (None, Some(label)),
+            };
+            tag(crate::time::restore(&name, when, checkpoint))
+        }
+        Statement::UndoMerge { name, skip_changed } => tag(crate::time::undo_merge(&name, skip_changed)),
+        Statement::SetHistoryRetention { value } => {
+            call_tag("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
+        }
+        Statement::ShowHistoryRetention => rows("SELECT worlds.history_retention() AS history_retention", &[]),
     }
 }
 
@@ -290,3 +294,34 @@ RETURNS text LANGUAGE sql AS $$ SELECT worlds._rebase(world, "using", by_columns
     name = "merge_functions",
     requires = [_diff, _merge, _rebase],
 );
+
+/// A moment written as a string: its time (22P02 when it isn't one, 22023 outside the history window).
+fn moment_text(text: &str) -> String {
+    Spi::get_one_with_args::<String>("SELECT worlds.moment($1::text)::text", &[text.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// A moment written as an expression (a timestamp, timestamptz or date value): evaluated with the
+/// caller's rights. The grammar guarantees balanced parentheses and no `;`.
+fn moment_expr(expr: &str) -> String {
+    let sql = format!("SELECT worlds.moment(({expr}))::text");
+    match Spi::get_one::<String>(&sql) {
+        Ok(Some(t)) => t,
+        _ => raise("22P02", format!("AS OF needs a time: {expr} is not one")),
+    }
+}
+
+#[pg_extern]
+fn restore_world(name: &str, to_moment: Option<pgrx::datum::TimestampWithTimeZone>, to_checkpoint: Option<&str>) -> String {
+    let when = to_moment.map(|t| {
+        Spi::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[t.into()]).ok().flatten().unwrap_or_default()
+    });
+    crate::time::restore(name, when, to_checkpoint.map(str::to_string))
+}
+
+#[pg_extern]
+fn undo_merge(name: &str, skip_changed: default!(bool, false)) -> String {
+    crate::time::undo_merge(name, skip_changed)
+}

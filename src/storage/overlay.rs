@@ -86,6 +86,8 @@ thread_local! {
     static CACHES: RefCell<FastMap<i32, TableCache>> = RefCell::new(FastMap::default());
     /// (lxid, statement start) of the last statement that bumped the world's version
     static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
+    /// its 'write' event in worlds.event
+    static WRITE_EVENT: Cell<i64> = const { Cell::new(0) };
 }
 
 pub fn next_statement() {
@@ -999,9 +1001,22 @@ fn duplicate_detail(cols: &[String], names: &[String], args: &[pgrx::datum::Datu
 fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
     if BUMPED.with(|b| b.get()) == stmt {
+        // one more row of this statement's write, for SHOW HISTORY
+        let event = WRITE_EVENT.with(|e| e.get());
+        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + 1 WHERE seq = $1", &[event.into()])).ok();
         return;
     }
     BUMPED.with(|b| b.set(stmt));
+    let event = as_internal(|| {
+        Spi::get_one_with_args::<i64>(
+            "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'write', 1) RETURNING seq",
+            &[world.num.into()],
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(0);
+    WRITE_EVENT.with(|e| e.set(event));
     let new_version = as_internal(|| {
         Spi::connect_mut(|c| {
             c.update(

@@ -1,0 +1,80 @@
+-- Time travel and undo: AS OF, moments, CHECKPOINT / RESTORE, UNDO MERGE, SHOW HISTORY, history_retention.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+-- for errors whose message carries a time: the SQLSTATE and the message's shape
+CREATE FUNCTION state(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || regexp_replace(sqlerrm, 'moment .*? is ', 'moment … is '); END $$;
+CREATE TABLE orders (id int PRIMARY KEY, status text);
+INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g;
+CREATE TEMP TABLE t0 AS SELECT clock_timestamp() AS at;
+SELECT pg_sleep(0.05);
+UPDATE orders SET status = 'paid' WHERE id = 2;
+DELETE FROM orders WHERE id = 3;
+INSERT INTO orders VALUES (6, 'new');
+UPDATE orders SET status = 'shipped' WHERE id = 2;
+-- AS OF: the table as it was; now and then join in one statement (the spec's example)
+SELECT * FROM worlds.as_of(NULL::orders, (SELECT at FROM t0)) ORDER BY id;
+SELECT now.id, now.status, old.status
+FROM orders now JOIN worlds.as_of(NULL::orders, (SELECT at FROM t0)) old ON old.id = now.id
+WHERE old.status <> now.status;
+SELECT count(*) FROM worlds.as_of(NULL::orders, 'now');
+-- moments: a time (UTC unless it gives an offset), now, a time ago; anything else 22P02; outside 22023
+SELECT worlds.moment(to_char(now() AT TIME ZONE 'UTC' - interval '1 hour', 'YYYY-MM-DD HH24:MI')) = date_trunc('minute', now() - interval '1 hour') AS utc_unless_offset,
+       worlds.moment(to_char(now() AT TIME ZONE 'UTC' - interval '1 hour', 'YYYY-MM-DD HH24:MI') || '+02') = date_trunc('minute', now() - interval '3 hours') AS with_offset;
+SELECT abs(extract(epoch FROM worlds.moment('-1 second') - (now() - interval '1 second'))) < 0.01 AS ago;
+SELECT try($$select worlds.moment('soon')$$);
+SELECT try($$select * from worlds.as_of(null::orders, 'garbage')$$);
+SELECT state($$select worlds.moment('-3 days')$$);
+SELECT state($$select worlds.moment('2999-01-01 00:00+02')$$);
+-- CHECKPOINT WORLD name AS 'label'; the same label again moves it; RESTORE ... TO CHECKPOINT
+SELECT * FROM worlds.sql('checkpoint world main as ''before''');
+UPDATE orders SET status = 'oops';
+SELECT * FROM worlds.sql('checkpoint world main as ''oops''');
+SELECT * FROM worlds.sql('restore world main to checkpoint ''before''');
+SELECT * FROM orders ORDER BY id;
+SELECT try($$select * from worlds.sql('restore world main to checkpoint ''nope''')$$);
+-- RESTORE main TO a moment: an ordinary write (history keeps what it replaced)
+SELECT * FROM worlds.sql(format('restore world main to %L', (SELECT at FROM t0)));
+SELECT * FROM orders ORDER BY id;
+SELECT state($$select * from worlds.sql('restore world main to ''-3 days''')$$);
+SELECT try($$select * from worlds.sql('restore world main to ''whenever''')$$);
+-- RESTORE a world to its checkpoint
+SELECT * FROM worlds.sql('create world bot_task');
+SET worlds.world = bot_task;
+UPDATE orders SET status = 'bot' WHERE id IN (1, 2);
+SELECT * FROM worlds.sql('checkpoint world bot_task as ''before''');
+UPDATE orders SET status = 'bot broke it' WHERE id = 1;
+DELETE FROM orders WHERE id = 4;
+RESET worlds.world;
+SELECT * FROM worlds.sql('restore world bot_task to checkpoint ''before''');
+SET worlds.world = bot_task; SELECT * FROM orders ORDER BY id; RESET worlds.world;
+-- a time before the world's last rebase: 55000
+SELECT * FROM worlds.sql('checkpoint world bot_task as ''pre_rebase''');
+SELECT pg_sleep(0.01);
+SELECT * FROM worlds.sql('rebase world bot_task');
+SELECT left(try($$select * from worlds.sql('restore world bot_task to checkpoint ''pre_rebase''')$$), 5);
+-- UNDO MERGE: puts back every row the merge changed; rows changed again since: 40001 unless SKIP CHANGED
+SELECT * FROM worlds.sql('create world agent_7');
+SET worlds.world = agent_7;
+UPDATE orders SET status = 'agent' WHERE id IN (1, 2);
+INSERT INTO orders VALUES (7, 'agent');
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world agent_7');
+UPDATE orders SET status = 'changed again' WHERE id = 1;
+SELECT try($$select * from worlds.sql('undo merge of world agent_7')$$);
+SELECT * FROM worlds.sql('undo merge of world agent_7 skip changed');
+SELECT * FROM orders ORDER BY id;
+SELECT try($$select * from worlds.sql('undo merge of world never_merged')$$);
+-- SHOW HISTORY: newest first; a dropped world's name still works
+SELECT world, event, rows FROM worlds.show_history('agent_7');
+SELECT world, event, rows FROM worlds.show_history('bot_task', "limit" => 3);
+SELECT count(*) FROM worlds.sql('show history for world agent_7 limit 2');
+-- history_retention: default 1 day
+SELECT * FROM worlds.sql('show history_retention');
+SELECT * FROM worlds.sql('alter system set history_retention = ''2 days''');
+SELECT * FROM worlds.sql('show history_retention');
+SELECT * FROM worlds.sql('alter system set history_retention to ''0''');
+SELECT state($$select worlds.moment('-1 minute')$$);
+SELECT try($$select * from worlds.sql('alter system set history_retention = ''forever''')$$);

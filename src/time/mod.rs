@@ -1,0 +1,262 @@
+//! RESTORE WORLD and UNDO MERGE: writing rows back as they were, as ordinary writes (history keeps what
+//! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql).
+use crate::api::{raise, raise_with};
+use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts, Changed, Planned};
+use crate::storage::overlay::{base_of, with_world, world_by_num};
+use crate::storage::{as_internal, Layout};
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use serde_json::Value;
+use worlds_core::merge::{Decision, Outcome};
+
+fn planned(layout: &std::rc::Rc<Layout>, key: String, key_obj: Value, now: Option<Value>, then: Option<Value>) -> Planned {
+    Planned {
+        table: layout.table_name.clone(),
+        layout: layout.clone(),
+        merge_by_columns: false,
+        row: Changed { key, key_obj, base: then.clone(), ours: then.clone(), theirs: now },
+        decision: Decision { outcome: Outcome::Apply, result: then },
+    }
+}
+
+fn key_text_of(obj: &Value, cols: &[String]) -> String {
+    let part = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if cols.len() == 1 {
+        part(&obj[&cols[0]])
+    } else {
+        format!("({})", cols.iter().map(|c| part(&obj[c])).collect::<Vec<_>>().join(","))
+    }
+}
+
+/// For each key of main's table changed since `at`: (key object, the row then, the row now).
+fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option<Value>)> {
+    let cols = live_columns(l.relid);
+    let kobj_h = json_object_expr("h", &l.key_columns);
+    let sql = format!(
+        "WITH first AS (
+             SELECT DISTINCT ON ({kobj_h}::text) {kobj_h} AS k, h._w_op AS op, {hrow} AS row
+             FROM {hist} h WHERE h._w_at > $1::timestamptz ORDER BY {kobj_h}::text, h._w_hseq)
+         SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
+                (SELECT to_jsonb(t) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) k WHERE {kmatch})
+         FROM first f",
+        hrow = json_object_expr("h", &cols),
+        hist = l.history_name,
+        table = l.table_name,
+        kmatch = key_match(l, "t", "k"),
+    );
+    Spi::connect(|c| {
+        c.select(&sql, None, &[at.into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .into_iter()
+            .map(|r| {
+                (
+                    r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
+                    r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                    r.get::<JsonB>(3).ok().flatten().map(|j| j.0),
+                )
+            })
+            .collect()
+    })
+}
+
+/// RESTORE WORLD name TO when | TO CHECKPOINT 'label'. `when` is already a moment's text.
+pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> String {
+    crate::api::refuse_in_transaction("RESTORE WORLD");
+    as_internal(|| {
+        let world = crate::merge::resolve_world(name);
+        let at: String = match (&when, &checkpoint) {
+            (_, Some(label)) => Spi::get_one_with_args::<String>(
+                "SELECT at::text FROM worlds.checkpoint WHERE world = $1 AND label = $2",
+                &[world.num.into(), label.clone().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| raise("22023", format!("world {} has no checkpoint '{label}'", world.name))),
+            (Some(w), None) => w.clone(),
+            (None, None) => raise("42601", "RESTORE WORLD needs TO when or TO CHECKPOINT 'label'"),
+        };
+        // inside the history window (22023), and not before the world's last rebase (55000)
+        Spi::get_one_with_args::<String>("SELECT worlds._in_window($1::timestamptz)::text", &[at.clone().into()]).ok();
+        if world.num != 0 {
+            let before_rebase = Spi::get_one_with_args::<bool>(
+                "SELECT coalesce(rebased > $2::timestamptz, false) FROM worlds.world WHERE num = $1",
+                &[world.num.into(), at.clone().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if before_rebase {
+                raise(
+                    "55000",
+                    format!("{} is before world {}'s last rebase: put back on the new fork point, the old rows would undo at its merge what the parent changed in between", at, world.name),
+                );
+            }
+        }
+        let mut plan = Vec::new();
+        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+            let rows = if world.num == 0 { main_changes_since(l, &at) } else { world_changes_since(l, world.num, &at) };
+            for (k, then, now) in rows {
+                if then != now {
+                    plan.push(planned(l, key_text_of(&k, &l.key_columns), k, now, then));
+                }
+            }
+        }
+        let n = if world.num == 0 {
+            apply_plan(&plan, None)
+        } else {
+            with_world(world_by_num(world.num), || apply_plan(&plan, None))
+        };
+        format!("RESTORE {n}")
+    })
+}
+
+/// For a world: each key its own layer wrote since `at` — (key, the row it saw then, the row it sees now).
+fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Value, Option<Value>, Option<Value>)> {
+    let cols = live_columns(l.relid);
+    let kobj_d = json_object_expr("d", &l.key_columns);
+    // the latest version of each key written at or before `at`, and whether it was written after
+    let sql = format!(
+        "SELECT k, (SELECT CASE WHEN d2._w_del THEN NULL ELSE {drow2} END FROM {delta} d2
+                    WHERE d2._w_world = $1 AND {kobj_d2}::text = x.k::text AND d2._w_at <= $2::timestamptz
+                    ORDER BY d2._w_dseq DESC LIMIT 1),
+                EXISTS (SELECT 1 FROM {delta} d3 WHERE d3._w_world = $1 AND {kobj_d3}::text = x.k::text AND d3._w_at <= $2::timestamptz)
+         FROM (SELECT DISTINCT {kobj_d} AS k FROM {delta} d WHERE d._w_world = $1 AND d._w_at > $2::timestamptz) x",
+        delta = l.delta_name,
+        drow2 = json_object_expr("d2", &cols),
+        kobj_d2 = json_object_expr("d2", &l.key_columns),
+        kobj_d3 = json_object_expr("d3", &l.key_columns),
+    );
+    let rows: Vec<(Value, Option<Value>, bool)> = Spi::connect(|c| {
+        c.select(&sql, None, &[num.into(), at.into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .into_iter()
+            .map(|r| {
+                (
+                    r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
+                    r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                    r.get::<bool>(3).ok().flatten().unwrap_or(false),
+                )
+            })
+            .collect()
+    });
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let keys: Vec<Value> = rows.iter().map(|r| r.0.clone()).collect();
+    let w = world_by_num(num);
+    let now = with_world(w.clone(), || crate::merge::read_rows(l, &keys));
+    // keys the world hadn't written by then read as its parent did at the fork
+    let unwritten: Vec<Value> = rows.iter().filter(|r| !r.2).map(|r| r.0.clone()).collect();
+    let base = if unwritten.is_empty() {
+        Default::default()
+    } else {
+        with_world(w.as_ref().and_then(base_of), || crate::merge::read_rows(l, &unwritten))
+    };
+    rows.into_iter()
+        .map(|(k, then, written)| {
+            let t = k.to_string();
+            let then = if written { then } else { base.get(&t).cloned() };
+            (k, then, now.get(&t).cloned())
+        })
+        .collect()
+}
+
+/// UNDO MERGE [OF] [WORLD] name [SKIP CHANGED]: puts back in main every row the world's latest merge
+/// changed; rows changed again since refuse it (40001, naming up to 10) unless SKIP CHANGED.
+pub fn undo_merge(name: &str, skip_changed: bool) -> String {
+    crate::api::refuse_in_transaction("UNDO MERGE");
+    as_internal(|| {
+        // the merged world is usually gone: its name still works
+        let found = Spi::connect(|c| {
+            c.select(
+                "SELECT w.id, w.name, e.at >= now() - worlds.history_retention(), e.event
+                 FROM worlds.world w JOIN worlds.event e ON e.world = w.num
+                 WHERE (w.name = $1 OR w.id = $1) AND e.event LIKE 'merged %into %'
+                 ORDER BY e.seq DESC LIMIT 1",
+                None,
+                &[name.into()],
+            )
+            .ok()
+            .and_then(|r| {
+                r.into_iter().next().map(|r| {
+                    (
+                        r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                        r.get::<bool>(3).ok().flatten().unwrap_or(false),
+                        r.get::<String>(4).ok().flatten().unwrap_or_default(),
+                    )
+                })
+            })
+        });
+        let Some((id, wname, in_window, event)) = found else {
+            raise("22023", format!("no merge of {name} within the history window"));
+        };
+        if !in_window {
+            raise("22023", format!("no merge of {wname} within the history window"));
+        }
+        if !event.ends_with("into main") {
+            raise("0A000", format!("undoing a merge into a world ({event}) is not supported by this version of pg_worlds yet"));
+        }
+        let mut plan = Vec::new();
+        let mut changed_since = Vec::new();
+        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+            let cols = live_columns(l.relid);
+            let kobj = json_object_expr("h", &l.key_columns);
+            // the merge's own entries: the latest transaction that wrote main with this world as source
+            let sql = format!(
+                "WITH m AS (SELECT * FROM {hist} h WHERE h._w_src = $1
+                             AND h._w_xid = (SELECT max(_w_xid) FROM {hist} WHERE _w_src = $1)),
+                      first AS (SELECT DISTINCT ON ({kobj}::text) {kobj} AS k, h._w_op AS op, {hrow} AS row
+                                FROM m h ORDER BY {kobj}::text, h._w_hseq),
+                      last AS (SELECT {kobj}::text AS kt, max(h._w_hseq) AS hseq FROM m h GROUP BY 1)
+                 SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
+                        (SELECT to_jsonb(t) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
+                        EXISTS (SELECT 1 FROM {hist} h JOIN last ON last.kt = {kobj}::text
+                                WHERE last.kt = f.k::text AND h._w_hseq > last.hseq)
+                 FROM first f",
+                hist = l.history_name,
+                hrow = json_object_expr("h", &cols),
+                table = l.table_name,
+                kmatch = key_match(l, "t", "kk"),
+            );
+            let rows: Vec<(Value, Option<Value>, Option<Value>, bool)> = Spi::connect(|c| {
+                c.select(&sql, None, &[id.clone().into()])
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
+                            r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                            r.get::<JsonB>(3).ok().flatten().map(|j| j.0),
+                            r.get::<bool>(4).ok().flatten().unwrap_or(false),
+                        )
+                    })
+                    .collect()
+            });
+            for (k, before, now, again) in rows {
+                let key = key_text_of(&k, &l.key_columns);
+                if again {
+                    changed_since.push(format!("{}/{}", short_name(&l.table_name), key));
+                    continue;
+                }
+                if before != now {
+                    plan.push(planned(l, key, k, now, before));
+                }
+            }
+        }
+        if !changed_since.is_empty() && !skip_changed {
+            let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            raise_with(
+                "40001",
+                format!("undoing the merge of {wname}: rows changed again since: {shown}; nothing was undone"),
+                None,
+                Some("UNDO MERGE ... SKIP CHANGED leaves those rows and undoes the rest.".into()),
+            );
+        }
+        let n = apply_plan(&plan, None);
+        format!("UNDO MERGE {n}")
+    })
+}
