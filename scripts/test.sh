@@ -20,7 +20,7 @@ if want unit; then
   set +e
   (cd "$ROOT" && cargo test -q -p worlds_core 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
   rc=${PIPESTATUS[0]}; set -e
-  record "unit:     $(grep -E '^test result' "$RUN_DIR/unit.log" | tail -1)" $rc
+  record "unit:     $(grep -E '^test result' "$RUN_DIR/unit.log" | head -1)" $rc
 fi
 
 if want pg_test; then

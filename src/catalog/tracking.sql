@@ -63,9 +63,12 @@ $$;
 
 -- The key the overlay's visibility functions take: none for a table without a primary key (its rows
 -- are told apart by ctid on main and by delta sequence in worlds).
+-- An integer key is passed as it is (smallint, integer or bigint overloads): no cast per row.
 CREATE FUNCTION worlds._view_key(t worlds.tables, alias text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN t.key_kind = 'r' THEN 'NULL::text' ELSE worlds._key_expr(t, alias) END
+    SELECT CASE WHEN t.key_kind = 'r' THEN 'NULL::text'
+                WHEN t.key_kind = 'i' THEN format('%I.%I', alias, t.key_columns[1])
+                ELSE worlds._key_expr(t, alias) END
 $$;
 
 CREATE FUNCTION worlds._alias_columns(rel regclass, alias text) RETURNS text

@@ -548,6 +548,7 @@ unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> 
         }
         let d = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n);
         if int_key {
+            // int2, int4 and int8 datums all hold the value sign-extended
             Some(Key::I(d.value() as i64))
         } else {
             String::from_datum(d, false).map(Key::T)
@@ -624,11 +625,19 @@ pgrx::extension_sql!(
     r#"
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int8) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int4) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int2) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k text) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_base_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._delta_visible(tabno int4, world int4, dseq int8) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_delta_visible' LANGUAGE c STABLE STRICT PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int8) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int4) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int2) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
