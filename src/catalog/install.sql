@@ -14,17 +14,19 @@ CREATE EVENT TRIGGER worlds_drop ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION worlds._on_drop();
 
--- The SQL API runs with the extension owner's rights over the catalog and generated storage: roles use
--- worlds through these functions (and the router), never by writing worlds_data themselves.
+-- The plpgsql API runs with the extension owner's rights over the catalog and generated storage: roles
+-- use worlds through these functions (and the router), never by writing worlds_data themselves. The SQL
+-- wrappers of Rust functions (merge, diff, rebase) stay plain: a merge's DML must run with the session's
+-- search_path, so the app's own triggers find their tables.
 DO $$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = 'worlds' AND p.prolang IN (SELECT oid FROM pg_language WHERE lanname IN ('plpgsql', 'sql'))
+             WHERE n.nspname = 'worlds' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
                AND p.prorettype <> 'event_trigger'::regtype LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
     END LOOP;
 END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
-GRANT SELECT ON worlds.world, worlds.tables TO PUBLIC;
+GRANT SELECT ON worlds.world, worlds.tables, worlds.settings TO PUBLIC;
 GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;

@@ -72,10 +72,6 @@ pub struct TableChanges {
     pub rows: Vec<Changed>,
 }
 
-fn regclass_text(oid: pg_sys::Oid) -> String {
-    Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
-}
-
 pub fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
     Spi::connect(|c| {
         c.select(
@@ -142,9 +138,9 @@ pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
 
 /// The rows `world` changed in one table, with base, ours and theirs, in key order.
 pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
-    let table = regclass_text(layout.relid);
-    let delta = regclass_text(layout.delta);
-    let history = regclass_text(layout.history);
+    let table = layout.table_name.clone();
+    let delta = layout.delta_name.clone();
+    let history = layout.history_name.clone();
     let cols = live_columns(layout.relid);
     let snapshot = world.fork_snapshot.clone().unwrap_or_default();
     let rows: Vec<Changed> = if layout.key_kind == b'r' {
@@ -522,7 +518,7 @@ fn target_fingerprint(plan: &[Planned]) -> i64 {
     // FNV-1a over what the merge saw of main for the rows it settles, kept to 53 bits (exact in JSON)
     let mut h: u64 = 0xcbf29ce484222325;
     for p in plan {
-        for b in p.table.bytes().chain(p.row.key.bytes()).chain(p.row.theirs.as_ref().map(|t| t.to_string()).unwrap_or_default().bytes()) {
+        for b in p.layout.table_name.bytes().chain(p.row.key.bytes()).chain(p.row.theirs.as_ref().map(|t| t.to_string()).unwrap_or_default().bytes()) {
             h ^= b as u64;
             h = h.wrapping_mul(0x100000001b3);
         }
@@ -586,7 +582,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         layouts.retain(|l| world_touched(l, &world));
         if !req.dry_run && target_world.is_none() {
             for l in &layouts {
-                let t = regclass_text(l.relid);
+                let t = &l.table_name;
                 Spi::run(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")).ok();
             }
         }
@@ -727,7 +723,7 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
 }
 
 fn world_touched(l: &Layout, world: &WorldRow) -> bool {
-    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", regclass_text(l.delta));
+    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", l.delta_name);
     Spi::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
 }
 
@@ -1001,20 +997,20 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         for l in &layouts {
             let sql = format!(
                 "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)",
-                regclass_text(l.history)
+                l.history_name
             );
             taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
         }
         for (l, v, del) in &writes {
             let cols = live_columns(l.relid);
-            let delta = regclass_text(l.delta);
-            let table = regclass_text(l.relid);
+            let delta = &l.delta_name;
+            let table = &l.table_name;
             let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
             let sql = format!(
                 "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
             );
             Spi::connect_mut(|c| {
-                c.update(&sql, None, &[world.num.into(), regclass_text(l.sequence).into(), (*del).into(), JsonB(v.clone()).into()])
+                c.update(&sql, None, &[world.num.into(), l.sequence_name.clone().into(), (*del).into(), JsonB(v.clone()).into()])
                     .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             });
         }

@@ -86,6 +86,8 @@ thread_local! {
     static CACHES: RefCell<FastMap<i32, TableCache>> = RefCell::new(FastMap::default());
     /// (lxid, statement start) of the last statement that bumped the world's version
     static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
+    /// (lxid, world) whose write lock this transaction holds
+    static LOCKED: Cell<(u32, i32)> = const { Cell::new((0, 0)) };
     /// its 'write' event in worlds.event
     static WRITE_EVENT: Cell<i64> = const { Cell::new(0) };
 }
@@ -815,8 +817,9 @@ fn serialize_key(
         .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
         .collect::<Vec<_>>()
         .join(" AND ");
-    let placeholders = (0..layout.key_columns.len()).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ");
-    let lock = format!("SELECT pg_advisory_xact_lock({}, hashtext($1::text || '/' || ROW({placeholders})::text))", layout.tabno);
+    // one lock per world and transaction (a lock per key would fill the lock table on bulk updates);
+    // writers of one world serialize anyway on its version row
+    let lock = "SELECT pg_advisory_xact_lock(2092147, $1)";
     let latest = format!(
         "SELECT d._w_dseq, d._w_del FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
         layout.delta_name
@@ -827,7 +830,11 @@ fn serialize_key(
         // the statement's snapshot
         let seen = snapshot_query(&latest, &all).into_iter().next().flatten();
         Spi::connect_mut(|c| {
-            c.update(&lock, None, &all).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
+            if LOCKED.with(|l| l.get()) != xact {
+                c.update(lock, None, &[world.num.into()]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+                LOCKED.with(|l| l.set(xact));
+            }
             // read-write: a fresh snapshot, taken after the lock
             let now = c
                 .update(&latest, None, &all)
