@@ -67,6 +67,8 @@ type FastMap<K, V> = HashMap<K, V, FxBuild>;
 #[derive(Default)]
 struct TableCache {
     checked_gen: u64,
+    /// snapshot_signature() when last validated
+    sig: u64,
     world_num: i32,
     world_version: i64,
     main_snapshot: String,
@@ -83,6 +85,8 @@ thread_local! {
     /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
     static EXEC_GEN: Cell<u64> = const { Cell::new(1) };
     static WORLD: RefCell<Option<(u64, u64, World)>> = const { RefCell::new(None) };
+    /// the transaction-completion count of the snapshot the session's world was last checked with
+    static WORLD_SIG: Cell<u64> = const { Cell::new(0) };
     static CACHES: RefCell<FastMap<i32, TableCache>> = RefCell::new(FastMap::default());
     /// (lxid, statement start) of the last statement that bumped the world's version
     static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
@@ -177,6 +181,12 @@ pub fn session_world() -> Option<World> {
         if g == gen {
             return Some(w);
         }
+        // a new statement, but no transaction has completed since the last check: nothing can have changed
+        let sig = snapshot_signature();
+        if sig != 0 && WORLD_SIG.with(|s| s.get()) == sig {
+            WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+            return Some(w);
+        }
         // a new statement: the world is still live at the same version? (one indexed lookup, kept plan)
         let current = as_internal(|| {
             snapshot_spi::query(
@@ -191,14 +201,30 @@ pub fn session_world() -> Option<World> {
         });
         if current == Some(w.version) {
             WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+            WORLD_SIG.with(|s| s.set(sig));
             return Some(w);
         }
     }
+    let sig = snapshot_signature();
     let setting = guc::current_world_setting().to_string_lossy().into_owned();
     let world = as_internal(|| resolve(&setting));
     let setting_gen = guc::world_generation(); // resolve may have moved the session
     WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
+    WORLD_SIG.with(|s| s.set(sig));
     world
+}
+
+/// How many transactions had completed when the active snapshot was taken (Postgres's own counter,
+/// PG14+). Two snapshots with the same count see the same committed data: a cache checked with one is
+/// current for the other. 0 when there is no active snapshot.
+fn snapshot_signature() -> u64 {
+    unsafe {
+        if !pg_sys::ActiveSnapshotSet() {
+            return 0;
+        }
+        let snap = pg_sys::GetActiveSnapshot();
+        if snap.is_null() { 0 } else { (*snap).snapXactCompletionCount }
+    }
 }
 
 fn resolve(setting: &str) -> Option<World> {
@@ -376,7 +402,27 @@ fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
     if let Some(r) = done {
         return r;
     }
-    validate(tabno, gen);
+    // a new statement that sees the same committed data as the last check, in the same world: current
+    let sig = snapshot_signature();
+    let world_num = session_world().map(|w| (w.num, w.version));
+    let still = CACHES.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.get_mut(&tabno) {
+            Some(t) if sig != 0 && t.sig == sig && world_num.map(|(n, v)| n == t.world_num && v == t.world_version).unwrap_or(false) => {
+                t.checked_gen = gen;
+                true
+            }
+            _ => false,
+        }
+    });
+    if !still {
+        validate(tabno, gen);
+        CACHES.with(|c| {
+            if let Some(t) = c.borrow_mut().get_mut(&tabno) {
+                t.sig = sig;
+            }
+        });
+    }
     CACHES.with(|c| (f.take().unwrap())(c.borrow().get(&tabno).expect("validated")))
 }
 
