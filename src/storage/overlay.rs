@@ -216,14 +216,14 @@ pub fn session_world() -> Option<World> {
 
 /// How many transactions had completed when the active snapshot was taken (Postgres's own counter,
 /// PG14+). Two snapshots with the same count see the same committed data: a cache checked with one is
-/// current for the other. 0 when there is no active snapshot.
+/// current for the other. 0 when there is no active snapshot (the count itself is stored plus one).
 fn snapshot_signature() -> u64 {
     unsafe {
         if !pg_sys::ActiveSnapshotSet() {
             return 0;
         }
         let snap = pg_sys::GetActiveSnapshot();
-        if snap.is_null() { 0 } else { (*snap).snapXactCompletionCount }
+        if snap.is_null() { 0 } else { (*snap).snapXactCompletionCount.wrapping_add(1) }
     }
 }
 
@@ -410,6 +410,7 @@ fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
         match c.get_mut(&tabno) {
             Some(t) if sig != 0 && t.sig == sig && world_num.map(|(n, v)| n == t.world_num && v == t.world_version).unwrap_or(false) => {
                 t.checked_gen = gen;
+                STATS.with(|s| s.set((s.get().0, s.get().1 + 1)));
                 true
             }
             _ => false,
@@ -426,7 +427,20 @@ fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
     CACHES.with(|c| (f.take().unwrap())(c.borrow().get(&tabno).expect("validated")))
 }
 
+thread_local! {
+    /// (full validations, statements that found their cache current): what `worlds._cache_stats()` shows
+    static STATS: Cell<(i64, i64)> = const { Cell::new((0, 0)) };
+}
+
+/// This backend's overlay cache activity: validations run, and statements that reused a current cache.
+#[pg_extern]
+fn _cache_stats() -> pgrx::iter::TableIterator<'static, (pgrx::name!(validations, i64), pgrx::name!(reused, i64))> {
+    let (v, r) = STATS.with(|s| s.get());
+    pgrx::iter::TableIterator::once((v, r))
+}
+
 fn validate(tabno: i32, gen: u64) {
+    STATS.with(|s| s.set((s.get().0 + 1, s.get().1)));
     let Some(world) = session_world() else {
         // in main the overlay shows the real table as it is
         CACHES.with(|c| {
