@@ -214,16 +214,28 @@ pub fn session_world() -> Option<World> {
     world
 }
 
-/// How many transactions had completed when the active snapshot was taken (Postgres's own counter,
-/// PG14+). Two snapshots with the same count see the same committed data: a cache checked with one is
-/// current for the other. 0 when there is no active snapshot (the count itself is stored plus one).
+/// Which transactions the active snapshot sees as committed, as a hash of its xmin, xmax and in-progress
+/// list: two snapshots with the same signature see the same committed data, so a cache checked with one
+/// is current for the other (this transaction's own writes update the cache in place). 0 when there is no
+/// active snapshot.
 fn snapshot_signature() -> u64 {
+    use std::hash::Hasher;
     unsafe {
         if !pg_sys::ActiveSnapshotSet() {
             return 0;
         }
         let snap = pg_sys::GetActiveSnapshot();
-        if snap.is_null() { 0 } else { (*snap).snapXactCompletionCount.wrapping_add(1) }
+        if snap.is_null() {
+            return 0;
+        }
+        let mut h = Fx::default();
+        h.write_u64((*snap).xmin.into_inner() as u64);
+        h.write_u64((*snap).xmax.into_inner() as u64);
+        h.write_u64(u64::from((*snap).xcnt));
+        for i in 0..(*snap).xcnt as usize {
+            h.write_u64((*(*snap).xip.add(i)).into_inner() as u64);
+        }
+        h.finish() | 1
     }
 }
 
