@@ -8,7 +8,7 @@ INSERT INTO t VALUES (1, 'one', 1), (2, 'two', 2);
 -- history of main: before-images with op, xid and order
 UPDATE t SET a = 'uno' WHERE id = 1;
 DELETE FROM t WHERE id = 2;
-SELECT _w_op AS op, id, a, _w_xid = pg_current_xact_id() AS this_xact FROM worlds_data.h_t_1 ORDER BY _w_hseq;
+SELECT _w_op AS op, id, a, _w_xid = pg_current_xact_id() AS this_xact FROM worlds_data.a_t_1 ORDER BY _w_hseq;
 SELECT * FROM worlds.sql('create world w');
 -- columns added, renamed and dropped on main follow into the world
 ALTER TABLE t ADD COLUMN added text DEFAULT 'dflt';

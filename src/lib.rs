@@ -92,7 +92,7 @@ mod tests {
         Spi::run("INSERT INTO t_hist VALUES (1, 'a'), (2, 'b')").unwrap();
         Spi::run("UPDATE t_hist SET v = 'z' WHERE id = 1").unwrap();
         Spi::run("UPDATE t_hist SET id = 3 WHERE id = 2").unwrap();
-        let history = Spi::get_one::<String>("SELECT history::text FROM worlds.tables WHERE relid = 't_hist'::regclass")
+        let history = Spi::get_one::<String>("SELECT changes::text FROM worlds.tables WHERE relid = 't_hist'::regclass")
             .unwrap()
             .unwrap();
         // inserts keep only the key; an update keeps the before-image; a key change is a delete and an insert

@@ -34,7 +34,9 @@ CREATE TABLE worlds.tables (
     tabno            integer NOT NULL UNIQUE,
     key_columns      text[] NOT NULL,        -- primary key columns; empty: the whole row is the key
     key_kind         "char" NOT NULL,        -- 'i' one integer column, 't' anything else, 'r' whole row
-    history          regclass NOT NULL,
+    history          regclass NOT NULL,      -- before-images of main's updates and deletes (the overlay reads it)
+    inserts          regclass NOT NULL,      -- main's inserts (key and new row only; same columns as history)
+    changes          regclass NOT NULL,      -- a view: history and inserts together, in one order
     delta            regclass NOT NULL,
     overlay          regclass NOT NULL,
     overlay_nothing  regclass,               -- the overlay as INSERT ... ON CONFLICT DO NOTHING target

@@ -92,7 +92,7 @@ BEGIN
             WHERE x._w_at > $1 AND x._w_op <> 'I'
               AND NOT EXISTS (SELECT 1 FROM %2$s e WHERE e._w_at > $1 AND e._w_new_tid = x._w_old_tid AND e._w_hseq < x._w_hseq)
         ) x
-        $q$, t.relid, t.history, cols) USING at;
+        $q$, t.relid, t.changes, cols) USING at;
 END $$;
 
 -- AS OF: select * from worlds.as_of(null::orders, '-1 hour') -- the table as it was then.

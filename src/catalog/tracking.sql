@@ -135,9 +135,13 @@ BEGIN
         t.tabno, t.tabno, t.tabno);
     -- the same rows as the target of INSERT ... ON CONFLICT DO NOTHING (its trigger skips duplicates)
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
+    -- history and inserts in one relation, for readers that want every change (its columns follow theirs)
+    PERFORM worlds._drop_changes_view(t);
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s UNION ALL SELECT * FROM %s', 'a' || substr(vname, 2), t.history, t.inserts);
     -- new views are new relations: keep the catalog pointing at them
     UPDATE worlds.tables SET overlay = format('worlds_data.%I', vname)::regclass,
-                             overlay_nothing = format('worlds_data.%I', 'n' || substr(vname, 2))::regclass
+                             overlay_nothing = format('worlds_data.%I', 'n' || substr(vname, 2))::regclass,
+                             changes = format('worlds_data.%I', 'a' || substr(vname, 2))::regclass
     WHERE tabno = t.tabno RETURNING * INTO t;
     PERFORM worlds._overlay_finish(t, t.overlay, '');
     PERFORM worlds._overlay_finish(t, t.overlay_nothing, ', ''nothing''');
@@ -209,20 +213,25 @@ BEGIN
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_hseq int8 NOT NULL, _w_xid xid8 NOT NULL, _w_at timestamptz NOT NULL, _w_op "char" NOT NULL, _w_old_tid tid, _w_new_tid tid, _w_src text%s)',
                    'h_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
+    -- inserts apart: a world's scans read before-images only, not every row ever inserted
+    EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
                    'd_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
     IF kind <> 'r' THEN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'h_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'i_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
     END IF;
     -- no CACHE: history's order must be the real order of changes across backends
     EXECUTE format('CREATE SEQUENCE worlds_data.%I', 's_' || base);
     -- a placeholder view so the catalog row can name it; _build_overlay replaces it
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'a_' || base);
 
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, delta, overlay, sequence, unsupported)
-    VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported)
+    VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
+            format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
             format('worlds_data.%I', 'v_' || base)::regclass, format('worlds_data.%I', 's_' || base)::regclass,
             worlds._unsupported_reason(rel))
     RETURNING * INTO t;
@@ -247,6 +256,18 @@ BEGIN
     IF NOT FOUND THEN RETURN false; END IF;
     PERFORM worlds._drop_storage(t, true);
     RETURN true;
+END $$;
+
+-- The view of every change (history and inserts), dropped by name: columns of its tables are about to change.
+CREATE FUNCTION worlds._drop_changes_view(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v regclass := to_regclass(format('worlds_data.%I', 'a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2)));
+BEGIN
+    IF v IS NOT NULL THEN
+        PERFORM worlds._disown(v);
+        EXECUTE format('DROP VIEW %s', v);
+    END IF;
 END $$;
 
 -- Storage made while CREATE EXTENSION ran is an extension member: release it before dropping it.
@@ -283,6 +304,8 @@ BEGIN
     PERFORM worlds._disown(t.overlay_nothing);
     PERFORM worlds._disown(t.overlay);
     PERFORM worlds._disown(t.delta);
+    PERFORM worlds._drop_changes_view(t);
+    PERFORM worlds._disown(t.inserts);
     PERFORM worlds._disown(t.history);
     PERFORM worlds._disown(t.sequence);
     IF drop_triggers THEN
@@ -292,6 +315,7 @@ BEGIN
     EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
     EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
+    EXECUTE format('DROP TABLE IF EXISTS %s', t.inserts);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.history);
     EXECUTE format('DROP SEQUENCE IF EXISTS %s', t.sequence);
     DELETE FROM worlds.tables WHERE tabno = t.tabno;
@@ -344,14 +368,18 @@ BEGIN
                     EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.delta, a.old_name, a.new_name);
                 END IF;
                 IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.history AND attname = a.old_name AND NOT attisdropped) THEN
+                    PERFORM worlds._drop_changes_view(t);
                     EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.history, a.old_name, a.new_name);
+                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.inserts, a.old_name, a.new_name);
                 END IF;
             END LOOP;
             -- columns the table has that its history and delta lack (added)
             FOR a IN SELECT attname, format_type(atttypid, atttypmod) AS typ FROM pg_attribute
                      WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped
                        AND attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
+                PERFORM worlds._drop_changes_view(t);
                 EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.history, a.attname, a.typ);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.inserts, a.attname, a.typ);
                 EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.delta, a.attname, a.typ);
             END LOOP;
             -- a changed column type follows on the delta (history keeps what it had)
@@ -370,6 +398,7 @@ BEGIN
                 WHERE tabno = t.tabno RETURNING * INTO t;
                 IF cardinality(pk) > 0 THEN
                     EXECUTE format('CREATE INDEX ON %s (%s)', t.history, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+                    EXECUTE format('CREATE INDEX ON %s (%s)', t.inserts, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
                     EXECUTE format('CREATE INDEX ON %s (%s)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
                 END IF;
             END IF;

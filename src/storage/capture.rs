@@ -99,7 +99,9 @@ unsafe fn write_entry(
     new_tuple: pg_sys::HeapTuple,
 ) {
     unsafe {
-        let hist = pg_sys::table_open(layout.history, pg_sys::RowExclusiveLock as i32);
+        // inserts go apart from before-images: a world's scans read only the latter
+        let target = if op == b'I' { layout.inserts } else { layout.history };
+        let hist = pg_sys::table_open(target, pg_sys::RowExclusiveLock as i32);
         let hdesc = (*hist).rd_att;
         let natts = (*hdesc).natts as usize;
         let mut values = vec![pg_sys::Datum::from(0usize); natts];

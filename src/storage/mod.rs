@@ -24,7 +24,8 @@ pub unsafe fn datum_is_equal(a: pg_sys::Datum, b: pg_sys::Datum, by_val: bool, l
 /// What the native code needs to know of a tracked table.
 pub struct Layout {
     pub tabno: i32,
-    /// qualified, quoted names of the table and its storage, for SQL text
+    /// qualified, quoted names of the table and its storage, for SQL text (history_name: every change
+    /// of main, history and inserts together)
     pub table_name: String,
     pub history_name: String,
     pub delta_name: String,
@@ -32,6 +33,8 @@ pub struct Layout {
     pub sequence_name: String,
     pub relid: pg_sys::Oid,
     pub history: pg_sys::Oid,
+    /// where main's inserts are recorded (the same columns as history)
+    pub inserts: pg_sys::Oid,
     pub delta: pg_sys::Oid,
     pub overlay: pg_sys::Oid,
     pub overlay_nothing: pg_sys::Oid,
@@ -138,7 +141,8 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
-                            ARRAY[worlds._qualified(relid), worlds._qualified(history), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence)],
+                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence)],
+                            inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
                                                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
@@ -175,8 +179,9 @@ fn load_layout(tabno: i32) -> Layout {
                 history_map: hmap,
                 key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
                 overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                inserts: row.get::<pg_sys::Oid>(13).ok().flatten().unwrap(),
                 uniques: row
-                    .get::<pgrx::JsonB>(13)
+                    .get::<pgrx::JsonB>(14)
                     .ok()
                     .flatten()
                     .and_then(|j| j.0.as_array().cloned())
