@@ -81,13 +81,33 @@ struct TableCache {
     hist_pick: FastSet<i64>,
 }
 
+/// Backend-local state without thread-local storage: a Postgres backend is single-threaded, and in a
+/// shared library every thread_local access goes through __tls_get_addr, which the per-row functions
+/// below can't afford (measured: ~10% of a world's full scan).
+pub struct BackendLocal<T>(std::cell::UnsafeCell<T>);
+
+// SAFETY: Postgres runs a backend's queries on one thread; pgrx's guards refuse calls from others.
+unsafe impl<T> Sync for BackendLocal<T> {}
+
+impl<T> BackendLocal<T> {
+    pub const fn new(value: T) -> Self {
+        BackendLocal(std::cell::UnsafeCell::new(value))
+    }
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(unsafe { &*self.0.get() })
+    }
+}
+
+/// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
+static EXEC_GEN: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(1));
+static CACHES: BackendLocal<RefCell<FastMap<i32, TableCache>>> =
+    BackendLocal::new(RefCell::new(HashMap::with_hasher(FxBuild::new())));
+
 thread_local! {
-    /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
-    static EXEC_GEN: Cell<u64> = const { Cell::new(1) };
     static WORLD: RefCell<Option<(u64, u64, World)>> = const { RefCell::new(None) };
-    /// the transaction-completion count of the snapshot the session's world was last checked with
+    /// the snapshot signature the session's world was last checked with
     static WORLD_SIG: Cell<u64> = const { Cell::new(0) };
-    static CACHES: RefCell<FastMap<i32, TableCache>> = RefCell::new(FastMap::default());
     /// (lxid, statement start) of the last statement that bumped the world's version
     static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
     /// (lxid, world) whose write lock this transaction holds
