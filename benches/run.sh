@@ -319,7 +319,7 @@ write_meta() {
     printf 'machine\t%s cores (%s), %s GB RAM, Linux %s\n' "$(nproc)" \
       "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
       "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$(uname -r)"
-    printf 'postgres\t%s; fsync=off, max_wal_size=8GB (own cluster), other settings default\n' "$(sql postgres -c "select split_part(version(), ' on ', 1)")"
+    printf 'postgres\t%s; fsync=off, max_wal_size=8GB (own cluster), other settings default\n' "$($PGBIN/postgres --version)"
     printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run; P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows\n' \
       $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES
     printf 'repetitions\t%s\n' $REPS

@@ -223,7 +223,7 @@ BEGIN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'i_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
     END IF;
-    -- no CACHE: history's order must be the real order of changes across backends
+    -- orders a world's own versions (history of main is ordered by WAL position instead)
     EXECUTE format('CREATE SEQUENCE worlds_data.%I', 's_' || base);
     -- a placeholder view so the catalog row can name it; _build_overlay replaces it
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
@@ -464,7 +464,9 @@ BEGIN
     SELECT * INTO t FROM worlds.tables WHERE tabno = TG_ARGV[0]::integer;
     SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
     FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
-    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s) SELECT nextval(%L), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
-                   t.history, coalesce(', ' || cols, ''), t.sequence::text, coalesce(', ' || cols, ''), t.relid);
+    -- in history's order (WAL position * 1024, see storage/capture.rs), after every change captured before
+    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
+                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
+                   t.history, coalesce(', ' || cols, ''), coalesce(', ' || cols, ''), t.relid);
     RETURN NULL;
 END $$;

@@ -1,7 +1,7 @@
 //! History capture on main: the one cost main pays. A row-level AFTER trigger on every tracked table that
 //! forms the history tuple itself and inserts it with heap and index calls (no SPI, no plpgsql).
 //!
-//! A history row: hseq (order), xid (writer's xid8), at, op ('I','U','D'), old_tid / new_tid (the
+//! A history row: hseq (order: see next_hseq), xid (writer's xid8), at, op ('I','U','D'), old_tid / new_tid (the
 //! physical rows before and after; how a world tells which rows of main it still sees), src (the world a
 //! merge brought the change from), then the table's columns: the before-image for 'U'/'D', only the key
 //! for 'I'. An UPDATE that changes the primary key is recorded as a 'D' and an 'I'.
@@ -24,8 +24,23 @@ thread_local! {
     pub static MERGE_SOURCE: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-unsafe extern "C-unwind" {
-    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+thread_local! {
+    static LAST_HSEQ: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// History's order, without a sequence (whose page lock two writers of main would fight over): the WAL
+/// insert position, times 1024, plus the backend's number. Two changes of one row are ordered by their
+/// row lock, and the second is captured after the first one's history insert reached the WAL, so its
+/// position is later; the backend number keeps two backends reading one position apart.
+pub fn next_hseq() -> i64 {
+    let lsn = unsafe { pg_sys::GetXLogInsertRecPtr() } as i64;
+    let backend = unsafe { pg_sys::MyBackendId } as i64 & 1023;
+    let candidate = (lsn << 10) | backend;
+    LAST_HSEQ.with(|l| {
+        let next = if candidate > l.get() { candidate } else { l.get() + 1024 };
+        l.set(next);
+        next
+    })
 }
 
 #[pg_trigger]
@@ -107,7 +122,7 @@ unsafe fn write_entry(
         let mut values = vec![pg_sys::Datum::from(0usize); natts];
         let mut nulls = vec![true; natts];
 
-        values[H_HSEQ] = pg_sys::Datum::from(nextval_internal(layout.sequence, false));
+        values[H_HSEQ] = pg_sys::Datum::from(next_hseq());
         nulls[H_HSEQ] = false;
         values[H_XID] = pg_sys::Datum::from(pg_sys::GetTopFullTransactionId().value);
         nulls[H_XID] = false;
