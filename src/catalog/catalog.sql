@@ -20,6 +20,7 @@ CREATE TABLE worlds.world (
     active        timestamptz,
     pinned        boolean NOT NULL DEFAULT false,
     fork_snapshot pg_snapshot,                         -- the parent's snapshot when this world forked
+    fork_at       timestamptz,                         -- forked from main as it was at this time ('main@when')
     rebased       timestamptz,                         -- when its fork point last moved (REBASE)
     dropped       timestamptz                          -- null while live
 );

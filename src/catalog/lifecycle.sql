@@ -13,7 +13,7 @@ BEGIN
     ORDER BY (name = name_or_id) DESC LIMIT 1;
     IF NOT FOUND THEN
         IF position('@' IN coalesce(name_or_id, '')) > 0 THEN
-            RAISE EXCEPTION 'reading a world as it was (%) needs time travel, which this version of pg_worlds does not have yet', name_or_id
+            RAISE EXCEPTION 'a world as it was (%) works for main only in this version of pg_worlds, and only where a world is read', name_or_id
                 USING ERRCODE = 'feature_not_supported';
         END IF;
         RAISE EXCEPTION 'world "%" does not exist', name_or_id USING ERRCODE = 'invalid_catalog_name';
@@ -97,6 +97,7 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     src worlds.world;
+    at timestamptz;
     n integer;
     live bigint;
     cap integer := current_setting('worlds.max_worlds')::integer;
@@ -105,7 +106,18 @@ BEGIN
     PERFORM worlds._check_world_name(name);
     meta := worlds._checked_meta(meta);
     PERFORM worlds._expire();
-    src := worlds._resolve(coalesce(source, current_setting('worlds.world')));
+    source := coalesce(source, current_setting('worlds.world'));
+    IF position('@' IN source) > 0 THEN
+        -- 'main@when': the new world holds main as it was then
+        IF split_part(source, '@', 1) <> 'main' THEN
+            RAISE EXCEPTION 'forking a world as it was (%) works for main only in this version of pg_worlds', source
+                USING ERRCODE = 'feature_not_supported';
+        END IF;
+        at := worlds.moment(substr(source, position('@' IN source) + 1));
+        src := worlds._resolve('main');
+    ELSE
+        src := worlds._resolve(source);
+    END IF;
     IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = create_world.name AND w.dropped IS NULL) THEN
         RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
@@ -116,9 +128,10 @@ BEGIN
                   HINT = 'Drop or merge a world, or raise worlds.max_worlds.';
     END IF;
     n := nextval('worlds.world_num_seq');
-    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot)
+    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot, fork_at)
     VALUES (n, 'w' || lpad(to_hex(n), 6, '0') || '-' || substr(md5(random()::text || clock_timestamp()::text), 1, 10),
-            name, src.num, src.depth + 1, clock_timestamp(), meta, clock_timestamp(), pg_current_snapshot());
+            name, src.num, src.depth + 1, clock_timestamp(), meta, clock_timestamp(),
+            CASE WHEN at IS NULL THEN pg_current_snapshot() END, at);
     INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || src.name), (src.num, 'forked ' || name);
     RETURN 'CREATE WORLD';
 END $$;
@@ -133,6 +146,12 @@ DECLARE
     w worlds.world;
 BEGIN
     PERFORM worlds._refuse_in_transaction('SWITCH WORLD');
+    IF position('@' IN name) > 0 AND split_part(name, '@', 1) = 'main' THEN
+        -- main as it was: the session reads the past, read only
+        PERFORM worlds.moment(substr(name, position('@' IN name) + 1));
+        PERFORM set_config('worlds.world', name, false);
+        RETURN 'SWITCH WORLD';
+    END IF;
     w := worlds._resolve(name);
     UPDATE worlds.world SET active = clock_timestamp() WHERE num = w.num AND num <> 0;
     PERFORM set_config('worlds.world', w.name, false);

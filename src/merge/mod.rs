@@ -35,7 +35,7 @@ pub struct WorldRow {
 pub fn resolve_world(name: &str) -> WorldRow {
     let row = Spi::connect(|c| {
         c.select(
-            "SELECT num, id, name, parent, version, fork_snapshot::text FROM worlds.world
+            "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
              WHERE dropped IS NULL AND (name = $1 OR id = $1) ORDER BY (name = $1) DESC LIMIT 1",
             None,
             &[name.into()],
@@ -172,10 +172,12 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             "h._w_hseq > coalesce((SELECT max(h2._w_hseq) FROM {history} h2 WHERE {} AND h2._w_src = $3), 0)",
             key_match(layout, "h2", "o")
         );
-        let changed_since = format!(
-            "{} AND h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot) AND {after_own_merge}",
-            key_match(layout, "h", "o")
-        );
+        let after_fork = if snapshot.starts_with('@') {
+            "h._w_at > substr($2, 2)::timestamptz"
+        } else {
+            "h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
+        };
+        let changed_since = format!("{} AND {after_fork} AND {after_own_merge}", key_match(layout, "h", "o"));
         let sql = format!(
             "WITH o AS (
                 SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d._w_del AS del, {dobj} AS row
@@ -341,8 +343,8 @@ fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit:
 pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
     as_internal(|| {
         let side = |name: &str| -> Option<World> {
-            if name.contains('@') {
-                raise("0A000", format!("'{name}' is a moment: reading a world as it was needs time travel, which this version of pg_worlds does not have yet"));
+            if let Some((n, when)) = name.split_once('@') {
+                return Some(crate::storage::overlay::past_of_main(n, when));
             }
             let w = resolve_world(name);
             world_by_num(w.num)
@@ -386,7 +388,8 @@ fn candidate_keys(l: &Layout, worlds: &[i32], snapshots: &[String]) -> Vec<Value
              SELECT {kobj_d} AS k FROM {} d WHERE d._w_world = ANY($1)
              UNION ALL
              SELECT {kobj_h} FROM {} h, unnest($2::text[]) AS s(snap)
-             WHERE h._w_xid >= pg_snapshot_xmin(s.snap::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, s.snap::pg_snapshot)
+             WHERE CASE WHEN s.snap LIKE '@%' THEN h._w_at > substr(s.snap, 2)::timestamptz
+                        ELSE h._w_xid >= pg_snapshot_xmin(s.snap::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, s.snap::pg_snapshot) END
          ) x",
         l.delta_name, l.history_name
     );
@@ -996,7 +999,8 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let mut taken: i64 = 0;
         for l in &layouts {
             let sql = format!(
-                "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)",
+                "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE CASE WHEN $1 LIKE '@%' THEN h._w_at > substr($1, 2)::timestamptz
+                 ELSE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) END",
                 l.history_name
             );
             taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
@@ -1016,7 +1020,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         }
         Spi::connect_mut(|c| {
             c.update(
-                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), version = version + 1, rebased = clock_timestamp() WHERE num = $1",
+                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), fork_at = NULL, version = version + 1, rebased = clock_timestamp() WHERE num = $1",
                 None,
                 &[world.num.into()],
             )

@@ -36,8 +36,10 @@ pub struct World {
     pub chain: Vec<i32>,
     /// for each chain layer, the snapshot through which the world sees it (None for its own rows)
     pub layer_snapshots: Vec<Option<String>>,
-    /// the snapshot through which the chain sees main
+    /// how the chain sees main: a pg_snapshot (as of the fork), or '@' and a time ('main@when')
     pub main_snapshot: String,
+    /// a moment of main ('main@-1 hour'): read only
+    pub read_only: bool,
 }
 
 /// FxHash: the sets below are probed once per row of every scan in a world; SipHash is needlessly slow there.
@@ -268,8 +270,8 @@ fn resolve(setting: &str) -> Option<World> {
         if !installed {
             raise("55000", format!("worlds.world is set to \"{setting}\", but pg_worlds is not installed in this database"));
         }
-        if setting.contains('@') {
-            raise("0A000", format!("reading a world as it was (\"{setting}\") needs time travel, which this version of pg_worlds does not have yet"));
+        if let Some((name, when)) = setting.split_once('@') {
+            return Some(past_of_main(name, when));
         }
         let row = client
             .select(
@@ -296,6 +298,27 @@ fn resolve(setting: &str) -> Option<World> {
     })
 }
 
+/// 'main@when': main as it was then, read only (25006 on writes). The moment is taken anew for each
+/// statement, so '-1 hour' keeps meaning an hour ago.
+pub fn past_of_main(name: &str, when: &str) -> World {
+    if name != "main" {
+        raise("0A000", format!("a world as it was ({name}@{when}) works for main only in this version of pg_worlds"));
+    }
+    let at = Spi::get_one_with_args::<String>("SELECT worlds.moment($1::text)::text", &[when.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    World {
+        num: -1,
+        name: format!("main@{when}"),
+        version: 0,
+        chain: Vec::new(),
+        layer_snapshots: Vec::new(),
+        main_snapshot: format!("@{at}"),
+        read_only: true,
+    }
+}
+
 /// One row of a world's chain: (num, name, version, fork snapshot, dropped).
 type ChainRow = (i32, String, i64, Option<String>, bool);
 
@@ -305,9 +328,10 @@ fn load_chain(num: i32) -> Vec<ChainRow> {
         client
             .select(
                 "WITH RECURSIVE c AS (
-                     SELECT num, name, parent, version, fork_snapshot::text AS snap, dropped, 0 AS lvl FROM worlds.world WHERE num = $1
+                     SELECT num, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) AS snap, dropped, 0 AS lvl
+                     FROM worlds.world WHERE num = $1
                      UNION ALL
-                     SELECT w.num, w.name, w.parent, w.version, w.fork_snapshot::text, w.dropped, c.lvl + 1
+                     SELECT w.num, w.name, w.parent, w.version, coalesce(w.fork_snapshot::text, '@' || w.fork_at::text), w.dropped, c.lvl + 1
                      FROM worlds.world w JOIN c ON w.num = c.parent)
                  SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
                 None,
@@ -346,6 +370,7 @@ pub fn world_by_num(num: i32) -> Option<World> {
         chain: layers.iter().map(|c| c.0).collect(),
         layer_snapshots,
         main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
+        read_only: false,
     })
 }
 
@@ -362,6 +387,7 @@ pub fn base_of(world: &World) -> Option<World> {
         chain: world.chain[1..].to_vec(),
         layer_snapshots: world.layer_snapshots[1..].to_vec(),
         main_snapshot: world.main_snapshot.clone(),
+        read_only: true,
     })
 }
 
@@ -489,7 +515,8 @@ fn validate(tabno: i32, gen: u64) {
             let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
             load_world_part(&layout, &world, &mut cache);
             if main_changed {
-                cache.frontier = world.main_snapshot.clone();
+                // a time cut starts from a snapshot that sees nothing: every entry after the time counts
+                cache.frontier = if world.main_snapshot.starts_with('@') { "1:1:".into() } else { world.main_snapshot.clone() };
                 cache.created_tids.clear();
                 cache.hist_pick.clear();
                 cache.main_snapshot = world.main_snapshot.clone();
@@ -589,8 +616,13 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq)
          FROM {} h
          WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)
-           AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)",
-        layout.history_name
+           AND {}",
+        layout.history_name,
+        if cache.main_snapshot.starts_with('@') {
+            "h._w_at > substr($2, 2)::timestamptz"
+        } else {
+            "NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
+        }
     );
     let rows = snapshot_spi::query(
         &sql,
@@ -758,6 +790,9 @@ fn _overlay_write<'a>(
     let Some(world) = session_world() else {
         raise("0A000", "the overlay views of pg_worlds are written only from inside a world");
     };
+    if world.read_only {
+        raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));
+    }
     let event = td.tg_event & pg_sys::TRIGGER_EVENT_OPMASK;
     let view_desc = unsafe { (*td.tg_relation).rd_att };
     let old = td.tg_trigtuple;
