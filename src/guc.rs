@@ -67,6 +67,38 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"worlds.purge_databases",
+        c"Databases whose history a background worker keeps within history_retention (comma-separated).",
+        c"One worker per database; a database without pg_worlds is skipped. Set at server start.",
+        &PURGE_DATABASES,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"worlds.purge_naptime",
+        c"Seconds between the purge worker's rounds.",
+        c"Each round deletes history older than history_retention in batches of 1000 rows, one transaction each.",
+        &PURGE_NAPTIME,
+        1,
+        86400,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
 }
 
 pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static PURGE_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
+
+/// The databases whose history the purge workers keep within history_retention.
+pub fn purge_databases() -> Vec<String> {
+    PURGE_DATABASES
+        .get()
+        .map(|s| s.to_string_lossy().split(',').map(|d| d.trim().to_string()).filter(|d| !d.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+pub fn purge_naptime() -> u64 {
+    PURGE_NAPTIME.get().max(1) as u64
+}

@@ -39,6 +39,7 @@ pub extern "C-unwind" fn _PG_init() {
         PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
         route::install_hooks();
         storage::register_callbacks();
+        time::purge::register_workers();
     }
 }
 

@@ -145,3 +145,39 @@ BEGIN
     ORDER BY e.seq DESC
     LIMIT coalesce("limit", 100);
 END $$;
+
+-- Deletes history older than history_retention that no live world still needs (entries before every
+-- root world's fork point), at most batch_size rows per table and kind, so writers are never held up.
+-- The purge worker calls it; it can be called by hand. Returns the rows deleted.
+CREATE FUNCTION worlds.purge_history(batch_size integer DEFAULT 1000) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    rel regclass;
+    n bigint := 0;
+    c bigint;
+    cutoff timestamptz := now() - worlds.history_retention();
+    snaps pg_snapshot[];
+    fork_ats timestamptz[];
+BEGIN
+    -- worlds of main (the roots of every chain) see main through their fork points
+    SELECT coalesce(array_agg(fork_snapshot) FILTER (WHERE fork_snapshot IS NOT NULL), '{}'),
+           coalesce(array_agg(fork_at) FILTER (WHERE fork_at IS NOT NULL), '{}')
+    INTO snaps, fork_ats
+    FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
+    FOR t IN SELECT * FROM worlds.tables LOOP
+        FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
+            EXECUTE format($q$
+                DELETE FROM %1$s WHERE ctid = ANY (ARRAY(
+                    SELECT h.ctid FROM %1$s h
+                    WHERE h._w_at < $1
+                      AND NOT EXISTS (SELECT 1 FROM unnest($2::pg_snapshot[]) s WHERE NOT pg_visible_in_snapshot(h._w_xid, s))
+                      AND NOT EXISTS (SELECT 1 FROM unnest($3::timestamptz[]) a WHERE h._w_at > a)
+                    LIMIT $4))
+                $q$, rel) USING cutoff, snaps, fork_ats, batch_size;
+            GET DIAGNOSTICS c = ROW_COUNT;
+            n := n + c;
+        END LOOP;
+    END LOOP;
+    RETURN n;
+END $$;

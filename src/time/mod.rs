@@ -1,5 +1,8 @@
 //! RESTORE WORLD and UNDO MERGE: writing rows back as they were, as ordinary writes (history keeps what
-//! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql).
+//! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql); `purge` keeps
+//! history within history_retention.
+pub mod purge;
+
 use crate::api::{raise, raise_with};
 use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts, Changed, Planned};
 use crate::storage::overlay::{base_of, with_world, world_by_num};
