@@ -67,6 +67,10 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    // a server-start setting can only be defined while the server starts (preloading)
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
     GucRegistry::define_string_guc(
         c"worlds.purge_databases",
         c"Databases whose history a background worker keeps within history_retention (comma-separated).",

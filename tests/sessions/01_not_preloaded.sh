@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # CREATE EXTENSION pg_worlds on a cluster that does not preload the library must fail cleanly:
 # SQLSTATE 55000, a message naming shared_preload_libraries, and a HINT naming it too.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }                 # fatal: nothing after it can be checked
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }  # recorded; the script goes on and exits 1 at the end
+source "$(dirname "$0")/common.sh"
 
 start_cluster $NP no
 trap 'stop_cluster $NP' EXIT

@@ -2,13 +2,9 @@
 # Ordinary statements in main behave exactly as in stock Postgres: tests/sessions/ordinary.sql is run
 # (a) on a cluster without pg_worlds and (b) in a database with CREATE EXTENSION pg_worlds on the preloaded
 # cluster; the two outputs (results, notices, errors) must be byte-identical.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
+source "$(dirname "$0")/common.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 SQL=$HERE/ordinary.sql
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 start_cluster $CL yes
 start_cluster $NP no

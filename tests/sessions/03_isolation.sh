@@ -5,13 +5,7 @@
 # block main, and its uncommitted writes are invisible to another session in the same world. Also: a fork
 # taken while a main transaction is open, two main sessions updating the same rows at once after forks,
 # and a table whose column names pg_worlds' own storage also uses.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 DB=s03_isolation

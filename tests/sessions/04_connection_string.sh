@@ -2,16 +2,7 @@
 # A session can start in a world from its connection string (libpq options='-c worlds.world=w1', and the
 # PGOPTIONS environment variable), reads and writes that world, and leaves main alone. A prepared
 # statement re-routes when the session switches world (SWITCH WORLD via worlds.switch_world, or SET).
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-expect() { # expect WHAT ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
-}
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 DB=s04_connstr

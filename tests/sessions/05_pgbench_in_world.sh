@@ -6,16 +6,7 @@
 # Main must be byte-for-byte unchanged; the world must hold exactly 400 history rows and the TPC-B
 # invariant sum(abalance) = sum(bbalance) = sum(tbalance) = sum(delta). Then pgbench runs in main and the
 # world must not change.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-expect() { # expect WHAT ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
-}
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 dir=$(cluster_dir $CL); port=$(cat "$dir/port")

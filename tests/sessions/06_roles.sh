@@ -2,16 +2,7 @@
 # Privileges hold inside a world exactly as in main: a role with SELECT/INSERT/UPDATE reads and writes the
 # world (and still can't DELETE); a role without rights gets 42501 on the table and can't reach the
 # generated storage in worlds_data; column grants and row-level security apply in the world too.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-expect() { # expect WHAT ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
-}
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 DB=s06_roles

@@ -11,16 +11,7 @@
 #     with a second writer updating a and b in main: every merge finishes (timeout 60) and main adds up.
 # (d) a merge refused by a foreign key (the world adds a child of a parent main deleted after the fork)
 #     fails with 23503, main unchanged, the world kept with its rows; once main has the parent it merges.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-expect() { # expect WHAT ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
-}
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 DB=s07_concurrent_merges

@@ -9,16 +9,7 @@
 #     search_path, so a trigger function naming its audit table unqualified (as apps do) works.
 # (c) a session inside the world being merged ends in main (SHOW worlds.world = main) and reads the merged
 #     rows: through worlds.merge('w'), MERGE WORLD with no name, and a world set in the connection string.
-source "$(dirname "$0")/../../scripts/lib.sh"
-# the shared cluster (SESSIONS_CLUSTER / SESSIONS_NOPRELOAD_CLUSTER override the names, e.g. to run beside scripts/test.sh)
-CL=${SESSIONS_CLUSTER:-test}
-NP=${SESSIONS_NOPRELOAD_CLUSTER:-nopreload}
-failures=0
-fail() { echo "FAIL: $*" >&2; exit 1; }
-bad() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-expect() { # expect WHAT ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "  ok   $1 = $3"; else bad "$1: expected '$3', got '$2'"; fi
-}
+source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
 DB=s08_merge_atomic
