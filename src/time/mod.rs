@@ -50,8 +50,14 @@ fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option
         table = l.table_name,
         kmatch = key_match(l, "t", "k"),
     );
+    key_rows(&sql, &[at.into()]).into_iter().map(|(k, then, now, _)| (k, then, now)).collect()
+}
+
+/// Rows of (key object, a row, another row, a flag) from a query returning them in that order (the
+/// flag is false when the query has no fourth column).
+fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option<Value>, Option<Value>, bool)> {
     Spi::connect(|c| {
-        c.select(&sql, None, &[at.into()])
+        c.select(sql, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .into_iter()
             .map(|r| {
@@ -59,6 +65,7 @@ fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option
                     r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
                     r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
                     r.get::<JsonB>(3).ok().flatten().map(|j| j.0),
+                    r.get::<bool>(4).ok().flatten().unwrap_or(false),
                 )
             })
             .collect()
@@ -225,20 +232,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                 table = l.table_name,
                 kmatch = key_match(l, "t", "kk"),
             );
-            let rows: Vec<(Value, Option<Value>, Option<Value>, bool)> = Spi::connect(|c| {
-                c.select(&sql, None, &[id.clone().into()])
-                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                    .into_iter()
-                    .map(|r| {
-                        (
-                            r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
-                            r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
-                            r.get::<JsonB>(3).ok().flatten().map(|j| j.0),
-                            r.get::<bool>(4).ok().flatten().unwrap_or(false),
-                        )
-                    })
-                    .collect()
-            });
+            let rows = key_rows(&sql, &[id.clone().into()]);
             for (k, before, now, again) in rows {
                 let key = key_text_of(&k, &l.key_columns);
                 if again {
