@@ -95,3 +95,9 @@ SET client_min_messages = warning;
 SELECT j ->> 'id' AS id, j ->> 'change' AS change FROM worlds.sql(format('diff world %L to main', 'main@' || (SELECT at FROM t0))) j;
 RESET client_min_messages;
 SELECT try($$select * from worlds.sql('create world w2 from ''check_it@-1 minute''')$$);
+-- AS OF inside a SELECT run by worlds.sql, in the spec's three forms
+SELECT j FROM worlds.sql(format($q$select now.id, now.status, old.status from orders now join orders as of %L old on old.id = now.id where old.status <> now.status order by 1$q$, (SELECT at FROM t0))) j;
+SELECT count(*) FROM worlds.sql(format('select * from orders as of %L', (SELECT at FROM t0)));
+SELECT count(*) FROM worlds.sql(format('select o.id from orders o as of %L', (SELECT at FROM t0)));
+SELECT count(*) FROM worlds.sql(format('select o.id from orders o for system_time as of %L;', (SELECT at FROM t0)));
+SELECT try($$select * from worlds.sql('select * from orders as of ''garbage''')$$);

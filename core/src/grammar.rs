@@ -188,7 +188,7 @@ impl Clause {
 // Tokens
 
 #[derive(Debug, Clone, PartialEq)]
-enum Tok {
+pub(crate) enum Tok {
     /// a bare word, folded to lower case: a keyword or a name
     Word(String),
     /// a "quoted" identifier, as written
@@ -204,15 +204,15 @@ enum Tok {
 
 /// A token and where it is in the text, in bytes (`start..end` is its source text).
 #[derive(Debug, Clone)]
-struct Token {
-    tok: Tok,
-    start: usize,
-    end: usize,
+pub(crate) struct Token {
+    pub(crate) tok: Tok,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
 }
 
 /// Splits the text into tokens, ending with `Tok::End`. Works on bytes: every character the grammar
 /// cares about is ASCII, and a multibyte character can only be part of a word, string or comment.
-fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
+pub(crate) fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
     let b = text.as_bytes();
     let mut toks = Vec::new();
     let mut i = 0;

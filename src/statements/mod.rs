@@ -12,6 +12,15 @@ use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
+    // a SELECT reading tables AS OF a moment: rewritten onto worlds.as_of and run as the caller
+    match worlds_core::as_of::rewrite_as_of(statement) {
+        Ok(Some(query)) => {
+            let query = query.trim_end().trim_end_matches(';').to_string();
+            return SetOfIterator::new(rows(&query, &[]).into_iter().map(JsonB));
+        }
+        Ok(None) => {}
+        Err(e) => raise_with(e.sqlstate, e.message, Some(format!("at character {} of the statement", e.position)), None),
+    }
     let parsed = match grammar::parse(statement) {
         Ok(s) => s,
         Err(e) => raise_with(
