@@ -168,10 +168,15 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         })
     } else {
         let kcols = layout.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-        let after_own_merge = format!(
-            "h._w_hseq > coalesce((SELECT max(h2._w_hseq) FROM {history} h2 WHERE {} AND h2._w_src = $3), 0)",
-            key_match(layout, "h2", "o")
-        );
+        // after the world's own last partial merge of the row (only worlds partly merged before have one)
+        let after_own_merge = if partly_merged(world) {
+            format!(
+                "h._w_hseq > coalesce((SELECT max(h2._w_hseq) FROM {history} h2 WHERE {} AND h2._w_src = $3), 0)",
+                key_match(layout, "h2", "o")
+            )
+        } else {
+            "$3::text IS NOT NULL".to_string()
+        };
         let after_fork = if snapshot.starts_with('@') {
             "h._w_at > substr($2, 2)::timestamptz"
         } else {
@@ -219,6 +224,16 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         })
     };
     TableChanges { layout: layout.clone(), name: table, rows }
+}
+
+fn partly_merged(world: &WorldRow) -> bool {
+    Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event LIKE 'merged part into %')",
+        &[world.num.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(true)
 }
 
 /// The table name as the spec prints it in ids ('orders/7'): unqualified when in the search path.
