@@ -114,6 +114,7 @@ group() {
   ( set -e; for f in "$@"; do step "$f"; $f; done ) 2>"$WORK/err"
   rc=$?; set -e
   cat "$WORK/err" >&2
+  if [ "$(library_id)" != "$LIBRARY_START" ] && [ -z "${LIBRARY_CHANGED_IN:-}" ]; then LIBRARY_CHANGED_IN="$*"; fi
   GROUP_OK=yes
   [ $rc -ne 0 ] || return 0
   GROUP_OK=no FAILED=1
@@ -350,9 +351,9 @@ if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it res
   group "P1wn P1sn" measure_p1_nopreload
 fi
 step "done in $((SECONDS - START)) s"
-if [ "$(library_id)" != "$LIBRARY_START" ]; then
+if [ -n "${LIBRARY_CHANGED_IN:-}" ]; then
   [ $MODE = smoke ] || FAILED=1
-  LIBRARY_NOTE="pg_worlds.so was reinstalled during this run: figures may mix two builds (and errors like 'could not access file \"pg_worlds\"' come from the reinstall). Run again."
+  LIBRARY_NOTE="pg_worlds.so was reinstalled during this run, before the end of: $LIBRARY_CHANGED_IN. Figures from there on may mix two builds, and errors like 'could not access file \"pg_worlds\"' come from the reinstall. Run again."
   echo "bench: WARNING: $LIBRARY_NOTE" >&2
 fi
 echo
