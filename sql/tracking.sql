@@ -40,6 +40,10 @@ DELETE FROM log WHERE at = 1 AND ctid = (SELECT min(ctid) FROM log WHERE at = 1)
 SET worlds.world = w2;
 SELECT at, msg, count(*) FROM log GROUP BY 1, 2 ORDER BY 1, 2;
 RESET worlds.world;
+-- VACUUM FULL and CLUSTER would move rows live worlds read by position: refused while worlds live
+SELECT try('vacuum full t');
+SELECT try('cluster t using t_pkey');
+VACUUM t;
 -- TRUNCATE on main is captured: a world forked before it still sees the rows
 TRUNCATE t;
 SET worlds.world = w;
