@@ -1,6 +1,7 @@
 -- Time: moments, AS OF, history retention, checkpoints, RESTORE and UNDO MERGE.
 -- History of main records each change with its statement's time (_w_at); a table as of a moment is its
--- current rows minus those created since, plus the first before-image of each row changed since.
+-- current rows minus those created since, plus the first before-image of each row changed since — what
+-- the overlay shows a session in 'main@when'.
 
 CREATE TABLE worlds.settings (name text PRIMARY KEY, value text NOT NULL);
 INSERT INTO worlds.settings VALUES ('history_retention', '1 day');
@@ -77,36 +78,22 @@ BEGIN
     RETURN t;
 END $$;
 
--- The rows of a tracked table as of a moment, as JSON objects of its current columns.
-CREATE FUNCTION worlds._rows_as_of(t worlds.tables, at timestamptz) RETURNS SETOF jsonb
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    cols text := worlds._alias_columns(t.relid, 'x');
-BEGIN
-    RETURN QUERY EXECUTE format($q$
-        SELECT to_jsonb(b) FROM %1$s b
-        WHERE NOT EXISTS (SELECT 1 FROM %2$s h WHERE h._w_at > $1 AND h._w_new_tid = b.ctid)
-        UNION ALL
-        SELECT to_jsonb(x) FROM (
-            SELECT %3$s FROM %2$s x
-            WHERE x._w_at > $1 AND x._w_op <> 'I'
-              AND NOT EXISTS (SELECT 1 FROM %2$s e WHERE e._w_at > $1 AND e._w_new_tid = x._w_old_tid AND e._w_hseq < x._w_hseq)
-        ) x
-        $q$, t.relid, t.changes, cols) USING at;
-END $$;
-
 -- AS OF: select * from worlds.as_of(null::orders, '-1 hour') -- the table as it was then.
+-- Read through the overlay, as a session in 'main@when' reads: the query runs with the caller's rights
+-- (SECURITY INVOKER: a role sees the past of what it may read now, nothing more).
 CREATE FUNCTION worlds.as_of(tbl anyelement, moment timestamptz) RETURNS SETOF anyelement
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
-    t worlds.tables;
+    rel regclass := (SELECT typrelid FROM pg_type WHERE oid = pg_typeof(tbl));
     at timestamptz := worlds.moment(moment);
+    previous text := current_setting('worlds.world');
 BEGIN
-    SELECT * INTO t FROM worlds.tables WHERE relid = (SELECT typrelid FROM pg_type WHERE oid = pg_typeof(tbl));
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT 1 FROM worlds.tables WHERE relid = rel) THEN
         RAISE EXCEPTION 'AS OF reads tracked tables: % isn''t one', pg_typeof(tbl) USING ERRCODE = 'wrong_object_type';
     END IF;
-    RETURN QUERY SELECT (jsonb_populate_record(tbl, r)).* FROM worlds._rows_as_of(t, at) r;
+    PERFORM set_config('worlds.world', 'main@' || to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00', true);
+    RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
+    PERFORM set_config('worlds.world', previous, true);
 END $$;
 
 CREATE FUNCTION worlds.as_of(tbl anyelement, moment text) RETURNS SETOF anyelement
