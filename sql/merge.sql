@@ -93,3 +93,16 @@ SELECT worlds.merge('h', "using" => 'ours');
 SELECT status FROM orders WHERE id = 20;
 -- history records where merged changes came from
 SELECT count(*) > 0 AS has_src FROM worlds_data.h_orders_1 WHERE _w_src IS NOT NULL;
+-- a table set to merge by columns merges that way in every merge (ALTER TABLE t SET (merge_by_columns = true))
+ALTER TABLE orders SET (merge_by_columns = true);
+SELECT merge_by_columns FROM worlds.tables WHERE relid = 'orders'::regclass;
+SELECT * FROM worlds.sql('create world k');
+SET worlds.world = k; UPDATE orders SET status = 'k' WHERE id = 7; RESET worlds.world;
+UPDATE orders SET qty = 77 WHERE id = 7;
+SELECT "table", id, outcome FROM worlds.merge_dry_run('k') WHERE id IS NOT NULL;
+SELECT * FROM worlds.sql('merge world k');
+SELECT * FROM orders WHERE id = 7;
+-- mixed with Postgres's own storage parameters, and RESET
+ALTER TABLE orders SET (fillfactor = 90, merge_by_columns = false);
+SELECT merge_by_columns, reloptions FROM worlds.tables JOIN pg_class ON oid = relid WHERE relid = 'orders'::regclass;
+ALTER TABLE orders RESET (merge_by_columns);

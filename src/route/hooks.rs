@@ -365,8 +365,17 @@ unsafe extern "C-unwind" fn process_utility(
             storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
         }
         if !stmt.is_null() && !routing_active() && !pg_sys::creating_extension {
-            release_overlays_before_ddl(stmt);
-            refuse_row_moves(stmt);
+            if (*stmt).type_ == pg_sys::NodeTag::T_AlterTableStmt && sets_merge_by_columns(stmt) {
+                if read_only_tree {
+                    pstmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
+                    read_only_tree = false;
+                }
+                if take_merge_by_columns((*pstmt).utilityStmt as *mut pg_sys::AlterTableStmt) {
+                    return; // nothing left for Postgres to do
+                }
+            }
+            release_overlays_before_ddl((*pstmt).utilityStmt);
+            refuse_row_moves((*pstmt).utilityStmt);
         }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
@@ -449,6 +458,80 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
         for rel in rels.into_iter().filter(|r| tracked.contains_key(r)) {
             storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
         }
+    }
+}
+
+/// The (SET|RESET) (merge_by_columns ...) options of an ALTER TABLE, if any.
+unsafe fn merge_by_columns_options(stmt: *mut pg_sys::AlterTableStmt) -> Vec<(usize, usize, bool)> {
+    unsafe {
+        let mut found = Vec::new();
+        let cmds = (*stmt).cmds;
+        if cmds.is_null() {
+            return found;
+        }
+        for i in 0..(*cmds).length as usize {
+            let cmd = pg_sys::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
+            let set = (*cmd).subtype == pg_sys::AlterTableType::AT_SetRelOptions;
+            if !set && (*cmd).subtype != pg_sys::AlterTableType::AT_ResetRelOptions {
+                continue;
+            }
+            let opts = (*cmd).def as *mut pg_sys::List;
+            if opts.is_null() {
+                continue;
+            }
+            for j in 0..(*opts).length as usize {
+                let d = pg_sys::list_nth(opts, j as i32) as *mut pg_sys::DefElem;
+                if std::ffi::CStr::from_ptr((*d).defname).to_bytes() == b"merge_by_columns" {
+                    found.push((i, j, set && ((*d).arg.is_null() || pg_sys::defGetBoolean(d))));
+                }
+            }
+        }
+        found
+    }
+}
+
+unsafe fn sets_merge_by_columns(stmt: *mut pg_sys::Node) -> bool {
+    unsafe { !merge_by_columns_options(stmt as *mut pg_sys::AlterTableStmt).is_empty() }
+}
+
+/// ALTER TABLE t SET (merge_by_columns = true) / RESET (merge_by_columns): pg_worlds' per-table setting
+/// (rows both sides changed merge column by column). Taken out of the statement before Postgres sees it
+/// (it is no storage parameter of Postgres's); returns true when nothing else is left to run.
+unsafe fn take_merge_by_columns(stmt: *mut pg_sys::AlterTableStmt) -> bool {
+    unsafe {
+        let found = merge_by_columns_options(stmt);
+        let rel = pg_sys::RangeVarGetRelidExtended((*stmt).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
+        let value = found.last().map(|f| f.2).unwrap_or(false);
+        let updated = storage::as_internal(|| {
+            pgrx::Spi::get_one_with_args::<bool>(
+                "UPDATE worlds.tables SET merge_by_columns = $2 WHERE relid = $1 RETURNING true",
+                &[rel.into(), value.into()],
+            )
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        if !updated {
+            raise("55000", format!("merge_by_columns is a setting of tracked tables: {} isn't tracked by pg_worlds", relation_name(rel)));
+        }
+        // drop the options (last first, so indexes stay valid), then the commands left empty
+        let cmds = (*stmt).cmds;
+        for &(i, j, _) in found.iter().rev() {
+            let cmd = pg_sys::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
+            (*cmd).def = pg_sys::list_delete_nth_cell((*cmd).def as *mut pg_sys::List, j as i32) as *mut pg_sys::Node;
+        }
+        let mut i = (*cmds).length - 1;
+        while i >= 0 {
+            let cmd = pg_sys::list_nth((*stmt).cmds, i) as *mut pg_sys::AlterTableCmd;
+            let opts = (*cmd).def as *mut pg_sys::List;
+            if ((*cmd).subtype == pg_sys::AlterTableType::AT_SetRelOptions || (*cmd).subtype == pg_sys::AlterTableType::AT_ResetRelOptions)
+                && (opts.is_null() || (*opts).length == 0)
+            {
+                (*stmt).cmds = pg_sys::list_delete_nth_cell((*stmt).cmds, i);
+            }
+            i -= 1;
+        }
+        (*stmt).cmds.is_null() || (*(*stmt).cmds).length == 0
     }
 }
 
