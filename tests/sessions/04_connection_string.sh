@@ -89,6 +89,16 @@ out=$($PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "select rows_of_t()" -c 
 expect "plpgsql main|w1|main" "$(echo "$out" | paste -sd'|')" \
   "1:one,2:two,3:three,6:six|1:uno,2:two,4:four,5:five|1:one,2:two,3:three,6:six"
 
+echo "check: a session can start in main as it was (options='-c worlds.world=main@<when>'): it reads, it can't write"
+psql_in $CL -d $DB -q -c "create table moments as select clock_timestamp() at time zone 'UTC' as at" -c "select pg_sleep(0.05)" -c "update t set v = 'later' where id = 2"
+AT=$(psql_in $CL -d $DB -Atc "select to_char(at, 'YYYY-MM-DD\\\\ HH24:MI:SS.US') from moments")
+# a space inside an option value is escaped for the server (\ in a conninfo string)
+PAST="$CONN options='-c worlds.world=main@${AT}+00'"
+expect "main now" "$(main_q "select v from t where id = 2")" "later"
+expect "main as it was" "$($PGBIN/psql "$PAST" -X -qAt -c "select v from t where id = 2")" "two"
+err=$($PGBIN/psql "$PAST" -X -qAt -v VERBOSITY=verbose -c "update t set v = 'x' where id = 2" 2>&1 || true)
+case "$err" in *25006*) echo "  ok   write in the past = 25006" ;; *) bad "write in the past: expected 25006, got: $err" ;; esac
+
 if [ $failures -ne 0 ]; then echo "04_connection_string: $failures check(s) failed" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
 echo "ok: 04_connection_string"
