@@ -153,7 +153,6 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         Spi::connect(|c| {
             c.select(&sql, None, &[world.num.into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                .into_iter()
                 .map(|r| {
                     let ours = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
                     Changed {
@@ -203,7 +202,6 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         Spi::connect(|c| {
             c.select(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                .into_iter()
                 .map(|r| {
                     let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
                     let entry = r.get::<JsonB>(4).ok().flatten().map(|j| j.0);
@@ -274,7 +272,7 @@ fn fmt_count(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -411,7 +409,6 @@ fn candidate_keys(l: &Layout, worlds: &[i32], snapshots: &[String]) -> Vec<Value
     Spi::connect(|c| {
         c.select(&sql, None, &[worlds.to_vec().into(), snapshots.to_vec().into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .into_iter()
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
     })
@@ -730,7 +727,6 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
     Spi::connect(|c| {
         c.select(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .into_iter()
             .filter_map(|r| {
                 let k = r.get::<JsonB>(1).ok().flatten()?.0;
                 let row = r.get::<JsonB>(2).ok().flatten()?.0;

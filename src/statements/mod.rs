@@ -44,7 +44,6 @@ fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
     Spi::connect_mut(|c| {
         c.update(&wrapped, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))
-            .into_iter()
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
     })
@@ -55,7 +54,6 @@ fn call_tag(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
     let t: Option<String> = Spi::connect_mut(|c| {
         c.update(sql, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))
-            .into_iter()
             .next()
             .and_then(|r| r.get::<String>(1).ok().flatten())
     });

@@ -338,7 +338,6 @@ fn load_chain(num: i32) -> Vec<ChainRow> {
                 &[num.into()],
             )
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .into_iter()
             .map(|r| {
                 (
                     r.get::<i32>(1).ok().flatten().unwrap_or(0),

@@ -59,7 +59,6 @@ fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option
     Spi::connect(|c| {
         c.select(sql, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .into_iter()
             .map(|r| {
                 (
                     r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
@@ -142,7 +141,6 @@ fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Valu
     let rows: Vec<(Value, Option<Value>, bool)> = Spi::connect(|c| {
         c.select(&sql, None, &[num.into(), at.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .into_iter()
             .map(|r| {
                 (
                     r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
