@@ -73,11 +73,17 @@ pub struct TableChanges {
 }
 
 pub fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
+    table_columns(relid, false)
+}
+
+/// The table's columns in order; `insertable_only` leaves out generated columns (Postgres computes them).
+fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<String> {
     Spi::connect(|c| {
         c.select(
-            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
+             AND (NOT $2 OR attgenerated = '') ORDER BY attnum",
             None,
-            &[relid.into()],
+            &[relid.into(), insertable_only.into()],
         )
         .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
         .unwrap_or_default()
@@ -877,7 +883,7 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
         applied += run_dml(&sql, rows);
     }
     for (relid, layout, table) in by_table.iter() {
-        let cols = insertable_columns(*relid);
+        let cols = table_columns(*relid, true);
         let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
         let inserts = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_none());
         if !inserts.is_empty() {
@@ -902,18 +908,6 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
         }
     }
     applied
-}
-
-fn insertable_columns(relid: pg_sys::Oid) -> Vec<String> {
-    Spi::connect(|c| {
-        c.select(
-            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
-            None,
-            &[relid.into()],
-        )
-        .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
-        .unwrap_or_default()
-    })
 }
 
 /// Runs DML over a JSON array of rows as the session's user (so the role's privileges and RLS on main

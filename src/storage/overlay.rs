@@ -1018,18 +1018,18 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
         check_unique(layout, &names, &args);
     }
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
-    let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
-    let (delta, seq) = (&layout.delta_name, &layout.sequence_name);
+    // $1 world, $2 deleted, $3 the delta's sequence (a value, so passed as one); the row's columns follow
+    let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
+    let delta = &layout.delta_name;
     let sql = format!(
-        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval({}::regclass), $2{}{}) RETURNING _w_dseq, {}",
+        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval($3::text::regclass), $2{}{}) RETURNING _w_dseq, {}",
         if cols.is_empty() { "" } else { ", " },
         cols.join(", "),
-        quote_literal(seq),
         if placeholders.is_empty() { "" } else { ", " },
         placeholders.join(", "),
         key_expr(layout, "d")
     );
-    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into()];
+    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), layout.sequence_name.as_str().into()];
     all_args.extend(args);
     let (dseq, key) = as_internal(|| {
         Spi::connect_mut(|c| {
@@ -1058,10 +1058,6 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
             }
         }
     });
-}
-
-fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 fn primary_key_name(layout: &Layout) -> String {
