@@ -24,10 +24,10 @@ DELETE FROM orders WHERE id = 5 RETURNING id;
 UPDATE items SET price = price + 1 WHERE id IN (1, 2);
 INSERT INTO items VALUES (6, 'six', 60);
 SELECT pay(2);
--- ON CONFLICT DO NOTHING works; DO UPDATE is refused clearly
+-- ON CONFLICT DO NOTHING and DO UPDATE (more in upsert.sql)
 INSERT INTO items VALUES (1, 'dup', 1) ON CONFLICT DO NOTHING;
 INSERT INTO items VALUES (7, 'seven', 70) ON CONFLICT (id) DO NOTHING RETURNING id;
-SELECT try($$insert into items values (7, 'x', 1) on conflict (id) do update set name = excluded.name$$);
+INSERT INTO items VALUES (7, 'x', 1) ON CONFLICT (id) DO UPDATE SET name = excluded.name RETURNING *;
 -- constraints hold inside the world: primary key (23505), NOT NULL (23502), CHECK (23514)
 SELECT try($$insert into items values (6, 'again', 1)$$);
 SELECT try($$update items set id = 1 where id = 2$$);

@@ -133,8 +133,9 @@ BEGIN
         delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
         hist_cols, worlds._view_key(t, 'h'), (SELECT relname FROM pg_class WHERE oid = t.history),
         t.tabno, t.tabno, t.tabno);
-    -- the same rows as the target of INSERT ... ON CONFLICT DO NOTHING (its trigger skips duplicates)
-    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
+    -- the same rows as the target of INSERT ... ON CONFLICT (its trigger skips or updates a row whose key
+    -- the world has); the last column carries DO UPDATE's action from the router to the trigger
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT *, NULL::text AS _w_upsert FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
     -- history and inserts in one relation, for readers that want every change (its columns follow theirs)
     PERFORM worlds._drop_changes_view(t);
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s UNION ALL SELECT * FROM %s', 'a' || substr(vname, 2), t.history, t.inserts);

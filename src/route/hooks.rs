@@ -178,10 +178,13 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 }
                 let mut overlay = layout.overlay;
                 if is_result && !(*query).onConflict.is_null() {
-                    if (*(*query).onConflict).action != pg_sys::OnConflictAction::ONCONFLICT_NOTHING {
-                        raise("0A000", "INSERT ... ON CONFLICT DO UPDATE into a tracked table is not supported inside a world yet; ON CONFLICT DO NOTHING is");
+                    if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
+                        // DO UPDATE: its action travels to the twin's trigger in the twin's extra column
+                        let action = super::upsert::action_sql(query, i + 1, &layout);
+                        add_action_column(query, overlay_width(&layout), &action);
                     }
-                    // the DO NOTHING twin of the overlay: its trigger skips a row whose key the world already has
+                    // the conflict twin of the overlay: its trigger skips (DO NOTHING) or updates (DO
+                    // UPDATE) a row whose key the world already has
                     overlay = layout.overlay_nothing;
                     (*query).onConflict = std::ptr::null_mut();
                 }
@@ -202,6 +205,37 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
         }
+    }
+}
+
+/// The number of attributes of the tracked table (and so of its overlay): the conflict twin's action
+/// column comes right after them.
+unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
+    unsafe {
+        let rel = pg_sys::relation_open(layout.relid, pg_sys::NoLock as i32);
+        let n = (*(*rel).rd_att).natts as i16;
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        n
+    }
+}
+
+/// Supplies the conflict twin's action column (a text constant) in an INSERT's target list.
+unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, action: &str) {
+    unsafe {
+        let text = std::ffi::CString::new(action).unwrap_or_default();
+        let value = pg_sys::cstring_to_text(text.as_ptr());
+        let konst = pg_sys::makeConst(
+            pg_sys::TEXTOID,
+            -1,
+            pg_sys::DEFAULT_COLLATION_OID,
+            -1,
+            pg_sys::Datum::from(value),
+            false,
+            false,
+        );
+        let name = std::ffi::CString::new(super::upsert::ACTION_COLUMN).unwrap();
+        let te = pg_sys::makeTargetEntry(konst as *mut pg_sys::Expr, width + 1, pg_sys::pstrdup(name.as_ptr()), false);
+        (*query).targetList = pg_sys::lappend((*query).targetList, te as *mut std::ffi::c_void);
     }
 }
 

@@ -1,3 +1,4 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 mod hooks;
+pub mod upsert;
 pub use hooks::{explicit_transaction_block, install_hooks};

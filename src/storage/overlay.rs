@@ -798,6 +798,12 @@ fn _overlay_write<'a>(
     let new = td.tg_newtuple;
     match event {
         pg_sys::TRIGGER_EVENT_INSERT => {
+            if on_conflict_nothing {
+                if let Some(action) = unsafe { upsert_action(view_desc, old) } {
+                    return Ok(upsert(&layout, &world, view_desc, old, &action)
+                        .map(|t| unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(view_desc), t) }));
+                }
+            }
             check_not_null(&layout, view_desc, old);
             if on_conflict_nothing && key_exists(&layout, view_desc, old) {
                 return Ok(None);
@@ -829,6 +835,111 @@ fn _overlay_write<'a>(
         }
         _ => Ok(None),
     }
+}
+
+/// The DO UPDATE action a row for the conflict twin carries (None for ON CONFLICT DO NOTHING).
+unsafe fn upsert_action(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Option<String> {
+    unsafe {
+        let natts = (*desc).natts;
+        let att = &*(*desc).attrs.as_ptr().add(natts as usize - 1);
+        if std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() != crate::route::upsert::ACTION_COLUMN.as_bytes() {
+            return None;
+        }
+        let mut isnull = false;
+        let d = pg_sys::heap_getattr(tuple, natts, desc, &mut isnull);
+        String::from_datum(d, isnull)
+    }
+}
+
+/// INSERT ... ON CONFLICT DO UPDATE of one proposed row: the new row when the world has no row with its
+/// key, otherwise the updated row (when DO UPDATE's WHERE holds). Returns what RETURNING shows, or None
+/// when nothing was written.
+fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_sys::HeapTuple, action: &str) -> Option<pg_sys::HeapTuple> {
+    let (names, args) = row_args(desc, proposed);
+    let excluded: Vec<String> = names.iter().enumerate().map(|(i, n)| format!("${} AS {}", i + 1, quote_ident(n))).collect();
+    let matches: Vec<String> = layout
+        .key_columns
+        .iter()
+        .map(|k| format!("{a}.{k} = excluded.{k}", a = crate::route::upsert::TARGET_ALIAS, k = quote_ident(k)))
+        .collect();
+    let sql = format!("{action}, (SELECT {}) AS excluded WHERE {}", excluded.join(", "), matches.join(" AND "));
+    with_cache(layout.tabno, |_| ());
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    let upper = unsafe { pg_sys::CurrentMemoryContext };
+    let natts = unsafe { (*desc).natts } as usize;
+    // run as the session (routed, with its rights): the action reads the world's row of the real table
+    let updated: Vec<Option<pg_sys::HeapTuple>> = snapshot_spi::query(&sql, &types, &values, |row| unsafe {
+        let ncols = row.width();
+        if row.get::<bool>(ncols) != Some(true) {
+            return None; // DO UPDATE ... WHERE said no
+        }
+        let mut datums = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![true; natts];
+        let mut col = 0;
+        for i in 0..natts {
+            let att = &*(*desc).attrs.as_ptr().add(i);
+            let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy();
+            if att.attisdropped || name.starts_with("........pg.dropped.") || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN) {
+                continue;
+            }
+            col += 1;
+            if let Some(d) = row.raw(col) {
+                datums[i] = d;
+                nulls[i] = false;
+            }
+        }
+        let old = pg_sys::MemoryContextSwitchTo(upper);
+        let t = pg_sys::heap_form_tuple(desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
+        pg_sys::MemoryContextSwitchTo(old);
+        Some(t)
+    });
+    match updated.into_iter().next() {
+        // the world has no row with this key: an ordinary insert
+        None => {
+            if written_by_this_statement(layout, world, &names, &args) {
+                crate::api::raise_with(
+                    "21000",
+                    "ON CONFLICT DO UPDATE command cannot affect row a second time",
+                    None,
+                    Some("Ensure that no rows proposed for insertion within the same command have duplicate constrained values.".into()),
+                );
+            }
+            check_not_null(layout, desc, proposed);
+            write_version(layout, world, desc, proposed, false, true);
+            bump_version(world);
+            Some(proposed)
+        }
+        Some(None) => None,
+        Some(Some(new)) => {
+            check_not_null(layout, desc, new);
+            let changed = unsafe { key_differs(layout, desc, proposed, new) };
+            if changed {
+                write_version(layout, world, desc, proposed, true, false);
+            }
+            write_version(layout, world, desc, new, false, changed);
+            bump_version(world);
+            Some(new)
+        }
+    }
+}
+
+/// Did this transaction write the key in the world after the statement's snapshot was taken (that is, in
+/// this very statement)? The statement's snapshot doesn't show such a row, a fresh read does.
+fn written_by_this_statement(layout: &Layout, world: &World, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
+    let conds: Vec<String> = layout
+        .key_columns
+        .iter()
+        .map(|k| format!("d.{} = ${}", quote_ident(k), names.iter().position(|n| n == k).unwrap() + 2))
+        .collect();
+    let sql = format!(
+        "SELECT 1 FROM {} d WHERE d._w_world = $1 AND {} AND d._w_xid = pg_current_xact_id_if_assigned() LIMIT 1",
+        layout.delta_name,
+        conds.join(" AND ")
+    );
+    let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
+    all.extend(args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }));
+    as_internal(|| Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
 }
 
 fn raise_no_key(layout: &Layout) -> ! {
@@ -895,7 +1006,7 @@ fn row_args(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> (Vec<String>, 
         for i in 0..(*desc).natts as usize {
             let att = &*(*desc).attrs.as_ptr().add(i);
             let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned();
-            if name.starts_with("........pg.dropped.") {
+            if name.starts_with("........pg.dropped.") || (i + 1 == (*desc).natts as usize && name == crate::route::upsert::ACTION_COLUMN) {
                 continue;
             }
             let mut isnull = false;
@@ -1031,13 +1142,26 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
     );
     let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), layout.sequence_name.as_str().into()];
     all_args.extend(args);
-    let (dseq, key) = as_internal(|| {
-        Spi::connect_mut(|c| {
-            let rows = c.update(&sql, None, &all_args).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")));
-            let row = rows.into_iter().next().expect("RETURNING gives a row");
-            (row.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &row, 2))
+    let insert = std::panic::AssertUnwindSafe(|| {
+        as_internal(|| {
+            Spi::connect_mut(|c| {
+                let rows = c.update(&sql, None, &all_args).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")));
+                let row = rows.into_iter().next().expect("RETURNING gives a row");
+                (row.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &row, 2))
+            })
         })
     });
+    // the table's CHECK constraints fire on the delta's copies: report them as Postgres would for the table
+    let (delta, table, row) = (layout.delta, layout.relid, std::panic::AssertUnwindSafe(&all_args[3..]));
+    let failing = move |e: pgrx::pg_sys::panic::CaughtError| match &e {
+        pgrx::pg_sys::panic::CaughtError::PostgresError(r) => unsafe {
+            let name = |oid| std::ffi::CStr::from_ptr(pg_sys::get_rel_name(oid)).to_string_lossy().into_owned();
+            let message = r.message().replace(&format!("\"{}\"", name(delta)), &format!("\"{}\"", name(table)));
+            crate::api::raise_with("23514", message, Some(format!("Failing row contains ({}).", output_values(&row).join(", "))), None)
+        },
+        _ => e.rethrow(),
+    };
+    let (dseq, key) = pgrx::PgTryBuilder::new(insert).catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, failing).execute();
     // keep this backend's view of the world current without a rebuild
     CACHES.with(|c| {
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
@@ -1113,25 +1237,32 @@ fn raise_duplicate(constraint: &str, cols: &[String], names: &[String], args: &[
     unreachable!("ERROR does not return")
 }
 
+/// Values as Postgres prints them in an error's DETAIL ("null" for NULL).
+fn output_values(args: &[pgrx::datum::DatumWithOid]) -> Vec<String> {
+    args.iter()
+        .map(|a| match a.datum() {
+            None => "null".to_string(),
+            Some(d) => unsafe {
+                let mut out_fn = pg_sys::Oid::INVALID;
+                let mut varlena = false;
+                pg_sys::getTypeOutputInfo(a.oid(), &mut out_fn, &mut varlena);
+                let s = pg_sys::OidOutputFunctionCall(out_fn, d.sans_lifetime());
+                std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned()
+            },
+        })
+        .collect()
+}
+
 /// Postgres's wording of a duplicate key's detail: "Key (id)=(7) already exists."
 fn duplicate_detail(cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> String {
-    let vals: Vec<String> = cols
+    let key_args: Vec<pgrx::datum::DatumWithOid> = cols
         .iter()
         .map(|k| {
-            let pos = names.iter().position(|n| n == k).unwrap();
-            let a = &args[pos];
-            match a.datum() {
-                None => "null".to_string(),
-                Some(d) => unsafe {
-                    let mut out_fn = pg_sys::Oid::INVALID;
-                    let mut varlena = false;
-                    pg_sys::getTypeOutputInfo(a.oid(), &mut out_fn, &mut varlena);
-                    let s = pg_sys::OidOutputFunctionCall(out_fn, d.sans_lifetime());
-                    std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned()
-                },
-            }
+            let a = &args[names.iter().position(|n| n == k).unwrap()];
+            unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }
         })
         .collect();
+    let vals = output_values(&key_args);
     format!("Key ({})=({}) already exists.", cols.join(", "), vals.join(", "))
 }
 

@@ -20,6 +20,20 @@ pub struct Row {
 }
 
 impl Row {
+    /// The number of columns.
+    pub fn width(&self) -> usize {
+        unsafe { (*self.desc).natts as usize }
+    }
+
+    /// Column `ord` (1-based) as a datum in SPI's memory (copy it out before the query ends), None when NULL.
+    pub fn raw(&self, ord: usize) -> Option<pg_sys::Datum> {
+        unsafe {
+            let mut isnull = false;
+            let d = pg_sys::SPI_getbinval(self.tuple, self.desc, ord as i32, &mut isnull);
+            (!isnull).then_some(d)
+        }
+    }
+
     /// Column `ord` (1-based) as T, None when NULL.
     pub fn get<T: FromDatum>(&self, ord: usize) -> Option<T> {
         unsafe {

@@ -1,0 +1,44 @@
+-- INSERT ... ON CONFLICT DO UPDATE inside a world: Postgres's semantics, only the world changes.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE inv (id int PRIMARY KEY, name text NOT NULL UNIQUE, qty int DEFAULT 0 CHECK (qty >= 0), note text);
+INSERT INTO inv VALUES (1, 'apple', 5, NULL), (2, 'pear', 3, 'x');
+SELECT * FROM worlds.sql('create world w');
+SET worlds.world = 'w';
+
+-- an existing key is updated from the row the world sees and the proposed row (EXCLUDED)
+INSERT INTO inv VALUES (1, 'apple', 10) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + excluded.qty RETURNING *;
+-- a new key is inserted (defaults applied); an alias; several rows; the WHERE of DO UPDATE
+INSERT INTO inv AS i (id, name) VALUES (3, 'plum'), (2, 'pear') ON CONFLICT (id)
+  DO UPDATE SET qty = i.qty + 1, note = 'again' WHERE i.qty < 100 RETURNING *;
+-- WHERE false: nothing written, nothing returned (INSERT 0 0)
+INSERT INTO inv VALUES (2, 'pear', 4) ON CONFLICT (id) DO UPDATE SET qty = 0 WHERE inv.qty > 100 RETURNING *;
+-- ON CONFLICT ON CONSTRAINT naming the primary key
+INSERT INTO inv VALUES (2, 'pear', 4) ON CONFLICT ON CONSTRAINT inv_pkey DO UPDATE SET note = excluded.name || '!';
+-- from a query, and through a prepared statement (parameters in VALUES)
+INSERT INTO inv SELECT g, 'n' || g, g FROM generate_series(3, 4) g ON CONFLICT (id) DO UPDATE SET qty = excluded.qty * 10;
+PREPARE put(int, text, int) AS INSERT INTO inv VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET qty = excluded.qty;
+EXECUTE put(1, 'apple', 42);
+EXECUTE put(9, 'nine', 9);
+-- DO UPDATE may change the key
+INSERT INTO inv VALUES (9, 'nine') ON CONFLICT (id) DO UPDATE SET id = 10 RETURNING id, name;
+SELECT * FROM inv ORDER BY id;
+
+-- constraints hold on the updated row, with Postgres's errors; a failed statement changes nothing
+SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set qty = -1$$);
+SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set name = null$$);
+SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set id = 2$$);
+SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set name = 'pear'$$);
+SELECT try($$insert into inv values (5, 'e', 1), (5, 'e', 2) on conflict (id) do update set qty = excluded.qty$$);
+-- what the world can't do yet is refused clearly (0A000), never done wrong
+SELECT try($$insert into inv values (1, 'apple') on conflict (name) do update set qty = 1$$);
+SELECT try($$prepare bad(int) as insert into inv values (1, 'apple') on conflict (id) do update set qty = $1$$);
+SELECT * FROM inv ORDER BY id;
+
+-- main never saw any of it; DIFF shows the world's changes
+SET worlds.world = 'main';
+SELECT * FROM inv ORDER BY id;
+SELECT d->>'id' AS id, d->>'change' AS change, d->'after' AS after FROM worlds.sql('diff world w') d ORDER BY (d->>'id')::int;
+-- in main, ON CONFLICT DO UPDATE is Postgres's own
+INSERT INTO inv VALUES (1, 'apple', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + excluded.qty RETURNING *;

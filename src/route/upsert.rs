@@ -1,0 +1,172 @@
+//! INSERT ... ON CONFLICT DO UPDATE inside a world.
+//!
+//! The overlay is a view, and Postgres allows ON CONFLICT only on tables, so the router sends the INSERT
+//! to the overlay's conflict twin (`n_<t>_<n>`, whose last column `_w_upsert` the table doesn't have)
+//! and hands the DO UPDATE part to its INSTEAD OF trigger as text in that column: a SELECT, deparsed by
+//! Postgres from the analysed SET and WHERE, that computes the updated row from the row the world sees
+//! (`_w_x`) and the proposed one (`excluded`). The trigger completes it with the proposed row and the key
+//! match, runs it for each proposed row, and writes either the new row or the update.
+use crate::api::raise;
+use crate::storage::Layout;
+use pgrx::pg_sys;
+
+/// The name of the conflict twin's extra column that carries the DO UPDATE action.
+pub const ACTION_COLUMN: &str = "_w_upsert";
+/// The alias the action gives the row the world already has.
+pub const TARGET_ALIAS: &str = "_w_x";
+
+/// The DO UPDATE part of `query` (an INSERT into the tracked table at `result_index`) as a SELECT of the
+/// whole updated row (the table's live columns in attnum order) and the WHERE's verdict, reading the
+/// table as `_w_x`; Vars of the proposed row read `excluded`. Refused (0A000) where the world can't do
+/// what Postgres would: a conflict target other than the primary key, or parameters in SET / WHERE.
+pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> String {
+    unsafe {
+        let oc = (*query).onConflict;
+        check_arbiter(oc, layout);
+        if has_param((*oc).onConflictSet as *mut pg_sys::Node) || has_param((*oc).onConflictWhere) {
+            raise(
+                "0A000",
+                format!(
+                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world can't use parameters in its SET or WHERE yet; refer to the proposed row as EXCLUDED.column instead",
+                    layout.table_name
+                ),
+            );
+        }
+        let select = pg_sys::copyObjectImpl(query as *const std::ffi::c_void) as *mut pg_sys::Query;
+        (*select).commandType = pg_sys::CmdType::CMD_SELECT;
+        (*select).resultRelation = 0;
+        (*select).onConflict = std::ptr::null_mut();
+        (*select).returningList = std::ptr::null_mut();
+        (*select).cteList = std::ptr::null_mut();
+        (*select).hasModifyingCTE = false;
+        (*select).hasRecursive = false;
+        let target = pg_sys::list_nth((*select).rtable, result_index - 1) as *mut pg_sys::RangeTblEntry;
+        let alias = std::ffi::CString::new(TARGET_ALIAS).unwrap();
+        (*target).alias = pg_sys::makeAlias(alias.as_ptr(), std::ptr::null_mut());
+        (*target).inFromCl = true; // the deparser prints only FROM-clause entries
+        (*(*target).eref).aliasname = pg_sys::pstrdup(alias.as_ptr());
+
+        // the whole updated row: SET's expression where it assigns the column, the column as it is otherwise
+        let sets = (*oc).onConflictSet;
+        let set_expr = |attno: i16| -> Option<*mut pg_sys::Expr> {
+            let n = if sets.is_null() { 0 } else { (*sets).length };
+            (0..n).find_map(|i| {
+                let te = pg_sys::list_nth(sets, i) as *mut pg_sys::TargetEntry;
+                ((*te).resno == attno).then(|| pg_sys::copyObjectImpl((*te).expr as *const std::ffi::c_void) as *mut pg_sys::Expr)
+            })
+        };
+        let rel = pg_sys::relation_open(layout.relid, pg_sys::NoLock as i32);
+        let desc = (*rel).rd_att;
+        let mut tlist: *mut pg_sys::List = std::ptr::null_mut();
+        let mut resno: i16 = 0;
+        for i in 0..(*desc).natts as usize {
+            let att = &*(*desc).attrs.as_ptr().add(i);
+            if att.attisdropped {
+                continue;
+            }
+            let attno = (i + 1) as i16;
+            let expr = set_expr(attno).unwrap_or_else(|| {
+                pg_sys::makeVar(result_index as _, attno, att.atttypid, att.atttypmod, att.attcollation, 0) as *mut pg_sys::Expr
+            });
+            resno += 1;
+            let te = pg_sys::makeTargetEntry(expr, resno, pg_sys::pstrdup(att.attname.data.as_ptr()), false);
+            tlist = pg_sys::lappend(tlist, te as *mut std::ffi::c_void);
+        }
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        let verdict = if (*oc).onConflictWhere.is_null() {
+            pg_sys::makeBoolConst(true, false) as *mut pg_sys::Expr
+        } else {
+            pg_sys::copyObjectImpl((*oc).onConflictWhere as *const std::ffi::c_void) as *mut pg_sys::Expr
+        };
+        let ok = std::ffi::CString::new("_w_ok").unwrap();
+        tlist = pg_sys::lappend(tlist, pg_sys::makeTargetEntry(verdict, resno + 1, pg_sys::pstrdup(ok.as_ptr()), false) as *mut std::ffi::c_void);
+        (*select).targetList = tlist;
+
+        let rtr = pg_sys::palloc0(std::mem::size_of::<pg_sys::RangeTblRef>()) as *mut pg_sys::RangeTblRef;
+        (*rtr).type_ = pg_sys::NodeTag::T_RangeTblRef;
+        (*rtr).rtindex = result_index;
+        (*select).jointree = pg_sys::makeFromExpr(pg_sys::lappend(std::ptr::null_mut(), rtr as *mut std::ffi::c_void), std::ptr::null_mut());
+        let text = pg_sys::pg_get_querydef(select, false);
+        std::ffi::CStr::from_ptr(text).to_string_lossy().trim().to_string()
+    }
+}
+
+/// The world finds conflicts by primary key: ON CONFLICT must name it (its columns, or the constraint).
+unsafe fn check_arbiter(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) {
+    unsafe {
+        let refuse = || -> ! {
+            raise(
+                "0A000",
+                format!(
+                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world needs the primary key as its conflict target ({})",
+                    layout.table_name,
+                    if layout.key_columns.is_empty() { "the table has none".to_string() } else { format!("ON CONFLICT ({})", layout.key_columns.join(", ")) }
+                ),
+            )
+        };
+        if layout.key_attnos.is_empty() {
+            refuse();
+        }
+        if (*oc).constraint != pg_sys::Oid::INVALID {
+            if pg_sys::get_constraint_index((*oc).constraint) != primary_key_index(layout.relid) {
+                refuse();
+            }
+            return;
+        }
+        if !(*oc).arbiterWhere.is_null() {
+            refuse();
+        }
+        let elems = (*oc).arbiterElems;
+        let n = if elems.is_null() { 0 } else { (*elems).length };
+        let mut attnos: Vec<i32> = Vec::new();
+        for i in 0..n {
+            let el = pg_sys::list_nth(elems, i) as *mut pg_sys::InferenceElem;
+            let e = (*el).expr;
+            if e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var {
+                refuse();
+            }
+            attnos.push((*(e as *mut pg_sys::Var)).varattno as i32);
+        }
+        attnos.sort();
+        attnos.dedup();
+        let mut key = layout.key_attnos.clone();
+        key.sort();
+        if attnos != key {
+            refuse();
+        }
+    }
+}
+
+unsafe fn primary_key_index(relid: pg_sys::Oid) -> pg_sys::Oid {
+    unsafe {
+        let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
+        let pk = pg_sys::RelationGetPrimaryKeyIndex(rel);
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        pk
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn param_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe { param_node(node, context) }
+}
+
+// unguarded, so a call from Rust never longjmps over Rust frames (the walker callback is the guarded one)
+unsafe fn param_node(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if (*node).type_ == pg_sys::NodeTag::T_Param {
+            return true;
+        }
+        if (*node).type_ == pg_sys::NodeTag::T_Query {
+            return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(param_walker), context, 0);
+        }
+        pg_sys::expression_tree_walker(node, Some(param_walker), context)
+    }
+}
+
+unsafe fn has_param(node: *mut pg_sys::Node) -> bool {
+    unsafe { param_node(node, std::ptr::null_mut()) }
+}
