@@ -13,12 +13,29 @@ BEGIN
     ORDER BY (name = name_or_id) DESC LIMIT 1;
     IF NOT FOUND THEN
         IF position('@' IN coalesce(name_or_id, '')) > 0 THEN
-            RAISE EXCEPTION 'a world as it was (%) works for main only in this version of pg_worlds, and only where a world is read', name_or_id
+            RAISE EXCEPTION 'a world as it was (%) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM', name_or_id
                 USING ERRCODE = 'feature_not_supported';
         END IF;
         RAISE EXCEPTION 'world "%" does not exist', name_or_id USING ERRCODE = 'invalid_catalog_name';
     END IF;
     RETURN w;
+END $$;
+
+-- 'name@when': the live world and the moment, checked: a time (22P02), inside the history window and
+-- not before the world existed (22023), not before its last rebase (55000: its fork point moved since, and
+-- what it stood on before is not kept).
+CREATE FUNCTION worlds._moment_of(source text, OUT w worlds.world, OUT at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    w := worlds._resolve(split_part(source, '@', 1));
+    at := worlds.moment(substr(source, position('@' IN source) + 1));
+    IF w.num <> 0 AND at < w.created THEN
+        RAISE EXCEPTION 'world "%" did not exist yet at %', w.name, at USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF w.num <> 0 AND w.rebased IS NOT NULL AND at < w.rebased THEN
+        RAISE EXCEPTION 'world "%" was rebased at %, after %: it can''t be read as it was before its last rebase', w.name, w.rebased, at
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
 END $$;
 
 -- Metadata as stored: the database's own keys (_worlds...) are refused, at most 64 KB, and the run
@@ -98,6 +115,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     src worlds.world;
     at timestamptz;
+    past record;
     n integer;
     live bigint;
     cap integer := current_setting('worlds.max_worlds')::integer;
@@ -108,13 +126,10 @@ BEGIN
     PERFORM worlds._expire();
     source := coalesce(source, current_setting('worlds.world'));
     IF position('@' IN source) > 0 THEN
-        -- 'main@when': the new world holds main as it was then
-        IF split_part(source, '@', 1) <> 'main' THEN
-            RAISE EXCEPTION 'forking a world as it was (%) works for main only in this version of pg_worlds', source
-                USING ERRCODE = 'feature_not_supported';
-        END IF;
-        at := worlds.moment(substr(source, position('@' IN source) + 1));
-        src := worlds._resolve('main');
+        -- 'name@when': the new world holds that world as it was then (its parent's layer cut at the time)
+        SELECT * INTO past FROM worlds._moment_of(source);
+        src := past.w;
+        at := past.at;
     ELSE
         src := worlds._resolve(source);
     END IF;
@@ -146,9 +161,9 @@ DECLARE
     w worlds.world;
 BEGIN
     PERFORM worlds._refuse_in_transaction('SWITCH WORLD');
-    IF position('@' IN name) > 0 AND split_part(name, '@', 1) = 'main' THEN
-        -- main as it was: the session reads the past, read only
-        PERFORM worlds.moment(substr(name, position('@' IN name) + 1));
+    IF position('@' IN name) > 0 THEN
+        -- a world as it was: the session reads the past, read only
+        PERFORM worlds._moment_of(name);
         PERFORM set_config('worlds.world', name, false);
         RETURN 'SWITCH WORLD';
     END IF;

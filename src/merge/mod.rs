@@ -363,7 +363,7 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
     as_internal(|| {
         let side = |name: &str| -> Option<World> {
             if let Some((n, when)) = name.split_once('@') {
-                return Some(crate::storage::overlay::past_of_main(n, when));
+                return Some(crate::storage::overlay::past_of(n, when));
             }
             let w = resolve_world(name);
             world_by_num(w.num)

@@ -271,7 +271,7 @@ fn resolve(setting: &str) -> Option<World> {
             raise("55000", format!("worlds.world is set to \"{setting}\", but pg_worlds is not installed in this database"));
         }
         if let Some((name, when)) = setting.split_once('@') {
-            return Some(past_of_main(name, when));
+            return Some(past_of(name, when));
         }
         let row = client
             .select(
@@ -298,24 +298,46 @@ fn resolve(setting: &str) -> Option<World> {
     })
 }
 
-/// 'main@when': main as it was then, read only (25006 on writes). The moment is taken anew for each
-/// statement, so '-1 hour' keeps meaning an hour ago.
-pub fn past_of_main(name: &str, when: &str) -> World {
-    if name != "main" {
-        raise("0A000", format!("a world as it was ({name}@{when}) works for main only in this version of pg_worlds"));
-    }
-    let at = Spi::get_one_with_args::<String>("SELECT worlds.moment($1::text)::text", &[when.into()])
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    World {
-        num: -1,
-        name: format!("main@{when}"),
-        version: 0,
-        chain: Vec::new(),
-        layer_snapshots: Vec::new(),
-        main_snapshot: format!("@{at}"),
-        read_only: true,
+/// 'name@when': a world (main included) as it was then, read only (25006 on writes). The moment is taken
+/// anew for each statement, so '-1 hour' keeps meaning an hour ago. A world's own layer is cut at the
+/// time; what it stood on (its parent as of the fork) is as it was.
+pub fn past_of(name: &str, when: &str) -> World {
+    let source = format!("{name}@{when}");
+    let (num, at) = Spi::connect(|c| {
+        c.select("SELECT (m.w).num, m.at::text FROM worlds._moment_of($1) m", None, &[source.as_str().into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .next()
+            .map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<String>(2).ok().flatten().unwrap_or_default()))
+            .unwrap_or_default()
+    });
+    let cut = format!("@{at}");
+    match world_by_num(num) {
+        None => World {
+            num: -1,
+            name: source,
+            version: 0,
+            chain: Vec::new(),
+            layer_snapshots: Vec::new(),
+            main_snapshot: cut,
+            read_only: true,
+        },
+        Some(w) => {
+            use std::hash::Hasher;
+            let mut h = Fx::default();
+            h.write(cut.as_bytes());
+            let mut layer_snapshots = w.layer_snapshots.clone();
+            layer_snapshots[0] = Some(cut);
+            World {
+                // its own cache entry: a number no world has, a version that changes with the moment
+                num: -1_000_000 - w.num,
+                name: source,
+                version: h.finish() as i64,
+                chain: w.chain,
+                layer_snapshots,
+                main_snapshot: w.main_snapshot,
+                read_only: true,
+            }
+        }
     }
 }
 
@@ -560,7 +582,9 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.delta_pick.clear();
     let sql = format!(
         "SELECT d._w_world, d._w_dseq, d._w_del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
-         WHERE c.snap IS NULL OR pg_visible_in_snapshot(d._w_xid, c.snap::pg_snapshot)",
+         WHERE c.snap IS NULL
+            OR CASE WHEN left(c.snap, 1) = '@' THEN d._w_at <= substr(c.snap, 2)::timestamptz
+                    ELSE pg_visible_in_snapshot(d._w_xid, c.snap::pg_snapshot) END",
         key_expr(layout, "d"),
         layout.delta_name
     );
