@@ -363,9 +363,24 @@ unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
                 let into = (*(stmt as *mut pg_sys::CreateTableAsStmt)).into;
                 if into.is_null() { std::ptr::null_mut() } else { (*into).rel }
             }
+            pg_sys::NodeTag::T_DropStmt => return drops_only_temp_tables(stmt as *mut pg_sys::DropStmt),
             _ => std::ptr::null_mut(),
         };
         !rel.is_null() && (*rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
+    }
+}
+
+/// DROP TABLE of the session's own temporary tables only (they live outside every world).
+unsafe fn drops_only_temp_tables(d: *mut pg_sys::DropStmt) -> bool {
+    unsafe {
+        if (*d).removeType != pg_sys::ObjectType::OBJECT_TABLE || (*d).objects.is_null() {
+            return false;
+        }
+        (0..(*(*d).objects).length).all(|i| {
+            let rv = pg_sys::makeRangeVarFromNameList(pg_sys::list_nth((*d).objects, i) as *mut pg_sys::List);
+            let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+            relid != pg_sys::Oid::INVALID && pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
+        })
     }
 }
 
@@ -428,7 +443,11 @@ unsafe extern "C-unwind" fn process_utility(
                     pstmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
                     read_only_tree = false;
                 }
-                route_copy((*pstmt).utilityStmt as *mut pg_sys::CopyStmt);
+                let copy = (*pstmt).utilityStmt as *mut pg_sys::CopyStmt;
+                if let Some(staging) = route_copy(copy) {
+                    copy_from_into_world(pstmt, query_string, context, params, query_env, dest, qc, copy, staging);
+                    return;
+                }
             }
         }
         match PREV_PROCESS_UTILITY {
@@ -626,17 +645,17 @@ unsafe fn drops_this_extension(drop: *mut pg_sys::DropStmt) -> bool {
 
 /// `COPY t TO` reads the world: it becomes `COPY (SELECT cols FROM t) TO`, whose query the router sends
 /// into the world. `COPY t FROM` inside a world is refused: it would write main.
-unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) {
+unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::Oid> {
     unsafe {
         if (*copy).relation.is_null() {
-            return; // COPY (query) is analyzed, and so routed, like any query
+            return None; // COPY (query) is analyzed, and so routed, like any query
         }
         let relid = pg_sys::RangeVarGetRelidExtended((*copy).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
         if !storage::tracked_tables().contains_key(&relid) {
-            return;
+            return None;
         }
         if (*copy).is_from {
-            raise("0A000", "COPY FROM into a tracked table is not supported inside a world; use INSERT, or COPY FROM in main");
+            return Some(relid);
         }
         // build the raw parse tree of SELECT <cols or *> FROM <relation>
         let rv = (*copy).relation;
@@ -665,5 +684,82 @@ unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) {
         (*copy).query = (*raw_stmt).stmt;
         (*copy).relation = std::ptr::null_mut();
         (*copy).attlist = std::ptr::null_mut();
+        None
+    }
+}
+
+/// COPY t FROM ... inside a world: Postgres copies into a temporary staging table with t's columns (the
+/// ones COPY names), then the rows go into t with an INSERT ... SELECT that is routed like any other, so
+/// the world's constraints and triggers apply and main is never written. The tag stays COPY n.
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_from_into_world(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+    copy: *mut pg_sys::CopyStmt,
+    relid: pg_sys::Oid,
+) {
+    unsafe {
+        let name = |p: *const std::ffi::c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        // the columns COPY fills: its list, or every column that takes a value
+        let rel = pg_sys::relation_open(relid, pg_sys::AccessShareLock as i32);
+        let desc = (*rel).rd_att;
+        let mut all: Vec<(String, String)> = Vec::new();
+        for i in 0..(*desc).natts as usize {
+            let att = &*(*desc).attrs.as_ptr().add(i);
+            if att.attisdropped || att.attgenerated != 0 {
+                continue;
+            }
+            let ty = name(pg_sys::format_type_with_typemod(att.atttypid, att.atttypmod));
+            all.push((name(att.attname.data.as_ptr()), ty));
+        }
+        let table = format!(
+            "{}.{}",
+            overlay::quote_ident(&name(pg_sys::get_namespace_name((*(*rel).rd_rel).relnamespace))),
+            overlay::quote_ident(&name((*(*rel).rd_rel).relname.data.as_ptr()))
+        );
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+        let cols: Vec<(String, String)> = if (*copy).attlist.is_null() {
+            all
+        } else {
+            let l = (*copy).attlist;
+            (0..(*l).length)
+                .map(|i| {
+                    let c = name((*(pg_sys::list_nth(l, i) as *mut pg_sys::String)).sval);
+                    all.iter().find(|(n, _)| *n == c).cloned().unwrap_or_else(|| {
+                        raise("42703", format!("column \"{c}\" of relation \"{}\" does not exist", relation_name(relid)))
+                    })
+                })
+                .collect()
+        };
+        thread_local! {
+            static STAGING_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        let seq = STAGING_SEQ.with(|s| {
+            s.set(s.get() + 1);
+            s.get()
+        });
+        let staging = format!("_w_copy_{}_{seq}", std::process::id());
+        let defs = cols.iter().map(|(n, t)| format!("{} {t}", overlay::quote_ident(n))).collect::<Vec<_>>().join(", ");
+        let list = cols.iter().map(|(n, _)| overlay::quote_ident(n)).collect::<Vec<_>>().join(", ");
+        // as the session's role: COPY into the staging table, and the INSERT into t, check its rights
+        pgrx::Spi::run(&format!("CREATE TEMP TABLE {staging} ({defs}) ON COMMIT DROP")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        let staged = pg_sys::copyObjectImpl(copy as *const std::ffi::c_void) as *mut pg_sys::CopyStmt;
+        let schema = std::ffi::CString::new("pg_temp").unwrap();
+        let relname = std::ffi::CString::new(staging.clone()).unwrap();
+        (*staged).relation = pg_sys::makeRangeVar(pg_sys::pstrdup(schema.as_ptr()), pg_sys::pstrdup(relname.as_ptr()), -1);
+        let staged_stmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
+        (*staged_stmt).utilityStmt = staged as *mut pg_sys::Node;
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => pg_guard_ffi_boundary(|| prev(staged_stmt, query_string, false, context, params, query_env, dest, qc)),
+            None => pg_sys::standard_ProcessUtility(staged_stmt, query_string, false, context, params, query_env, dest, qc),
+        }
+        pgrx::Spi::run(&format!("INSERT INTO {table} ({list}) SELECT {list} FROM pg_temp.{staging}"))
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        pgrx::Spi::run(&format!("DROP TABLE pg_temp.{staging}")).ok();
     }
 }
