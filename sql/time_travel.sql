@@ -133,3 +133,47 @@ SELECT left(try($$select * from worlds.sql('create world w2 from ''agent@soon'''
 SELECT * FROM worlds.sql('rebase world agent using ours');
 SELECT left(try(format('select * from worlds.sql(%L)', format('create world w2 from %L', 'agent@' || (SELECT at FROM t1)))), 5) AS sqlstate;
 SELECT try($$select * from worlds.sql('drop world ''agent@-1 minute''')$$);
+-- AS OF reads a table with its columns as they were: added since, absent; dropped since, present (from
+-- history, or from the row itself when unchanged since). A table dropped since is read from its history.
+CREATE TABLE shapes (id int PRIMARY KEY, kind text, legacy text);
+INSERT INTO shapes VALUES (1, 'circle', 'L1'), (2, 'square', 'L2'), (3, 'line', 'L3');
+CREATE TABLE scratch (id int PRIMARY KEY, note text);
+INSERT INTO scratch VALUES (1, 'keep me'), (2, 'and me');
+SELECT pg_sleep(0.02);
+SELECT clock_timestamp() AS t2 \gset
+SELECT pg_sleep(0.02);
+UPDATE shapes SET kind = 'oval' WHERE id = 1;
+DELETE FROM shapes WHERE id = 3;
+ALTER TABLE shapes ADD COLUMN color text DEFAULT 'red';
+ALTER TABLE shapes DROP COLUMN legacy;
+INSERT INTO shapes VALUES (4, 'dot');
+UPDATE scratch SET note = 'changed' WHERE id = 1;
+DROP TABLE scratch;
+SELECT * FROM shapes ORDER BY id;
+SELECT j FROM worlds.sql(format('select * from shapes as of %L order by id', :'t2')) j;
+SELECT j FROM worlds.sql(format('select now.id, now.kind, old.kind as was, old.legacy from shapes now join shapes as of %L old on old.id = now.id order by 1', :'t2')) j;
+SELECT * FROM worlds.as_of(NULL::shapes, :'t2') ORDER BY id;
+SELECT j FROM worlds.sql(format('select * from scratch as of %L order by id', :'t2')) j;
+SELECT try($$select * from worlds.sql('select * from scratch as of ''now''')$$);
+SELECT try($$select * from worlds.sql('select * from no_such_table as of ''-1 second''')$$);
+-- inside a world, AS OF reads main as it was
+SELECT * FROM worlds.sql('create world tt');
+SET worlds.world = tt;
+UPDATE shapes SET kind = 'world' WHERE id = 2;
+SELECT j FROM worlds.sql(format('select id, kind from shapes as of %L order by id', :'t2')) j;
+RESET worlds.world;
+-- a role reads the past only of what it may read now (a dropped table: superusers only)
+CREATE ROLE tt_reader;
+GRANT USAGE ON SCHEMA public TO tt_reader;
+SELECT changes AS shapes_history FROM worlds.tables WHERE relid = 'shapes'::regclass \gset
+SET ROLE tt_reader;
+SELECT left(try(format('select * from worlds.as_of(NULL::shapes, %L)', :'t2')), 5) AS sqlstate;
+SELECT count(*) AS history_rows_seen FROM :shapes_history;
+SELECT left(try(format('select * from worlds.sql(%L)', format('select * from scratch as of %L', :'t2'))), 5) AS sqlstate;
+RESET ROLE;
+GRANT SELECT ON shapes TO tt_reader;
+SET ROLE tt_reader;
+SELECT * FROM worlds.as_of(NULL::shapes, :'t2') ORDER BY id;
+RESET ROLE;
+DROP OWNED BY tt_reader;
+DROP ROLE tt_reader;

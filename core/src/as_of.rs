@@ -13,6 +13,12 @@ const STOP: &[&str] = &[
 
 /// The statement with its AS OF references rewritten, or None when it isn't a SELECT with AS OF.
 pub fn rewrite_as_of(text: &str) -> Result<Option<String>, ParseError> {
+    rewrite_as_of_with(text, |table, when, alias| format!("worlds.as_of(NULL::{table}, {when}) AS {alias}"))
+}
+
+/// As `rewrite_as_of`, each reference (table, moment expression, alias — all as written) replaced by what
+/// `reference` makes of it.
+pub fn rewrite_as_of_with(text: &str, mut reference: impl FnMut(&str, &str, &str) -> String) -> Result<Option<String>, ParseError> {
     let toks = lex(text)?;
     let first = match &toks[0].tok {
         Tok::Word(w) => w.as_str(),
@@ -69,7 +75,7 @@ pub fn rewrite_as_of(text: &str) -> Result<Option<String>, ParseError> {
         }
         let alias = alias.unwrap_or_else(|| text[toks[table_end - 1].start..toks[table_end - 1].end].to_string());
         out.push_str(&text[copied..toks[table_start].start]);
-        out.push_str(&format!("worlds.as_of(NULL::{table}, {when}) AS {alias}"));
+        out.push_str(&reference(&table, &when, &alias));
         copied = toks[next - 1].end;
         found = true;
         i = next;

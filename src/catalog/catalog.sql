@@ -48,6 +48,29 @@ CREATE TABLE worlds.tables (
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
 
+-- Columns added to or dropped from tracked tables after tracking began, for AS OF's "schema as it was"
+-- (a column with no row here has been there since tracking began).
+CREATE TABLE worlds.column_log (
+    tabno    integer NOT NULL,
+    attnum   int2 NOT NULL,
+    attname  text NOT NULL,
+    typ      text NOT NULL,                  -- format_type of the column
+    added    timestamptz,                    -- null: there since tracking began
+    dropped  timestamptz                     -- null: still there
+);
+CREATE INDEX ON worlds.column_log (tabno, attnum);
+
+-- Tracked tables dropped since: their history stays (every row is captured as deleted at the drop) so AS
+-- OF can still read them, until history_retention has passed.
+CREATE TABLE worlds.dropped_table (
+    schema_name text NOT NULL,
+    table_name  text NOT NULL,
+    tabno       integer NOT NULL,
+    changes     regclass NOT NULL,           -- history and inserts together
+    columns     text[] NOT NULL,             -- column names by attnum at the drop (null for dropped ones)
+    dropped     timestamptz NOT NULL
+);
+
 -- World events for SHOW HISTORY.
 CREATE TABLE worlds.event (
     seq    bigserial PRIMARY KEY,
@@ -60,3 +83,5 @@ CREATE TABLE worlds.event (
 SELECT pg_catalog.pg_extension_config_dump('worlds.world', 'WHERE num <> 0');
 SELECT pg_catalog.pg_extension_config_dump('worlds.tables', '');
 SELECT pg_catalog.pg_extension_config_dump('worlds.event', '');
+SELECT pg_catalog.pg_extension_config_dump('worlds.column_log', '');
+SELECT pg_catalog.pg_extension_config_dump('worlds.dropped_table', '');

@@ -23,11 +23,11 @@ DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
-               AND p.proname <> 'as_of'
+               AND p.proname NOT IN ('as_of', '_as_of_query')
                AND p.prorettype <> 'event_trigger'::regtype LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
     END LOOP;
 END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
-GRANT SELECT ON worlds.world, worlds.tables, worlds.settings TO PUBLIC;
+GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table TO PUBLIC;
 GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;

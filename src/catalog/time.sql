@@ -78,22 +78,110 @@ BEGIN
     RETURN t;
 END $$;
 
--- AS OF: select * from worlds.as_of(null::orders, '-1 hour') -- the table as it was then.
--- Read through the overlay, as a session in 'main@when' reads: the query runs with the caller's rights
--- (SECURITY INVOKER: a role sees the past of what it may read now, nothing more).
+-- AS OF: a query reading a table as it was at `at`, straight from the table and its history (no world
+-- needed; the router leaves a table read as `_w_main` unrouted, so inside a world too it reads main): the
+-- rows main had not created by then, plus the first before-image after then of every physical row that
+-- existed then. O(table) for the scan plus O(changes since) for history, hashed.
+--   same_shape: the table's columns as they are now (a column added since reads as NULL) — worlds.as_of
+--   otherwise: its columns as they were then (added since: absent; dropped since: present) — AS OF in
+--   statements. A tracked table dropped since `at` is read from its history.
+CREATE FUNCTION worlds._as_of_query(source text, at timestamptz, same_shape boolean) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    rel regclass;
+    t worlds.tables;
+    gone worlds.dropped_table;
+    parts text[] := parse_ident(source);
+    a record;
+    l worlds.column_log;
+    tabno integer;
+    changes regclass;
+    outs text[] := '{}';
+    bcols text[] := '{}';
+    hcols text[] := '{}';
+    when_lit text := quote_literal(at::text) || '::timestamptz';
+BEGIN
+    rel := to_regclass(source);
+    IF rel IS NOT NULL THEN
+        SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'AS OF reads tracked tables: % isn''t one', source USING ERRCODE = 'wrong_object_type';
+        END IF;
+        tabno := t.tabno;
+        changes := t.changes;
+        FOR a IN SELECT c.attnum, c.attname::text AS name, c.attisdropped, format_type(c.atttypid, c.atttypmod) AS typ
+                 FROM pg_attribute c WHERE c.attrelid = rel AND c.attnum > 0 ORDER BY c.attnum LOOP
+            IF NOT a.attisdropped THEN
+                IF EXISTS (SELECT 1 FROM worlds.column_log x WHERE x.tabno = t.tabno AND x.attnum = a.attnum AND x.added > at) THEN
+                    CONTINUE WHEN NOT same_shape;
+                    bcols := bcols || format('NULL::%s AS %I', a.typ, a.name);
+                    hcols := hcols || format('NULL::%s', a.typ);
+                ELSE
+                    bcols := bcols || format('_w_main.%I', a.name);
+                    hcols := hcols || format('h.%I', a.name);
+                END IF;
+                outs := outs || format('x.%I', a.name);
+            ELSIF NOT same_shape THEN
+                SELECT * INTO l FROM worlds.column_log x WHERE x.tabno = t.tabno AND x.attnum = a.attnum
+                    AND x.dropped > at AND (x.added IS NULL OR x.added <= at);
+                CONTINUE WHEN NOT FOUND;
+                -- rows unchanged since still hold a dropped column's value in the heap
+                bcols := bcols || format('worlds._dropped_value(%s::oid, _w_main.ctid, %s::int2, NULL::%s) AS %I', rel::oid, a.attnum, l.typ, l.attname);
+                hcols := hcols || format('h.%I', l.attname);
+                outs := outs || format('x.%I', l.attname);
+            END IF;
+        END LOOP;
+    ELSE
+        SELECT * INTO gone FROM worlds.dropped_table d
+        WHERE d.table_name = parts[cardinality(parts)] AND (cardinality(parts) = 1 OR d.schema_name = parts[1]) AND d.dropped > at
+        ORDER BY d.dropped LIMIT 1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'relation "%" does not exist', source USING ERRCODE = 'undefined_table';
+        END IF;
+        IF same_shape THEN
+            RAISE EXCEPTION 'table % was dropped: read it as it was with AS OF in a statement (worlds.sql)', source USING ERRCODE = 'wrong_object_type';
+        END IF;
+        IF NOT worlds._may_read_history(0) THEN
+            RAISE EXCEPTION 'permission denied to read table % as it was: it was dropped, and only superusers read dropped tables', source
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        tabno := gone.tabno;
+        changes := gone.changes;
+        FOR a IN SELECT n.attnum, n.name FROM unnest(gone.columns) WITH ORDINALITY AS n(name, attnum) WHERE n.name IS NOT NULL ORDER BY n.attnum LOOP
+            CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.column_log x WHERE x.tabno = gone.tabno AND x.attnum = a.attnum AND x.added > at);
+            hcols := hcols || format('h.%I', a.name);
+            outs := outs || format('x.%I', a.name);
+        END LOOP;
+        FOR l IN SELECT * FROM worlds.column_log x WHERE x.tabno = gone.tabno AND x.dropped > at AND (x.added IS NULL OR x.added <= at) ORDER BY x.attnum LOOP
+            hcols := hcols || format('h.%I', l.attname);
+            outs := outs || format('x.%I', l.attname);
+        END LOOP;
+    END IF;
+    IF cardinality(outs) = 0 THEN
+        RAISE EXCEPTION 'table % had no columns at %', source, at USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN format(
+        'SELECT %s FROM (%s SELECT %s FROM (SELECT DISTINCT ON (h._w_old_tid) * FROM %s h WHERE h._w_at > %s AND h._w_old_tid IS NOT NULL ORDER BY h._w_old_tid, h._w_hseq) h
+           WHERE NOT EXISTS (SELECT 1 FROM %s c WHERE c._w_at > %s AND c._w_new_tid = h._w_old_tid AND c._w_hseq < h._w_hseq)) x',
+        array_to_string(outs, ', '),
+        CASE WHEN rel IS NULL THEN '' ELSE format(
+            'SELECT %s FROM ONLY %s _w_main WHERE _w_main.ctid NOT IN (SELECT c._w_new_tid FROM %s c WHERE c._w_at > %s AND c._w_new_tid IS NOT NULL) UNION ALL',
+            array_to_string(bcols, ', '), rel, changes, when_lit) END,
+        array_to_string(hcols, ', '), changes, when_lit, changes, when_lit);
+END $$;
+
+-- AS OF: select * from worlds.as_of(null::orders, '-1 hour') -- the table as it was then, with its columns
+-- as they are now (AS OF in a statement run by worlds.sql shows the columns as they were). Runs with the
+-- caller's rights (SECURITY INVOKER: a role sees the past of what it may read now, nothing more).
 CREATE FUNCTION worlds.as_of(tbl anyelement, moment timestamptz) RETURNS SETOF anyelement
 LANGUAGE plpgsql AS $$
 DECLARE
     rel regclass := (SELECT typrelid FROM pg_type WHERE oid = pg_typeof(tbl));
-    at timestamptz := worlds.moment(moment);
-    previous text := current_setting('worlds.world');
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM worlds.tables WHERE relid = rel) THEN
+    IF rel IS NULL THEN
         RAISE EXCEPTION 'AS OF reads tracked tables: % isn''t one', pg_typeof(tbl) USING ERRCODE = 'wrong_object_type';
     END IF;
-    PERFORM set_config('worlds.world', 'main@' || to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00', true);
-    RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
-    PERFORM set_config('worlds.world', previous, true);
+    RETURN QUERY EXECUTE worlds._as_of_query(rel::text, worlds.moment(moment), true);
 END $$;
 
 CREATE FUNCTION worlds.as_of(tbl anyelement, moment text) RETURNS SETOF anyelement

@@ -138,7 +138,11 @@ BEGIN
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT *, NULL::text AS _w_upsert FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
     -- history and inserts in one relation, for readers that want every change (its columns follow theirs)
     PERFORM worlds._drop_changes_view(t);
-    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s UNION ALL SELECT * FROM %s', 'a' || substr(vname, 2), t.history, t.inserts);
+    -- readable by roles that may read the table (AS OF runs as the caller); the gate is evaluated once per
+    -- query, before any row is read
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s WHERE worlds._may_read_history(%s) UNION ALL SELECT * FROM %s WHERE worlds._may_read_history(%s)',
+                   'a' || substr(vname, 2), t.history, t.relid::oid, t.inserts, t.relid::oid);
+    EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', 'a' || substr(vname, 2));
     -- new views are new relations: keep the catalog pointing at them
     UPDATE worlds.tables SET overlay = format('worlds_data.%I', vname)::regclass,
                              overlay_nothing = format('worlds_data.%I', 'n' || substr(vname, 2))::regclass,
@@ -230,11 +234,11 @@ BEGIN
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'a_' || base);
 
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported)
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported, columns)
     VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
             format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
             format('worlds_data.%I', 'v_' || base)::regclass, format('worlds_data.%I', 's_' || base)::regclass,
-            worlds._unsupported_reason(rel))
+            worlds._unsupported_reason(rel), worlds._column_names(rel))
     RETURNING * INTO t;
     PERFORM worlds._build_overlay(t);
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
@@ -390,6 +394,7 @@ BEGIN
                        AND (ta.atttypid, ta.atttypmod) IS DISTINCT FROM (da.atttypid, da.atttypmod) LOOP
                 EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', t.delta, a.attname, a.typ, a.attname, a.typ);
             END LOOP;
+            PERFORM worlds._log_columns(t);
             UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)
             WHERE tabno = t.tabno RETURNING * INTO t;
             -- a primary key added (pgbench -i adds them after loading) or changed: the same storage, read by the new key
@@ -446,6 +451,9 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
+        -- its history stays for AS OF (the router captured every row as deleted before the drop)
+        INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, columns, dropped)
+        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.columns, clock_timestamp());
         EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
         EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
@@ -454,20 +462,69 @@ BEGIN
     END LOOP;
 END $$;
 
+-- May the current role read the history of the table with this OID? SELECT on the table, or superuser (a
+-- table dropped since has no privileges left to check).
+CREATE FUNCTION worlds._may_read_history(rel oid) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(has_table_privilege(rel, 'SELECT'), false)
+        OR coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), false)
+$$;
+
+-- Columns added and dropped since the last sync of t, into worlds.column_log (called before the sync).
+CREATE FUNCTION worlds._log_columns(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+BEGIN
+    FOR a IN SELECT c.attnum, c.attname::text AS name, c.attisdropped,
+                    t.columns[c.attnum] AS was, t.columns IS NOT NULL AND c.attnum > cardinality(t.columns) AS new,
+                    format_type(c.atttypid, c.atttypmod) AS typ
+             FROM pg_attribute c WHERE c.attrelid = t.relid AND c.attnum > 0 ORDER BY c.attnum LOOP
+        IF a.new AND NOT a.attisdropped THEN
+            INSERT INTO worlds.column_log (tabno, attnum, attname, typ, added) VALUES (t.tabno, a.attnum, a.name, a.typ, clock_timestamp());
+        ELSIF a.attisdropped AND a.was IS NOT NULL THEN
+            -- the type as history keeps it (a dropped column's type is gone from pg_attribute)
+            UPDATE worlds.column_log SET dropped = clock_timestamp() WHERE tabno = t.tabno AND attnum = a.attnum AND dropped IS NULL;
+            IF NOT FOUND THEN
+                INSERT INTO worlds.column_log (tabno, attnum, attname, typ, dropped)
+                SELECT t.tabno, a.attnum, a.was, format_type(h.atttypid, h.atttypmod), clock_timestamp()
+                FROM pg_attribute h WHERE h.attrelid = t.history AND h.attname = a.was AND NOT h.attisdropped;
+            END IF;
+        END IF;
+    END LOOP;
+END $$;
+
+-- Every row of a tracked table into its history as deleted, in history's order (WAL position * 1024, see
+-- storage/capture.rs), after every change captured before: TRUNCATE and DROP TABLE are captured, not lost.
+CREATE FUNCTION worlds._capture_all_rows(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cols text;
+BEGIN
+    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
+    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
+                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM ONLY %s',
+                   t.history, coalesce(', ' || cols, ''), coalesce(', ' || cols, ''), t.relid);
+END $$;
+
+-- DROP TABLE of a tracked table (called by the router before the drop runs)
+CREATE FUNCTION worlds._capture_drop(rel regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF FOUND THEN
+        PERFORM worlds._capture_all_rows(t);
+    END IF;
+END $$;
+
 -- TRUNCATE of a tracked table is captured, not lost: every row goes to history as a delete first, so
 -- worlds forked before it keep seeing them. (O(rows); TRUNCATE of a large tracked table pays for it.)
 CREATE FUNCTION worlds._capture_truncate() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    t worlds.tables;
-    cols text;
 BEGIN
-    SELECT * INTO t FROM worlds.tables WHERE tabno = TG_ARGV[0]::integer;
-    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
-    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
-    -- in history's order (WAL position * 1024, see storage/capture.rs), after every change captured before
-    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
-                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM %s',
-                   t.history, coalesce(', ' || cols, ''), coalesce(', ' || cols, ''), t.relid);
+    PERFORM worlds._capture_all_rows(t) FROM worlds.tables t WHERE t.tabno = TG_ARGV[0]::integer;
     RETURN NULL;
 END $$;

@@ -156,6 +156,10 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 }
                 continue;
             }
+            // AS OF reads main's table itself (as `_w_main`, see worlds._as_of_query); never a write
+            if !is_result && !(*rte).eref.is_null() && std::ffi::CStr::from_ptr((*(*rte).eref).aliasname).to_bytes() == b"_w_main" {
+                continue;
+            }
             let tracked = ctx.tracked.get(&(*rte).relid).copied();
             if tracked.is_none() && is_result {
                 refuse_untracked_write((*rte).relid);
@@ -508,7 +512,13 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
             return;
         }
         let tracked = storage::tracked_tables();
+        let dropping = (*stmt).type_ == pg_sys::NodeTag::T_DropStmt;
         for rel in rels.into_iter().filter(|r| tracked.contains_key(r)) {
+            if dropping {
+                // every row into history first: worlds forked before, and AS OF, still read the table
+                storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._capture_drop($1)", &[rel.into()]))
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            }
             storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
         }
     }

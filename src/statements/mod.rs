@@ -12,8 +12,9 @@ use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
-    // a SELECT reading tables AS OF a moment: rewritten onto worlds.as_of and run as the caller
-    match worlds_core::as_of::rewrite_as_of(statement) {
+    // a SELECT reading tables AS OF a moment: each reference becomes a sub-query reading the table as it
+    // was (its columns as they were then; a table dropped since from its history), run as the caller
+    match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {
         Ok(Some(query)) => {
             let query = query.trim_end().trim_end_matches(';').to_string();
             return SetOfIterator::new(rows(&query, &[]).into_iter().map(JsonB));
@@ -31,6 +32,19 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
         ),
     };
     SetOfIterator::new(run(parsed).into_iter().map(JsonB))
+}
+
+/// `table AS OF when alias` as a sub-query: the moment is evaluated first (22P02 / 22023 as AS OF says),
+/// then worlds._as_of_query builds the read for the schema of that moment.
+fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
+    let query = Spi::connect_mut(|c| {
+        c.update(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()])
+            .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+            .next()
+            .and_then(|r| r.get::<String>(1).ok().flatten())
+    })
+    .unwrap_or_default();
+    format!("({query}) AS {alias}")
 }
 
 fn tag(t: impl Into<String>) -> Vec<serde_json::Value> {

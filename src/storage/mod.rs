@@ -14,6 +14,13 @@ use std::rc::Rc;
 unsafe extern "C-unwind" {
     #[link_name = "datumIsEqual"]
     fn datum_is_equal_c(value1: pg_sys::Datum, value2: pg_sys::Datum, typ_by_val: bool, typ_len: i32) -> bool;
+    #[link_name = "datumCopy"]
+    fn datum_copy_c(value: pg_sys::Datum, typ_by_val: bool, typ_len: i32) -> pg_sys::Datum;
+}
+
+/// A copy of a non-null datum in the current memory context (Postgres's datumCopy).
+pub unsafe fn datum_copy(d: pg_sys::Datum, by_val: bool, len: i32) -> pg_sys::Datum {
+    unsafe { datum_copy_c(d, by_val, len) }
 }
 
 /// Binary equality of two non-null datums of one type (Postgres's datumIsEqual).

@@ -790,10 +790,62 @@ CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int2) RETURNS b
     AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._dropped_value(rel oid, row_tid tid, attnum int2, hint anyelement) RETURNS anyelement
+    AS 'MODULE_PATHNAME', 'worlds_dropped_value' LANGUAGE c STABLE PARALLEL RESTRICTED;
 "#,
     name = "visibility_functions",
     requires = ["catalog"],
 );
+
+v1!(pg_finfo_worlds_dropped_value);
+/// AS OF a moment before a column was dropped: a row unchanged since still holds the dropped column's
+/// value in the heap (DROP COLUMN only marks the attribute dropped; length and alignment stay known), so
+/// it is read from the row version at `row_tid`. The caller names the column's type with `hint`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_dropped_value(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let null = |fcinfo: pg_sys::FunctionCallInfo| {
+            (*fcinfo).isnull = true;
+            pg_sys::Datum::from(0usize)
+        };
+        if pgrx::fcinfo::pg_arg_is_null(fcinfo, 0) || pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) || pgrx::fcinfo::pg_arg_is_null(fcinfo, 2) {
+            return null(fcinfo);
+        }
+        let relid = pg_sys::Oid::from(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as u32);
+        let tid = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).cast_mut_ptr::<pg_sys::ItemPointerData>();
+        let attnum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2).value() as i16 as i32;
+        // the row is read as the caller: only with the right to read the table
+        if pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode) != pg_sys::AclResult::ACLCHECK_OK {
+            raise("42501", "permission denied to read a dropped column of this table");
+        }
+        let rel = pg_sys::relation_open(relid, pg_sys::AccessShareLock as i32);
+        let desc = (*rel).rd_att;
+        if attnum < 1 || attnum > (*desc).natts {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+            return null(fcinfo);
+        }
+        let att = &*(*desc).attrs.as_ptr().add(attnum as usize - 1);
+        let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+        tuple.t_self = *tid;
+        let mut buffer: pg_sys::Buffer = 0;
+        let found = pg_sys::heap_fetch(rel, pg_sys::GetActiveSnapshot(), &mut tuple, &mut buffer, false);
+        let mut result = None;
+        if found {
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(&mut tuple, attnum, desc, &mut isnull);
+            if !isnull {
+                result = Some(super::datum_copy(d, att.attbyval, att.attlen as i32));
+            }
+            pg_sys::ReleaseBuffer(buffer);
+        }
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+        match result {
+            Some(d) => d,
+            None => null(fcinfo),
+        }
+    }
+}
 
 // ---- writes in a world: the INSTEAD OF trigger of every overlay view ----
 
