@@ -21,5 +21,16 @@ SELECT worlds.drop_world('w');
 SELECT worlds.purge_history(batch_size => 3);
 SELECT worlds.purge_history();
 SELECT (SELECT count(*) FROM worlds_data.h_t_1) AS history, (SELECT count(*) FROM worlds_data.i_t_1) AS inserts;
+-- a table dropped longer ago than the window goes with its history (AS OF can't reach it any more)
+SELECT * FROM worlds.sql('alter system set history_retention = ''1 day''');
+CREATE TABLE gone (id int PRIMARY KEY);
+INSERT INTO gone VALUES (1), (2);
+DROP TABLE gone;
+SELECT table_name, columns, (SELECT count(*) FROM worlds_data.h_gone_2) AS history_rows FROM worlds.dropped_table;
+SELECT worlds.purge_history();
+SELECT count(*) AS dropped_tables_kept FROM worlds.dropped_table;
+SELECT * FROM worlds.sql('alter system set history_retention to ''0''');
+SELECT worlds.purge_history() >= 0 AS purged;
+SELECT count(*) AS dropped_tables_kept, to_regclass('worlds_data.h_gone_2') AS history FROM worlds.dropped_table;
 -- the worker that runs it
 SELECT count(*) > 0 AS worker_configured FROM pg_settings WHERE name = 'worlds.purge_databases';

@@ -67,6 +67,9 @@ CREATE TABLE worlds.dropped_table (
     table_name  text NOT NULL,
     tabno       integer NOT NULL,
     changes     regclass NOT NULL,           -- history and inserts together
+    history     regclass NOT NULL,
+    inserts     regclass NOT NULL,
+    sequence    regclass NOT NULL,
     columns     text[] NOT NULL,             -- column names by attnum at the drop (null for dropped ones)
     dropped     timestamptz NOT NULL
 );

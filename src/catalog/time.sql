@@ -228,6 +228,7 @@ CREATE FUNCTION worlds.purge_history(batch_size integer DEFAULT 1000) RETURNS bi
 LANGUAGE plpgsql AS $$
 DECLARE
     t worlds.tables;
+    gone worlds.dropped_table;
     rel regclass;
     n bigint := 0;
     c bigint;
@@ -240,6 +241,15 @@ BEGIN
            coalesce(array_agg(fork_at) FILTER (WHERE fork_at IS NOT NULL), '{}')
     INTO snaps, fork_ats
     FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
+    -- tables dropped longer ago than the window: AS OF can't reach them any more
+    FOR gone IN SELECT * FROM worlds.dropped_table WHERE dropped < cutoff LOOP
+        EXECUTE format('DROP VIEW IF EXISTS %s', gone.changes);
+        EXECUTE format('DROP TABLE IF EXISTS %s, %s', gone.history, gone.inserts);
+        EXECUTE format('DROP SEQUENCE IF EXISTS %s', gone.sequence);
+        DELETE FROM worlds.dropped_table d WHERE d.tabno = gone.tabno;
+        DELETE FROM worlds.column_log l WHERE l.tabno = gone.tabno;
+    END LOOP;
+    DELETE FROM worlds.column_log l WHERE l.dropped < cutoff;
     FOR t IN SELECT * FROM worlds.tables LOOP
         FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
             EXECUTE format($q$

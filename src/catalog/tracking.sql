@@ -452,8 +452,8 @@ BEGIN
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
         -- its history stays for AS OF (the router captured every row as deleted before the drop)
-        INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, columns, dropped)
-        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.columns, clock_timestamp());
+        INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
+        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
         EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
         EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
