@@ -165,8 +165,8 @@ BEGIN
            WHERE NOT EXISTS (SELECT 1 FROM %s c WHERE c._w_at > %s AND c._w_new_tid = h._w_old_tid AND c._w_hseq < h._w_hseq)) x',
         array_to_string(outs, ', '),
         CASE WHEN rel IS NULL THEN '' ELSE format(
-            'SELECT %s FROM ONLY %s _w_main WHERE _w_main.ctid NOT IN (SELECT c._w_new_tid FROM %s c WHERE c._w_at > %s AND c._w_new_tid IS NOT NULL) UNION ALL',
-            array_to_string(bcols, ', '), rel, changes, when_lit) END,
+            'SELECT %s FROM ONLY %s _w_main WHERE NOT worlds._created_since(%s, %s, _w_main.ctid) UNION ALL',
+            array_to_string(bcols, ', '), rel, rel::oid, when_lit) END,
         array_to_string(hcols, ', '), changes, when_lit, changes, when_lit);
 END $$;
 

@@ -790,12 +790,62 @@ CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int2) RETURNS b
     AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+CREATE FUNCTION worlds._created_since(rel oid, at timestamptz, row_tid tid) RETURNS bool
+    AS 'MODULE_PATHNAME', 'worlds_created_since' LANGUAGE c STABLE STRICT PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._dropped_value(rel oid, row_tid tid, attnum int2, hint anyelement) RETURNS anyelement
     AS 'MODULE_PATHNAME', 'worlds_dropped_value' LANGUAGE c STABLE PARALLEL RESTRICTED;
 "#,
     name = "visibility_functions",
     requires = ["catalog"],
 );
+
+/// Per statement: the physical rows main created since a moment, per (table, moment) — AS OF hides them.
+static CREATED_SINCE: BackendLocal<RefCell<FastMap<(u32, i64), (u64, FastSet<u64>)>>> =
+    BackendLocal::new(RefCell::new(HashMap::with_hasher(FxBuild::new())));
+
+v1!(pg_finfo_worlds_created_since);
+/// `worlds._created_since(rel, at, row_tid)`: did main create this physical row after `at`? (AS OF reads
+/// the rows it didn't.) The set of such rows is read from history once per statement and kept in a hash
+/// set: a hashed probe per row, the cost of reading a table as it was.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn worlds_created_since(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let relid = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as u32;
+        let at = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).value() as i64;
+        let tid = tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2));
+        let gen = exec_gen();
+        let hit = CREATED_SINCE.with(|c| match c.borrow().get(&(relid, at)) {
+            Some((g, set)) if *g == gen => Some(set.contains(&tid)),
+            _ => None,
+        });
+        if let Some(h) = hit {
+            return pg_sys::Datum::from(h);
+        }
+        let oid = pg_sys::Oid::from(relid);
+        if pg_sys::pg_class_aclcheck(oid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode) != pg_sys::AclResult::ACLCHECK_OK {
+            raise("42501", format!("permission denied for table {}", relid));
+        }
+        let Some(&tabno) = super::tracked_tables().get(&oid) else {
+            raise("42809", "AS OF reads tracked tables");
+        };
+        let layout = relation_layout(tabno);
+        let sql = format!("SELECT c._w_new_tid FROM {} c WHERE c._w_at > $1 AND c._w_new_tid IS NOT NULL", layout.history_name);
+        let tids = as_internal(|| {
+            snapshot_spi::query(&sql, &[pg_sys::TIMESTAMPTZOID], &[Some(pg_sys::Datum::from(at))], |row| {
+                row.raw(1).map(|d| tid_of_datum(d))
+            })
+        });
+        let set: FastSet<u64> = tids.into_iter().flatten().collect();
+        let found = set.contains(&tid);
+        CREATED_SINCE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.retain(|_, (g, _)| *g == gen);
+            c.insert((relid, at), (gen, set));
+        });
+        pg_sys::Datum::from(found)
+    }
+}
 
 v1!(pg_finfo_worlds_dropped_value);
 /// AS OF a moment before a column was dropped: a row unchanged since still holds the dropped column's
