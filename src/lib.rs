@@ -135,6 +135,65 @@ mod tests {
         let main = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
         assert_eq!(main.as_deref(), Some("1=main,2=main"));
     }
+
+    #[pg_test]
+    fn upsert_in_a_world_updates_the_worlds_row_from_excluded() {
+        Spi::run("CREATE TABLE t_upsert (id int PRIMARY KEY, n int NOT NULL)").unwrap();
+        Spi::run("INSERT INTO t_upsert VALUES (1, 10)").unwrap();
+        Spi::run(
+            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
+             VALUES (901, 'w901', 'w901', 0, 1, now(), pg_current_snapshot())",
+        )
+        .unwrap();
+        Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
+        // the world sees main's row 1 as of its fork (the insert above is this transaction's own)
+        Spi::run("INSERT INTO t_upsert VALUES (2, 5), (3, 7) ON CONFLICT (id) DO UPDATE SET n = t_upsert.n + excluded.n").unwrap();
+        let returned = Spi::get_one::<i32>("INSERT INTO t_upsert AS t VALUES (2, 1) ON CONFLICT (id) DO UPDATE SET n = t.n * 100 + excluded.n RETURNING n").unwrap();
+        assert_eq!(returned, Some(501));
+        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
+        assert_eq!(seen.as_deref(), Some("2=501,3=7"));
+        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
+        let main = Spi::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
+        assert_eq!(main.as_deref(), Some("1=10"));
+    }
+
+    #[pg_test]
+    fn a_dropped_columns_value_is_read_from_the_unchanged_row() {
+        Spi::run("CREATE TABLE t_dropped (id int PRIMARY KEY, old_note text, n int)").unwrap();
+        Spi::run("INSERT INTO t_dropped VALUES (1, 'kept in the heap', 3)").unwrap();
+        let attnum = Spi::get_one::<i16>("SELECT attnum FROM pg_attribute WHERE attrelid = 't_dropped'::regclass AND attname = 'old_note'")
+            .unwrap()
+            .unwrap();
+        Spi::run("ALTER TABLE t_dropped DROP COLUMN old_note").unwrap();
+        let value = Spi::get_one::<String>(&format!(
+            "SELECT worlds._dropped_value('t_dropped'::regclass::oid, ctid, {attnum}::int2, NULL::text) FROM t_dropped"
+        ))
+        .unwrap();
+        assert_eq!(value.as_deref(), Some("kept in the heap"));
+        let logged = Spi::get_one::<bool>(
+            "SELECT dropped IS NOT NULL FROM worlds.column_log WHERE tabno = (SELECT tabno FROM worlds.tables WHERE relid = 't_dropped'::regclass) AND attname = 'old_note'",
+        )
+        .unwrap();
+        assert_eq!(logged, Some(true));
+    }
+
+    #[pg_test]
+    fn rows_created_since_a_moment_are_found_by_tid() {
+        Spi::run("CREATE TABLE t_since (id int PRIMARY KEY, v int)").unwrap();
+        Spi::run("INSERT INTO t_since VALUES (1, 1)").unwrap();
+        Spi::run("CREATE TEMP TABLE t_since_at AS SELECT clock_timestamp() - interval '1 second' AS at").unwrap();
+        // history records the statement's time: entries of this transaction are at its statements' starts
+        let created = Spi::get_one::<bool>(
+            "SELECT worlds._created_since('t_since'::regclass::oid, (SELECT at FROM t_since_at), ctid) FROM t_since WHERE id = 1",
+        )
+        .unwrap();
+        assert_eq!(created, Some(true), "the insert is in history after the moment");
+        let before = Spi::get_one::<bool>(
+            "SELECT worlds._created_since('t_since'::regclass::oid, now() + interval '1 hour', ctid) FROM t_since WHERE id = 1",
+        )
+        .unwrap();
+        assert_eq!(before, Some(false));
+    }
 }
 
 /// Required by `cargo pgrx test`.

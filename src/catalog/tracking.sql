@@ -84,7 +84,7 @@ $$;
 -- The view's attnums equal the table's: a dropped column of the table becomes a NULL placeholder column,
 -- so the Vars of an analyzed query stay valid when its range-table entry is swapped for the view.
 CREATE FUNCTION worlds._build_overlay(t worlds.tables) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
 DECLARE
     outer_cols text := '';
     base_cols text := '';
@@ -112,9 +112,9 @@ BEGIN
     END LOOP;
 
     IF to_regclass(format('worlds_data.%I', 'n' || substr(vname, 2))) IS NOT NULL THEN
-        EXECUTE format('DROP VIEW worlds_data.%I', 'n' || substr(vname, 2));
+        EXECUTE format('DROP VIEW worlds_data.%I CASCADE', 'n' || substr(vname, 2));
     END IF;
-    EXECUTE format('DROP VIEW worlds_data.%I', vname);
+    EXECUTE format('DROP VIEW worlds_data.%I CASCADE', vname);
     EXECUTE format($v$
         CREATE VIEW worlds_data.%I AS
         SELECT %s FROM (
@@ -304,7 +304,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION worlds._drop_storage(t worlds.tables, drop_triggers boolean) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
 BEGIN
     PERFORM worlds._disown(t.overlay_nothing);
     PERFORM worlds._disown(t.overlay);
@@ -317,8 +317,8 @@ BEGIN
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
     END IF;
-    EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
-    EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
+    EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
+    EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.inserts);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.history);
@@ -419,7 +419,7 @@ END $$;
 -- Before DDL that would trip over the overlay views (DROP COLUMN, ALTER COLUMN TYPE, DROP TABLE), the
 -- router drops them; the DDL's end rebuilds them (or DROP TABLE's cleanup forgets the table).
 CREATE FUNCTION worlds._release_overlay(rel regclass) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
 DECLARE
     t worlds.tables;
     v text;
@@ -431,8 +431,8 @@ BEGIN
         n := t.overlay_nothing::text;
         PERFORM worlds._disown(t.overlay_nothing);
         PERFORM worlds._disown(t.overlay);
-        EXECUTE format('DROP VIEW IF EXISTS %s', n);
-        EXECUTE format('DROP VIEW IF EXISTS %s', v);
+        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', n);
+        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', v);
         -- placeholders keep the catalog pointing at real relations until the rebuild
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', v);
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', n);
@@ -443,7 +443,7 @@ END $$;
 -- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention
 -- purges it (time travel reads dropped tables).
 CREATE FUNCTION worlds._on_drop() RETURNS event_trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
 DECLARE
     obj record;
     t worlds.tables;
@@ -454,8 +454,8 @@ BEGIN
         -- its history stays for AS OF (the router captured every row as deleted before the drop)
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
-        EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay_nothing);
-        EXECUTE format('DROP VIEW IF EXISTS %s', t.overlay);
+        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
+        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
         DELETE FROM worlds.tables WHERE tabno = t.tabno;
         PERFORM worlds._tracking_changed(NULL);

@@ -149,7 +149,30 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains(&(*rte).relid) {
                 if is_result {
                     if view_reads_tracked((*rte).relid, ctx) {
-                        raise("0A000", "writing through a view inside a world is not supported yet; write the table itself");
+                        if !(*query).onConflict.is_null() {
+                            raise("0A000", "INSERT ... ON CONFLICT through a view inside a world is not supported yet; write the table itself");
+                        }
+                        // the write goes to the view's world twin; rights are checked as Postgres would: the
+                        // role's on the view, the view owner's on the table
+                        let (twin, bases) = super::view_writes::world_twin((*rte).relid, &ctx.tracked);
+                        let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                        (*copy).inFromCl = false;
+                        perm_copies.push(copy);
+                        let owner = view_owner((*rte).relid);
+                        for base in bases {
+                            let b = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                            (*b).inFromCl = false;
+                            (*b).relid = base;
+                            (*b).relkind = pg_sys::RELKIND_RELATION as std::ffi::c_char;
+                            (*b).checkAsUser = owner;
+                            (*b).selectedCols = std::ptr::null_mut();
+                            (*b).insertedCols = std::ptr::null_mut();
+                            (*b).updatedCols = std::ptr::null_mut();
+                            perm_copies.push(b);
+                        }
+                        (*rte).relid = twin;
+                        (*rte).requiredPerms = 0;
+                        pg_sys::LockRelationOid(twin, (*rte).rellockmode);
                     }
                 } else if (*rte).inFromCl {
                     inline_view(rte);
@@ -308,6 +331,15 @@ unsafe fn view_is_security_barrier(rel: pg_sys::Relation) -> bool {
     }
 }
 
+unsafe fn view_owner(view: pg_sys::Oid) -> pg_sys::Oid {
+    unsafe {
+        let rel = pg_sys::relation_open(view, pg_sys::NoLock as i32);
+        let owner = (*(*rel).rd_rel).relowner;
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        owner
+    }
+}
+
 /// Does a view (through other views) read a tracked table?
 unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -> bool {
     unsafe {
@@ -336,10 +368,38 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         if !storage::internal() {
             overlay::next_statement();
         }
+        if (*query_desc).operation != pg_sys::CmdType::CMD_SELECT && routing_active() && overlay::routing_world().is_some() {
+            refuse_writes_to_main((*query_desc).plannedstmt);
+        }
         match PREV_EXECUTOR_START {
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             // pg_sys functions are already guarded: wrapping them again aborts on an error
             None => pg_sys::standard_ExecutorStart(query_desc, eflags),
+        }
+    }
+}
+
+/// The last line of defence: a statement about to run inside a world must not write a tracked table
+/// itself (whatever rewrote it: a rule, a view the router didn't see). Writes go to overlays only.
+unsafe fn refuse_writes_to_main(stmt: *mut pg_sys::PlannedStmt) {
+    unsafe {
+        let results = (*stmt).resultRelations;
+        if results.is_null() {
+            return;
+        }
+        let tracked = storage::tracked_tables();
+        for i in 0..(*results).length {
+            let index = pg_sys::list_nth_int(results, i);
+            let rte = pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
+            if tracked.contains_key(&(*rte).relid) {
+                raise(
+                    "0A000",
+                    format!(
+                        "this statement would write table {} of main from inside a world (through a rule or a view pg_worlds can't route); nothing was written",
+                        relation_name((*rte).relid)
+                    ),
+                );
+            }
         }
     }
 }

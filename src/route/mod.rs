@@ -1,4 +1,5 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 mod hooks;
 pub mod upsert;
+mod view_writes;
 pub use hooks::{explicit_transaction_block, install_hooks};
