@@ -31,6 +31,16 @@ SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set 
 SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set id = 2$$);
 SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set name = 'pear'$$);
 SELECT try($$insert into inv values (5, 'e', 1), (5, 'e', 2) on conflict (id) do update set qty = excluded.qty$$);
+-- the same key in two statements of one transaction (or of one function) is no "second time"
+BEGIN;
+INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
+INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1 RETURNING id, qty;
+COMMIT;
+DO $$ BEGIN
+  INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
+  INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
+END $$;
+SELECT id, qty FROM inv WHERE id = 6;
 -- what the world can't do yet is refused clearly (0A000), never done wrong
 SELECT try($$insert into inv values (1, 'apple') on conflict (name) do update set qty = 1$$);
 SELECT try($$prepare bad(int) as insert into inv values (1, 'apple') on conflict (id) do update set qty = $1$$);

@@ -934,7 +934,7 @@ fn _overlay_write<'a>(
             if on_conflict_nothing && key_exists(&layout, view_desc, old) {
                 return Ok(None);
             }
-            write_version(&layout, &world, view_desc, old, false, true);
+            write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
             bump_version(&world);
             Ok(trigger.new())
         }
@@ -945,9 +945,9 @@ fn _overlay_write<'a>(
             check_not_null(&layout, view_desc, new);
             let changed = unsafe { key_differs(&layout, view_desc, old, new) };
             if changed {
-                write_version(&layout, &world, view_desc, old, true, false);
+                write_version(&layout, &world, view_desc, old, true, KeyCheck::Unchanged);
             }
-            write_version(&layout, &world, view_desc, new, false, changed);
+            write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
             bump_version(&world);
             Ok(trigger.new())
         }
@@ -955,7 +955,7 @@ fn _overlay_write<'a>(
             if layout.key_kind == b'r' {
                 raise_no_key(&layout);
             }
-            write_version(&layout, &world, view_desc, old, true, false);
+            write_version(&layout, &world, view_desc, old, true, KeyCheck::Unchanged);
             bump_version(&world);
             Ok(trigger.old())
         }
@@ -981,6 +981,8 @@ unsafe fn upsert_action(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Op
 /// key, otherwise the updated row (when DO UPDATE's WHERE holds). Returns what RETURNING shows, or None
 /// when nothing was written.
 fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_sys::HeapTuple, action: &str) -> Option<pg_sys::HeapTuple> {
+    // the statement's command id: versions this statement writes come at or after it
+    let statement_cid = unsafe { (*pg_sys::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
     let excluded: Vec<String> = names.iter().enumerate().map(|(i, n)| format!("${} AS {}", i + 1, quote_ident(n))).collect();
     let matches: Vec<String> = layout
@@ -994,8 +996,17 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
     let upper = unsafe { pg_sys::CurrentMemoryContext };
     let natts = unsafe { (*desc).natts } as usize;
+    // As Postgres does under READ COMMITTED: the conflicting row is read as it is now, under the world's
+    // write lock, so concurrent upserts of one key queue instead of failing. Under REPEATABLE READ the
+    // statement's snapshot is read and a row changed since fails with 40001.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    if read_committed {
+        lock_world(world);
+    }
+    let read = if read_committed { snapshot_spi::query_fresh } else { snapshot_spi::query };
+    let check = if read_committed { KeyCheck::Locked } else { KeyCheck::Unchanged };
     // run as the session (routed, with its rights): the action reads the world's row of the real table
-    let updated: Vec<Option<pg_sys::HeapTuple>> = snapshot_spi::query(&sql, &types, &values, |row| unsafe {
+    let updated: Vec<Option<pg_sys::HeapTuple>> = read(&sql, &types, &values, &mut |row: &snapshot_spi::Row| unsafe {
         let ncols = row.width();
         if row.get::<bool>(ncols) != Some(true) {
             return None; // DO UPDATE ... WHERE said no
@@ -1020,19 +1031,20 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
         pg_sys::MemoryContextSwitchTo(old);
         Some(t)
     });
+    // a key this very statement wrote already (two proposed rows with one key): Postgres's 21000
+    if written_by_this_statement(layout, world, &names, &args, statement_cid) {
+        crate::api::raise_with(
+            "21000",
+            "ON CONFLICT DO UPDATE command cannot affect row a second time",
+            None,
+            Some("Ensure that no rows proposed for insertion within the same command have duplicate constrained values.".into()),
+        );
+    }
     match updated.into_iter().next() {
         // the world has no row with this key: an ordinary insert
         None => {
-            if written_by_this_statement(layout, world, &names, &args) {
-                crate::api::raise_with(
-                    "21000",
-                    "ON CONFLICT DO UPDATE command cannot affect row a second time",
-                    None,
-                    Some("Ensure that no rows proposed for insertion within the same command have duplicate constrained values.".into()),
-                );
-            }
             check_not_null(layout, desc, proposed);
-            write_version(layout, world, desc, proposed, false, true);
+            write_version(layout, world, desc, proposed, false, KeyCheck::New);
             bump_version(world);
             Some(proposed)
         }
@@ -1041,29 +1053,36 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
             check_not_null(layout, desc, new);
             let changed = unsafe { key_differs(layout, desc, proposed, new) };
             if changed {
-                write_version(layout, world, desc, proposed, true, false);
+                write_version(layout, world, desc, proposed, true, check);
             }
-            write_version(layout, world, desc, new, false, changed);
+            write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
             bump_version(world);
             Some(new)
         }
     }
 }
 
-/// Did this transaction write the key in the world after the statement's snapshot was taken (that is, in
-/// this very statement)? The statement's snapshot doesn't show such a row, a fresh read does.
-fn written_by_this_statement(layout: &Layout, world: &World, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
+/// Did this very statement write a version of the key in the world (this transaction, at or after the
+/// statement's command id)?
+fn written_by_this_statement(
+    layout: &Layout,
+    world: &World,
+    names: &[String],
+    args: &[pgrx::datum::DatumWithOid],
+    statement_cid: pg_sys::CommandId,
+) -> bool {
     let conds: Vec<String> = layout
         .key_columns
         .iter()
-        .map(|k| format!("d.{} = ${}", quote_ident(k), names.iter().position(|n| n == k).unwrap() + 2))
+        .map(|k| format!("d.{} = ${}", quote_ident(k), names.iter().position(|n| n == k).unwrap() + 3))
         .collect();
     let sql = format!(
-        "SELECT 1 FROM {} d WHERE d._w_world = $1 AND {} AND d._w_xid = pg_current_xact_id_if_assigned() LIMIT 1",
+        "SELECT 1 FROM {} d WHERE d._w_world = $1 AND {} AND d._w_xid = pg_current_xact_id_if_assigned()
+           AND d.cmin::text::int8 >= $2 LIMIT 1",
         layout.delta_name,
         conds.join(" AND ")
     );
-    let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
+    let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), (statement_cid as i64).into()];
     all.extend(args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }));
     as_internal(|| Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
 }
@@ -1180,24 +1199,17 @@ fn serialize_key(
         .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
         .collect::<Vec<_>>()
         .join(" AND ");
-    // one lock per world and transaction (a lock per key would fill the lock table on bulk updates);
-    // writers of one world serialize anyway on its version row
-    let lock = "SELECT pg_advisory_xact_lock(2092147, $1)";
     let latest = format!(
         "SELECT d._w_dseq, d._w_del FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
         layout.delta_name
     );
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
     all.extend(key_args);
+    // the statement's snapshot
+    let seen = as_internal(|| snapshot_query(&latest, &all).into_iter().next().flatten());
+    lock_world(world);
     as_internal(|| {
-        // the statement's snapshot
-        let seen = snapshot_query(&latest, &all).into_iter().next().flatten();
         Spi::connect_mut(|c| {
-            let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
-            if LOCKED.with(|l| l.get()) != xact {
-                c.update(lock, None, &[world.num.into()]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-                LOCKED.with(|l| l.set(xact));
-            }
             // read-write: a fresh snapshot, taken after the lock
             let now = c
                 .update(&latest, None, &all)
@@ -1206,6 +1218,18 @@ fn serialize_key(
             (seen, now)
         })
     })
+}
+
+/// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
+/// serialize on it (a lock per key would fill the lock table on bulk updates).
+fn lock_world(world: &World) {
+    let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
+    if LOCKED.with(|l| l.get()) == xact {
+        return;
+    }
+    as_internal(|| Spi::run_with_args("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()]))
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    LOCKED.with(|l| l.set(xact));
 }
 
 fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
@@ -1229,20 +1253,31 @@ fn snapshot_query(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<Option<i
     snapshot_spi::query(sql, &types, &values, |r| r.get::<i64>(1))
 }
 
+/// What a write checks about the row's key before it writes a version.
+#[derive(Clone, Copy, PartialEq)]
+enum KeyCheck {
+    /// a new key: not visible in the world, nor written by a session that committed since (23505)
+    New,
+    /// the row as this statement read it: unchanged by a concurrent session since (40001 otherwise)
+    Unchanged,
+    /// read under the world's lock on a fresh snapshot (ON CONFLICT DO UPDATE): nothing left to check
+    Locked,
+}
+
 /// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
-fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check_key: bool) {
+fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) {
     let (names, args) = row_args(desc, tuple);
     if layout.key_kind != b'r' {
         let (seen, latest) = serialize_key(layout, world, &names, &args);
-        if check_key {
+        if check == KeyCheck::New {
             // a new key must not be visible in the world already, nor written by a concurrent session
             // that committed since this statement began (23505, as Postgres words it)
             if key_visible(layout, &names, &args) || latest.is_some_and(|(_, del)| !del) {
                 let constraint = as_internal(|| primary_key_name(layout));
                 raise_duplicate(&constraint, &layout.key_columns, &names, &args);
             }
-        } else if seen != latest.map(|(dseq, _)| dseq) {
+        } else if check == KeyCheck::Unchanged && seen != latest.map(|(dseq, _)| dseq) {
             // the row this statement read was changed by a concurrent session in the same world since:
             // like REPEATABLE READ, refuse rather than lose that update (retry the transaction)
             raise(

@@ -46,12 +46,22 @@ impl Row {
 
 /// Runs `sql` (with `$n` parameters of the given types) read-only on the active snapshot and calls `f`
 /// for each row. The plan is prepared once per backend and kept.
-pub fn query<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], mut f: impl FnMut(&Row) -> R) -> Vec<R> {
+pub fn query<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    run(sql, types, args, true, f)
+}
+
+/// As `query`, but on a fresh snapshot (READ COMMITTED: what has committed by now), seeing this
+/// transaction's own latest writes: for reading a row under a lock, as Postgres re-reads one it waited for.
+pub fn query_fresh<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    run(sql, types, args, false, f)
+}
+
+fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool, mut f: impl FnMut(&Row) -> R) -> Vec<R> {
     Spi::connect(|_client| unsafe {
         let plan = plan_for(sql, types);
         let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
         let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
-        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), true, 0);
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 0);
         if rc < 0 {
             raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
         }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Inside a world, as apps write it over libpq: INSERT ... ON CONFLICT DO UPDATE from several sessions at
+# once (a counter bumped by pgbench: no lost update — every bump lands or its transaction fails with
+# 40001 and pgbench retries nothing, so the counter equals the committed bumps), and COPY FROM STDIN
+# through psql's \copy. Main is never written.
+source "$(dirname "$0")/common.sh"
+
+start_cluster $CL yes
+DB=s09_upsert
+OUT=$RUN_DIR/s09_upsert; rm -rf "$OUT"; mkdir -p "$OUT"
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
+create extension pg_worlds;
+create table counter (id int primary key, n int not null);
+create table log (id int primary key, msg text not null);
+insert into counter values (1, 0);
+select worlds.create_world('w');
+SQL
+q() { psql_in $CL -d $DB -qAt -c "set worlds.world = $1" -c "$2"; }
+
+echo "check: pgbench, 2 clients, upserting one counter inside world w"
+cat >"$OUT/bump.sql" <<'SQL'
+\set r random(1, 99999)
+insert into counter values (1, 1) on conflict (id) do update set n = counter.n + excluded.n;
+insert into log values (:client_id * 100000 + :r, 'bump') on conflict (id) do nothing;
+SQL
+dir=$(cluster_dir $CL)
+PGOPTIONS="-c worlds.world=w" $PGBIN/pgbench -n -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -c 2 -j 2 -t 150 \
+  -f "$OUT/bump.sql" $DB >"$OUT/pgbench.log" 2>&1
+failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench.log")
+committed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench.log")
+echo "  pgbench: $committed transactions committed, $failed failed with 40001"
+[ -n "$committed" ] || bad "pgbench did not run: $(tail -3 "$OUT/pgbench.log")"
+expect "world counter = committed bumps" "$(q w "select n from counter where id = 1")" "$committed"
+expect "main counter untouched" "$(q main "select n from counter where id = 1")" "0"
+expect "main log untouched" "$(q main "select count(*) from log")" "0"
+
+echo "check: \\copy into the world over libpq"
+printf '1\tone\n2\ttwo\n3\tthree\n' >"$OUT/rows.tsv"
+$PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=w'" -X -q -v ON_ERROR_STOP=1 \
+  -c "\\copy log (id, msg) from '$OUT/rows.tsv'" >"$OUT/copy.out" 2>&1 || bad "\\copy failed: $(cat "$OUT/copy.out")"
+expect "world log has the copied rows" "$(q w "select string_agg(msg, ',' order by id) from log where id <= 3")" "one,two,three"
+expect "main log still empty" "$(q main "select count(*) from log")" "0"
+echo "check: a failing \\copy (duplicate key) changes nothing"
+$PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=w'" -X -q -v ON_ERROR_STOP=1 \
+  -c "\\copy log (id, msg) from '$OUT/rows.tsv'" >"$OUT/copy2.out" 2>&1 && bad "duplicate \\copy succeeded"
+grep -q "duplicate key value violates unique constraint" "$OUT/copy2.out" || bad "no 23505 message: $(cat "$OUT/copy2.out")"
+expect "world log unchanged" "$(q w "select count(*) from log where id <= 3")" "3"
+
+[ $failures -eq 0 ] || fail "$failures check(s) failed"
+psql_in $CL -q -c "drop database $DB"
+echo "ok: 09_upsert_copy_in_world"
