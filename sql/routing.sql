@@ -110,3 +110,20 @@ UPDATE cheap_items SET cost = 1 WHERE id = 3 RETURNING *;
 SELECT id, name, price, note FROM items WHERE id IN (1, 3, 20) ORDER BY id;
 RESET worlds.world;
 SELECT id, name, price, note FROM items WHERE id IN (1, 3, 20) ORDER BY id;
+-- generated columns are computed in a world as in main (RETURNING shows them); a table created with one
+-- is tracked; COPY into a table pg_worlds doesn't track is refused in a world (it would reach main)
+CREATE TABLE lines (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, qty int NOT NULL, price int NOT NULL,
+                    total int GENERATED ALWAYS AS (qty * price) STORED);
+INSERT INTO lines (qty, price) VALUES (1, 10), (2, 20);
+CREATE TABLE scratchpad (x int);
+SELECT worlds.untrack('scratchpad');
+SELECT worlds.create_world('w_gen');
+SET worlds.world = w_gen;
+INSERT INTO lines (qty, price) VALUES (3, 30) RETURNING *;
+UPDATE lines SET qty = qty + 10 WHERE id = 1 RETURNING id, total;
+INSERT INTO lines (id, qty, price) OVERRIDING SYSTEM VALUE VALUES (2, 5, 5) ON CONFLICT (id) DO UPDATE SET qty = excluded.qty RETURNING *;
+SELECT * FROM lines ORDER BY id;
+SELECT try($$copy scratchpad from program 'echo 1'$$);
+RESET worlds.world;
+SELECT * FROM lines ORDER BY id;
+SELECT count(*) AS scratch_rows FROM scratchpad;

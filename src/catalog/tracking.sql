@@ -10,6 +10,16 @@ LANGUAGE sql STABLE AS $$
     FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
 $$;
 
+-- The same for a delta: generated columns stay generated, so a world's rows compute them as the table does.
+CREATE FUNCTION worlds._delta_column_defs(rel regclass) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod))
+                               || CASE WHEN a.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END,
+                               ', ' ORDER BY a.attnum), '')
+    FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+    WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+$$;
+
 -- A relation's name, schema-qualified and quoted whatever the search_path (for SQL text built in Rust).
 CREATE FUNCTION worlds._qualified(rel regclass) RETURNS text
 LANGUAGE sql STABLE AS $$
@@ -162,7 +172,7 @@ BEGIN
     FOR a IN SELECT at.attname, pg_get_expr(d.adbin, d.adrelid) AS def, at.attidentity,
                     pg_get_serial_sequence(t.relid::text, at.attname) AS seq
              FROM pg_attribute at LEFT JOIN pg_attrdef d ON d.adrelid = at.attrelid AND d.adnum = at.attnum
-             WHERE at.attrelid = t.relid AND at.attnum > 0 AND NOT at.attisdropped LOOP
+             WHERE at.attrelid = t.relid AND at.attnum > 0 AND NOT at.attisdropped AND at.attgenerated = '' LOOP
         IF a.attidentity IN ('a', 'd') AND a.seq IS NOT NULL THEN
             EXECUTE format('ALTER VIEW %s ALTER COLUMN %I SET DEFAULT nextval(%L::regclass)', v, a.attname, a.seq);
         ELSIF a.def IS NOT NULL THEN
@@ -221,7 +231,7 @@ BEGIN
     -- inserts apart: a world's scans read before-images only, not every row ever inserted
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
-                   'd_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
+                   'd_' || base, CASE WHEN worlds._delta_column_defs(rel) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
     IF kind <> 'r' THEN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'h_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
@@ -379,13 +389,15 @@ BEGIN
                 END IF;
             END LOOP;
             -- columns the table has that its history and delta lack (added)
-            FOR a IN SELECT attname, format_type(atttypid, atttypmod) AS typ FROM pg_attribute
-                     WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped
-                       AND attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
+            FOR a IN SELECT c.attname, format_type(c.atttypid, c.atttypmod) AS typ,
+                            CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen
+                     FROM pg_attribute c LEFT JOIN pg_attrdef d ON d.adrelid = c.attrelid AND d.adnum = c.attnum
+                     WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
+                       AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
                 PERFORM worlds._drop_changes_view(t);
                 EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.history, a.attname, a.typ);
                 EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.inserts, a.attname, a.typ);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.delta, a.attname, a.typ);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, a.gen);
             END LOOP;
             -- a changed column type follows on the delta (history keeps what it had)
             FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta

@@ -1011,7 +1011,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
         }
         for (l, v, del) in &writes {
-            let cols = live_columns(l.relid);
+            let cols = table_columns(l.relid, true);
             let delta = &l.delta_name;
             let table = &l.table_name;
             let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");

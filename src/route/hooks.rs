@@ -722,6 +722,9 @@ unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::Oid> {
         }
         let relid = pg_sys::RangeVarGetRelidExtended((*copy).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
         if !storage::tracked_tables().contains_key(&relid) {
+            if (*copy).is_from {
+                refuse_untracked_write(relid); // never into main from a world
+            }
             return None;
         }
         if (*copy).is_from {

@@ -55,6 +55,8 @@ pub struct Layout {
     pub unsupported: Option<String>,
     /// unique indexes other than the primary key (plain columns, no predicate): (name, columns)
     pub uniques: Vec<(String, Vec<String>)>,
+    /// generated columns: the delta computes them (they are never written)
+    pub generated: Vec<String>,
 }
 
 thread_local! {
@@ -155,7 +157,9 @@ fn load_layout(tabno: i32) -> Layout {
                                                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
                                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                               WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
-                                AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniques
+                                AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniques,
+                            (SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
+                              WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attgenerated <> '') AS generated
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
@@ -202,6 +206,7 @@ fn load_layout(tabno: i32) -> Layout {
                         )
                     })
                     .collect(),
+                generated: row.get::<Vec<String>>(15).ok().flatten().unwrap_or_default(),
             }
         })
     })

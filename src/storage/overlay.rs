@@ -934,9 +934,9 @@ fn _overlay_write<'a>(
             if on_conflict_nothing && key_exists(&layout, view_desc, old) {
                 return Ok(None);
             }
-            write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
+            let dseq = write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
             bump_version(&world);
-            Ok(trigger.new())
+            Ok(returned(trigger, &layout, &world, view_desc, old, dseq))
         }
         pg_sys::TRIGGER_EVENT_UPDATE => {
             if layout.key_kind == b'r' {
@@ -947,9 +947,9 @@ fn _overlay_write<'a>(
             if changed {
                 write_version(&layout, &world, view_desc, old, true, KeyCheck::Unchanged);
             }
-            write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
+            let dseq = write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
             bump_version(&world);
-            Ok(trigger.new())
+            Ok(returned(trigger, &layout, &world, view_desc, new, dseq))
         }
         pg_sys::TRIGGER_EVENT_DELETE => {
             if layout.key_kind == b'r' {
@@ -1044,9 +1044,9 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
         // the world has no row with this key: an ordinary insert
         None => {
             check_not_null(layout, desc, proposed);
-            write_version(layout, world, desc, proposed, false, KeyCheck::New);
+            let dseq = write_version(layout, world, desc, proposed, false, KeyCheck::New);
             bump_version(world);
-            Some(proposed)
+            Some(with_generated(layout, world, desc, proposed, dseq))
         }
         Some(None) => None,
         Some(Some(new)) => {
@@ -1055,9 +1055,9 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
             if changed {
                 write_version(layout, world, desc, proposed, true, check);
             }
-            write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
+            let dseq = write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
             bump_version(world);
-            Some(new)
+            Some(with_generated(layout, world, desc, new, dseq))
         }
     }
 }
@@ -1085,6 +1085,22 @@ fn written_by_this_statement(
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), (statement_cid as i64).into()];
     all.extend(args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }));
     as_internal(|| Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
+}
+
+/// What an INSERT or UPDATE through the overlay returns: the new row, with generated columns computed.
+fn returned<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+    layout: &Layout,
+    world: &World,
+    desc: pg_sys::TupleDesc,
+    tuple: pg_sys::HeapTuple,
+    dseq: i64,
+) -> Option<PgHeapTuple<'a, pgrx::AllocatedByPostgres>> {
+    if layout.generated.is_empty() {
+        return trigger.new();
+    }
+    let t = with_generated(layout, world, desc, tuple, dseq);
+    Some(unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(desc), t) })
 }
 
 fn raise_no_key(layout: &Layout) -> ! {
@@ -1266,7 +1282,7 @@ enum KeyCheck {
 
 /// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
-fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) {
+fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) -> i64 {
     let (names, args) = row_args(desc, tuple);
     if layout.key_kind != b'r' {
         let (seen, latest) = serialize_key(layout, world, &names, &args);
@@ -1289,6 +1305,12 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
     if !del {
         check_unique(layout, &names, &args);
     }
+    // generated columns are the delta's to compute
+    let (names, args): (Vec<String>, Vec<pgrx::datum::DatumWithOid>) = if layout.generated.is_empty() {
+        (names, args)
+    } else {
+        names.into_iter().zip(args).filter(|(n, _)| !layout.generated.contains(n)).unzip()
+    };
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     // $1 world, $2 deleted, $3 the delta's sequence (a value, so passed as one); the row's columns follow
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
@@ -1343,6 +1365,44 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
             }
         }
     });
+    dseq
+}
+
+/// The row as written, with the generated columns the delta computed (what RETURNING shows); the tuple
+/// itself when the table has none.
+fn with_generated(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, dseq: i64) -> pg_sys::HeapTuple {
+    if layout.generated.is_empty() {
+        return tuple;
+    }
+    let cols = layout.generated.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+    let sql = format!("SELECT {cols} FROM {} d WHERE d._w_world = $1 AND d._w_dseq = $2", layout.delta_name);
+    let natts = unsafe { (*desc).natts } as usize;
+    let upper = unsafe { pg_sys::CurrentMemoryContext };
+    let rows = as_internal(|| {
+        snapshot_spi::query_fresh(&sql, &[pg_sys::INT4OID, pg_sys::INT8OID], &[arg(world.num), arg(dseq)], |row| unsafe {
+            let mut values = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![false; natts];
+            let mut replace = vec![false; natts];
+            for (k, name) in layout.generated.iter().enumerate() {
+                let Some(i) = (0..natts).find(|&i| {
+                    let att = &*(*desc).attrs.as_ptr().add(i);
+                    std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() == name.as_bytes()
+                }) else {
+                    continue;
+                };
+                replace[i] = true;
+                match row.raw(k + 1) {
+                    Some(d) => values[i] = d,
+                    None => nulls[i] = true,
+                }
+            }
+            let old = pg_sys::MemoryContextSwitchTo(upper);
+            let t = pg_sys::heap_modify_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr(), replace.as_mut_ptr());
+            pg_sys::MemoryContextSwitchTo(old);
+            t
+        })
+    });
+    rows.into_iter().next().unwrap_or(tuple)
 }
 
 fn primary_key_name(layout: &Layout) -> String {
