@@ -424,16 +424,33 @@ pub fn override_active() -> bool {
 
 /// Runs f reading and writing as `world` (None: main), routed even inside pg_worlds' own work.
 pub fn with_world<R>(world: Option<World>, f: impl FnOnce() -> R) -> R {
-    struct Guard(Option<Option<World>>);
+    struct Guard(Option<Option<World>>, i32);
     impl Drop for Guard {
         fn drop(&mut self) {
             OVERRIDE.with(|o| *o.borrow_mut() = self.0.take());
+            unsafe { pg_sys::AtEOXact_GUC(true, self.1) };
             next_statement();
         }
     }
     let previous = OVERRIDE.with(|o| o.borrow_mut().replace(world));
     next_statement();
-    let _g = Guard(previous);
+    // the visibility functions are parallel safe: a parallel worker reads the session's world, not this
+    // one, so queries reading another world on purpose run without workers
+    let level = unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"max_parallel_workers_per_gather".as_ptr(),
+            c"0".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    let _g = Guard(previous, level);
     f()
 }
 
@@ -773,23 +790,23 @@ pub unsafe extern "C-unwind" fn worlds_history_visible_t(fcinfo: pg_sys::Functio
 pgrx::extension_sql!(
     r#"
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int8) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int4) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int2) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k text) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_base_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_base_visible_t' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._delta_visible(tabno int4, world int4, dseq int8) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_delta_visible' LANGUAGE c STABLE STRICT PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_delta_visible' LANGUAGE c STABLE STRICT PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int8) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int4) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k int2) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_i' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS bool
-    AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL RESTRICTED COST 1;
+    AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._created_since(rel oid, at timestamptz, row_tid tid) RETURNS bool
     AS 'MODULE_PATHNAME', 'worlds_created_since' LANGUAGE c STABLE STRICT PARALLEL SAFE COST 1;
 CREATE FUNCTION worlds._dropped_value(rel oid, row_tid tid, attnum int2, hint anyelement) RETURNS anyelement
