@@ -31,19 +31,28 @@ SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set 
 SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set id = 2$$);
 SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set name = 'pear'$$);
 SELECT try($$insert into inv values (5, 'e', 1), (5, 'e', 2) on conflict (id) do update set qty = excluded.qty$$);
+-- the statement's parameters in SET and WHERE, as drivers send them (NULL and text too)
+PREPARE bump(int, text, int) AS INSERT INTO inv AS i VALUES ($1, 'p', 0) ON CONFLICT (id)
+  DO UPDATE SET qty = i.qty + $3, note = $2 WHERE i.qty < $3 * 100 RETURNING id, qty, note;
+EXECUTE bump(1, 'bumped', 5);
+EXECUTE bump(1, NULL, 1);
+EXECUTE bump(3, 'it''s {a,"b"}', 2);
+PREPARE bump8(int, text, int8) AS INSERT INTO inv AS i VALUES ($1, 'p', 0) ON CONFLICT (id)
+  DO UPDATE SET qty = i.qty + $3, note = $2 WHERE i.qty < $3 * 100 RETURNING id, qty, note;
+EXECUTE bump8(1, 'eight', 8);
 -- the same key in two statements of one transaction (or of one function) is no "second time"
 BEGIN;
 INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
 INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1 RETURNING id, qty;
 COMMIT;
-DO $$ BEGIN
+DO $$ DECLARE step int := 1; BEGIN
   INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
-  INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
+  INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + step WHERE step > 0;
 END $$;
 SELECT id, qty FROM inv WHERE id = 6;
 -- what the world can't do yet is refused clearly (0A000), never done wrong
 SELECT try($$insert into inv values (1, 'apple') on conflict (name) do update set qty = 1$$);
-SELECT try($$prepare bad(int) as insert into inv values (1, 'apple') on conflict (id) do update set qty = $1$$);
+SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set (qty, note) = (select 1, 'x')$$);
 SELECT * FROM inv ORDER BY id;
 
 -- main never saw any of it; DIFF shows the world's changes

@@ -208,7 +208,7 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                     if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
                         // DO UPDATE: its action travels to the twin's trigger in the twin's extra column
                         let action = super::upsert::action_sql(query, i + 1, &layout);
-                        add_action_column(query, overlay_width(&layout), &action);
+                        add_action_column(query, overlay_width(&layout), super::upsert::action_value(&action));
                     }
                     // the conflict twin of the overlay: its trigger skips (DO NOTHING) or updates (DO
                     // UPDATE) a row whose key the world already has
@@ -246,22 +246,11 @@ unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
     }
 }
 
-/// Supplies the conflict twin's action column (a text constant) in an INSERT's target list.
-unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, action: &str) {
+/// Supplies the conflict twin's action column in an INSERT's target list.
+unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, value: *mut pg_sys::Expr) {
     unsafe {
-        let text = std::ffi::CString::new(action).unwrap_or_default();
-        let value = pg_sys::cstring_to_text(text.as_ptr());
-        let konst = pg_sys::makeConst(
-            pg_sys::TEXTOID,
-            -1,
-            pg_sys::DEFAULT_COLLATION_OID,
-            -1,
-            pg_sys::Datum::from(value),
-            false,
-            false,
-        );
         let name = std::ffi::CString::new(super::upsert::ACTION_COLUMN).unwrap();
-        let te = pg_sys::makeTargetEntry(konst as *mut pg_sys::Expr, width + 1, pg_sys::pstrdup(name.as_ptr()), false);
+        let te = pg_sys::makeTargetEntry(value, width + 1, pg_sys::pstrdup(name.as_ptr()), false);
         (*query).targetList = pg_sys::lappend((*query).targetList, te as *mut std::ffi::c_void);
     }
 }

@@ -15,22 +15,29 @@ pub const ACTION_COLUMN: &str = "_w_upsert";
 /// The alias the action gives the row the world already has.
 pub const TARGET_ALIAS: &str = "_w_x";
 
+/// The DO UPDATE part of an INSERT, as the conflict twin's trigger gets it: the SELECT computing the
+/// updated row, and the statement's parameters that SELECT uses (`$n` stays `$n` in it).
+pub struct Action {
+    pub sql: String,
+    /// the type of each parameter $1..$n the SELECT uses (InvalidOid for one it doesn't)
+    pub param_types: Vec<pg_sys::Oid>,
+}
+
 /// The DO UPDATE part of `query` (an INSERT into the tracked table at `result_index`) as a SELECT of the
 /// whole updated row (the table's live columns in attnum order) and the WHERE's verdict, reading the
 /// table as `_w_x`; Vars of the proposed row read `excluded`. Refused (0A000) where the world can't do
-/// what Postgres would: a conflict target other than the primary key, or parameters in SET / WHERE.
-pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> String {
+/// what Postgres would: a conflict target other than the primary key.
+pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> Action {
     unsafe {
         let oc = (*query).onConflict;
         check_arbiter(oc, layout);
-        if has_param((*oc).onConflictSet as *mut pg_sys::Node) || has_param((*oc).onConflictWhere) {
-            raise(
-                "0A000",
-                format!(
-                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world can't use parameters in its SET or WHERE yet; refer to the proposed row as EXCLUDED.column instead",
-                    layout.table_name
-                ),
-            );
+        let mut params: Vec<(i32, pg_sys::Oid)> = Vec::new();
+        collect_params((*oc).onConflictSet as *mut pg_sys::Node, &mut params, layout);
+        collect_params((*oc).onConflictWhere, &mut params, layout);
+        let max = params.iter().map(|p| p.0).max().unwrap_or(0).max(0) as usize;
+        let mut param_types = vec![pg_sys::Oid::INVALID; max];
+        for (id, ty) in params {
+            param_types[id as usize - 1] = ty;
         }
         let select = pg_sys::copyObjectImpl(query as *const std::ffi::c_void) as *mut pg_sys::Query;
         (*select).commandType = pg_sys::CmdType::CMD_SELECT;
@@ -87,8 +94,107 @@ pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &
         (*rtr).rtindex = result_index;
         (*select).jointree = pg_sys::makeFromExpr(pg_sys::lappend(std::ptr::null_mut(), rtr as *mut std::ffi::c_void), std::ptr::null_mut());
         let text = pg_sys::pg_get_querydef(select, false);
-        std::ffi::CStr::from_ptr(text).to_string_lossy().trim().to_string()
+        Action { sql: std::ffi::CStr::from_ptr(text).to_string_lossy().trim().to_string(), param_types }
     }
+}
+
+/// What the twin's action column carries: the action's SQL, and when it uses the statement's parameters,
+/// their types and (computed as each row is inserted) their values as a text array:
+/// `<length of sql>:<sql><type oids, comma-separated>;<values as text[]>`.
+pub unsafe fn action_value(action: &Action) -> *mut pg_sys::Expr {
+    unsafe {
+        let head = if action.param_types.is_empty() {
+            action.sql.clone()
+        } else {
+            let types = action.param_types.iter().map(|t| t.to_u32().to_string()).collect::<Vec<_>>().join(",");
+            format!("{}:{}{types};", action.sql.len(), action.sql)
+        };
+        let konst = text_const(&head);
+        if action.param_types.is_empty() {
+            return konst;
+        }
+        // ARRAY[$1::text, ...]::text, each parameter through its output function
+        let mut elements: *mut pg_sys::List = std::ptr::null_mut();
+        for (i, ty) in action.param_types.iter().enumerate() {
+            let e = if *ty == pg_sys::Oid::INVALID {
+                pg_sys::makeNullConst(pg_sys::TEXTOID, -1, pg_sys::DEFAULT_COLLATION_OID) as *mut pg_sys::Expr
+            } else {
+                let p = pg_sys::palloc0(std::mem::size_of::<pg_sys::Param>()) as *mut pg_sys::Param;
+                (*p).xpr.type_ = pg_sys::NodeTag::T_Param;
+                (*p).paramkind = pg_sys::ParamKind::PARAM_EXTERN;
+                (*p).paramid = i as i32 + 1;
+                (*p).paramtype = *ty;
+                (*p).paramtypmod = -1;
+                (*p).paramcollid = pg_sys::get_typcollation(*ty);
+                (*p).location = -1;
+                to_text(p as *mut pg_sys::Expr)
+            };
+            elements = pg_sys::lappend(elements, e as *mut std::ffi::c_void);
+        }
+        let array = pg_sys::palloc0(std::mem::size_of::<pg_sys::ArrayExpr>()) as *mut pg_sys::ArrayExpr;
+        (*array).xpr.type_ = pg_sys::NodeTag::T_ArrayExpr;
+        (*array).array_typeid = pg_sys::TEXTARRAYOID;
+        (*array).array_collid = pg_sys::DEFAULT_COLLATION_OID;
+        (*array).element_typeid = pg_sys::TEXTOID;
+        (*array).elements = elements;
+        (*array).location = -1;
+        let args = pg_sys::lappend(pg_sys::lappend(std::ptr::null_mut(), konst as *mut std::ffi::c_void), to_text(array as *mut pg_sys::Expr) as *mut std::ffi::c_void);
+        pg_sys::makeFuncExpr(
+            TEXTCAT,
+            pg_sys::TEXTOID,
+            args,
+            pg_sys::DEFAULT_COLLATION_OID,
+            pg_sys::DEFAULT_COLLATION_OID,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        ) as *mut pg_sys::Expr
+    }
+}
+
+/// textcat(text, text): a built-in function's OID is fixed (pg_proc.dat).
+const TEXTCAT: pg_sys::Oid = pg_sys::Oid::from_u32(1258);
+
+unsafe fn text_const(s: &str) -> *mut pg_sys::Expr {
+    unsafe {
+        let c = std::ffi::CString::new(s).unwrap_or_default();
+        pg_sys::makeConst(
+            pg_sys::TEXTOID,
+            -1,
+            pg_sys::DEFAULT_COLLATION_OID,
+            -1,
+            pg_sys::Datum::from(pg_sys::cstring_to_text(c.as_ptr())),
+            false,
+            false,
+        ) as *mut pg_sys::Expr
+    }
+}
+
+unsafe fn to_text(e: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    unsafe {
+        let c = pg_sys::palloc0(std::mem::size_of::<pg_sys::CoerceViaIO>()) as *mut pg_sys::CoerceViaIO;
+        (*c).xpr.type_ = pg_sys::NodeTag::T_CoerceViaIO;
+        (*c).arg = e;
+        (*c).resulttype = pg_sys::TEXTOID;
+        (*c).resultcollid = pg_sys::DEFAULT_COLLATION_OID;
+        (*c).coerceformat = pg_sys::CoercionForm::COERCE_EXPLICIT_CAST;
+        (*c).location = -1;
+        c as *mut pg_sys::Expr
+    }
+}
+
+/// The trigger's side of `action_value`: (the SQL, the parameters' types, their values as a text array).
+pub fn decode(value: &str) -> (String, Vec<pg_sys::Oid>, Option<String>) {
+    let Some((len, rest)) = value.split_once(':').and_then(|(l, r)| l.parse::<usize>().ok().map(|l| (l, r))) else {
+        return (value.to_string(), Vec::new(), None);
+    };
+    if rest.len() < len || !rest.is_char_boundary(len) || !value.starts_with(|c: char| c.is_ascii_digit()) {
+        return (value.to_string(), Vec::new(), None);
+    }
+    let (sql, tail) = rest.split_at(len);
+    let Some((types, values)) = tail.split_once(';') else {
+        return (value.to_string(), Vec::new(), None);
+    };
+    let types = types.split(',').map(|t| pg_sys::Oid::from_u32(t.parse().unwrap_or(0))).collect();
+    (sql.to_string(), types, Some(values.to_string()))
 }
 
 /// The world finds conflicts by primary key: ON CONFLICT must name it (its columns, or the constraint).
@@ -146,27 +252,50 @@ unsafe fn primary_key_index(relid: pg_sys::Oid) -> pg_sys::Oid {
     }
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn param_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
-    unsafe { param_node(node, context) }
-}
-
-// unguarded, so a call from Rust never longjmps over Rust frames (the walker callback is the guarded one)
-unsafe fn param_node(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
-    unsafe {
-        if node.is_null() {
-            return false;
-        }
-        if (*node).type_ == pg_sys::NodeTag::T_Param {
-            return true;
-        }
-        if (*node).type_ == pg_sys::NodeTag::T_Query {
-            return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(param_walker), context, 0);
-        }
-        pg_sys::expression_tree_walker(node, Some(param_walker), context)
+/// The statement's parameters an expression uses: ($n, type). Other kinds of parameter (a sub-select's
+/// `SET (a, b) = (SELECT ...)`) are refused with 0A000.
+unsafe fn collect_params(node: *mut pg_sys::Node, out: &mut Vec<(i32, pg_sys::Oid)>, layout: &Layout) {
+    struct Ctx<'a> {
+        out: &'a mut Vec<(i32, pg_sys::Oid)>,
+        other: bool,
     }
-}
-
-unsafe fn has_param(node: *mut pg_sys::Node) -> bool {
-    unsafe { param_node(node, std::ptr::null_mut()) }
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe { walk(node, context) }
+    }
+    // unguarded, so a call from Rust never longjmps over Rust frames (the walker callback is the guarded one)
+    unsafe fn walk(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            let ctx = &mut *(context as *mut Ctx);
+            if (*node).type_ == pg_sys::NodeTag::T_Param {
+                let p = node as *mut pg_sys::Param;
+                if (*p).paramkind == pg_sys::ParamKind::PARAM_EXTERN && (*p).paramid > 0 {
+                    ctx.out.push(((*p).paramid, (*p).paramtype));
+                } else {
+                    ctx.other = true;
+                }
+                return false;
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_Query {
+                return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(walker), context, 0);
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    unsafe {
+        let mut ctx = Ctx { out, other: false };
+        walk(node, &mut ctx as *mut Ctx as *mut std::ffi::c_void);
+        if ctx.other {
+            raise(
+                "0A000",
+                format!(
+                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world can't use SET (columns) = (SELECT ...) yet; assign each column",
+                    layout.table_name
+                ),
+            );
+        }
+    }
 }

@@ -1001,7 +1001,11 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     // the statement's command id: versions this statement writes come at or after it
     let statement_cid = unsafe { (*pg_sys::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
-    let excluded: Vec<String> = names.iter().enumerate().map(|(i, n)| format!("${} AS {}", i + 1, quote_ident(n))).collect();
+    // the statement's own parameters come first ($n in the action is the statement's $n), the proposed row after
+    let (action, param_types, param_values) = crate::route::upsert::decode(action);
+    let user = statement_params(&param_types, param_values.as_deref());
+    let excluded: Vec<String> =
+        names.iter().enumerate().map(|(i, n)| format!("${} AS {}", user.len() + i + 1, quote_ident(n))).collect();
     let matches: Vec<String> = layout
         .key_columns
         .iter()
@@ -1009,8 +1013,8 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
         .collect();
     let sql = format!("{action}, (SELECT {}) AS excluded WHERE {}", excluded.join(", "), matches.join(" AND "));
     with_cache(layout.tabno, |_| ());
-    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
-    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    let types: Vec<pg_sys::Oid> = user.iter().map(|u| u.0).chain(args.iter().map(|a| a.oid())).collect();
+    let values: Vec<Option<pg_sys::Datum>> = user.iter().map(|u| u.1).chain(args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()))).collect();
     let upper = unsafe { pg_sys::CurrentMemoryContext };
     let natts = unsafe { (*desc).natts } as usize;
     // As Postgres does under READ COMMITTED: the conflicting row is read as it is now, under the world's
@@ -1077,6 +1081,34 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
             Some(with_generated(layout, world, desc, new, dseq))
         }
     }
+}
+
+/// The statement's parameters an upsert's action uses, back from text with their types' input functions
+/// (an unused one: a NULL text).
+fn statement_params(types: &[pg_sys::Oid], values: Option<&str>) -> Vec<(pg_sys::Oid, Option<pg_sys::Datum>)> {
+    let Some(values) = values else { return Vec::new() };
+    let texts: Vec<Option<String>> = Spi::connect(|c| {
+        c.select("SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, n) ORDER BY n", None, &[values.into()])
+            .map(|rows| rows.map(|r| r.get::<String>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, &ty)| {
+            if ty == pg_sys::Oid::INVALID {
+                return (pg_sys::TEXTOID, None);
+            }
+            let datum = texts.get(i).cloned().flatten().map(|t| unsafe {
+                let mut input = pg_sys::Oid::INVALID;
+                let mut ioparam = pg_sys::Oid::INVALID;
+                pg_sys::getTypeInputInfo(ty, &mut input, &mut ioparam);
+                let c = std::ffi::CString::new(t).unwrap_or_default();
+                pg_sys::OidInputFunctionCall(input, c.as_ptr() as *mut std::ffi::c_char, ioparam, -1)
+            });
+            (ty, datum)
+        })
+        .collect()
 }
 
 /// Did this very statement write a version of the key in the world (this transaction, at or after the

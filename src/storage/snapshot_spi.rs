@@ -78,7 +78,9 @@ fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read
 }
 
 unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
-    if let Some(p) = PLANS.with(|p| p.borrow().get(sql).copied()) {
+    // one text can be planned with different parameter types (an upsert's action, prepared twice)
+    let key = format!("{sql}\u{0}{:?}", types.iter().map(|t| t.to_u32()).collect::<Vec<_>>());
+    if let Some(p) = PLANS.with(|p| p.borrow().get(&key).copied()) {
         return p;
     }
     let c = std::ffi::CString::new(sql).unwrap();
@@ -88,7 +90,7 @@ unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
         raise("XX000", format!("pg_worlds: could not prepare {sql}"));
     }
     unsafe { pg_sys::SPI_keepplan(plan) };
-    PLANS.with(|p| p.borrow_mut().insert(sql.to_string(), plan));
+    PLANS.with(|p| p.borrow_mut().insert(key, plan));
     plan
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Inside a world, as apps write it over libpq: INSERT ... ON CONFLICT DO UPDATE from several sessions at
-# once (a counter bumped by pgbench: no lost update — every bump lands or its transaction fails with
-# 40001 and pgbench retries nothing, so the counter equals the committed bumps), and COPY FROM STDIN
-# through psql's \copy. Main is never written.
+# Inside a world, as apps write it over libpq: INSERT ... ON CONFLICT DO UPDATE with parameters in its
+# SET (pgbench -M prepared, as drivers send them) from two sessions at once — a counter: no lost update,
+# and no 40001 either, since conflicting rows are read under the world's lock as Postgres does under READ
+# COMMITTED, so the counter equals the committed bumps — and COPY FROM through psql's \copy. Main is
+# never written.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -18,14 +19,16 @@ select worlds.create_world('w');
 SQL
 q() { psql_in $CL -d $DB -qAt -c "set worlds.world = $1" -c "$2"; }
 
-echo "check: pgbench, 2 clients, upserting one counter inside world w"
+echo "check: pgbench -M prepared, 2 clients, upserting one counter inside world w"
+# -M prepared: the values travel as parameters ($n), also in DO UPDATE's SET, as drivers send them
 cat >"$OUT/bump.sql" <<'SQL'
 \set r random(1, 99999)
-insert into counter values (1, 1) on conflict (id) do update set n = counter.n + excluded.n;
+\set one 1
+insert into counter values (1, :one) on conflict (id) do update set n = counter.n + :one;
 insert into log values (:client_id * 100000 + :r, 'bump') on conflict (id) do nothing;
 SQL
 dir=$(cluster_dir $CL)
-PGOPTIONS="-c worlds.world=w" $PGBIN/pgbench -n -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -c 2 -j 2 -t 150 \
+PGOPTIONS="-c worlds.world=w" $PGBIN/pgbench -n -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -M prepared -c 2 -j 2 -t 150 \
   -f "$OUT/bump.sql" $DB >"$OUT/pgbench.log" 2>&1
 failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench.log")
 committed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench.log")
