@@ -1,12 +1,16 @@
-//! The three hooks pg_worlds installs. Each chains to the hook that was there before it, so other
+//! The four hooks pg_worlds installs. Each chains to the hook that was there before it, so other
 //! extensions (pg_stat_statements, auto_explain) keep working beside it. In main they only chain.
 //!
 //! - post_parse_analyze: in a world, swaps every tracked table's range-table entry for its overlay view
 //!   (in sub-queries, CTEs and sub-links too) and inlines user views so the tables they read are swapped
 //!   as well. Privileges stay checked on the real table: the swapped entry's checks move to a
-//!   permission-only copy of the original entry.
-//! - ExecutorStart: marks a new statement, so the overlay cache is re-validated once per statement.
-//! - ProcessUtility: refuses DDL inside a world, routes `COPY t TO` through a query, refuses COPY FROM.
+//!   permission-only copy of the original entry; row-level security policies are applied to the overlay.
+//!   Writes through a user's view go to its world twin; ON CONFLICT goes to the overlay's conflict twin.
+//! - ExecutorStart: marks a new statement, so the overlay cache is re-validated once per statement, and
+//!   refuses any plan in a world that would write a tracked table itself.
+//! - ExecutorRun: words a failed row-level security check in a world as Postgres does for the table.
+//! - ProcessUtility: refuses DDL inside a world, routes `COPY t TO` through a query and `COPY t FROM`
+//!   through a staging table.
 use crate::storage::{self, overlay};
 use crate::{api::raise, guc};
 use pgrx::pg_sys;
@@ -34,6 +38,7 @@ unsafe extern "C-unwind" fn on_xact_end(event: pg_sys::XactEvent::Type, _arg: *m
 static mut PREV_POST_PARSE_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
 static mut PREV_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+static mut PREV_EXECUTOR_RUN: pg_sys::ExecutorRun_hook_type = None;
 
 pub fn install_hooks() {
     unsafe {
@@ -43,6 +48,8 @@ pub fn install_hooks() {
         pg_sys::ExecutorStart_hook = Some(executor_start);
         PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
         pg_sys::ProcessUtility_hook = Some(process_utility);
+        PREV_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
+        pg_sys::ExecutorRun_hook = Some(executor_run);
         pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
     }
 }
@@ -198,11 +205,19 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
                 }
-                // the overlay reads the table with its owner's rights: never let it show rows that
-                // row-level security hides from this role in main
-                if pg_sys::check_enable_rls((*rte).relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
-                    raise("0A000", "tables with row-level security can't be read inside a world yet; the world would bypass its policies");
-                }
+                // the overlay reads the table with its owner's rights: the role's row-level security
+                // policies for this command, as Postgres would apply them to the table, go onto the
+                // swapped entry (see apply_row_security)
+                let row_security = if pg_sys::check_enable_rls((*rte).relid, pg_sys::Oid::INVALID, true)
+                    == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+                {
+                    if is_result && !(*query).onConflict.is_null() {
+                        raise("0A000", "INSERT ... ON CONFLICT into a table with row-level security is not supported inside a world yet");
+                    }
+                    Some(row_security_of(query, rte, i + 1))
+                } else {
+                    None
+                };
                 let mut overlay = layout.overlay;
                 if is_result && !(*query).onConflict.is_null() {
                     if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
@@ -225,13 +240,107 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 (*rte).inh = false;
                 (*rte).requiredPerms = 0;
                 (*rte).tablesample = std::ptr::null_mut();
+
                 // the rewriter expands the view without locking it: lock it as the table was
                 pg_sys::LockRelationOid(overlay, (*rte).rellockmode);
+                if let Some(policies) = row_security {
+                    apply_row_security(query, rte, i + 1, is_result, policies);
+                }
             }
         }
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
         }
+    }
+}
+
+/// The row-level security a role's command on a table gets in main: (security quals, WITH CHECK options,
+/// whether the quals have sub-links). Asked of Postgres before the entry is swapped.
+struct RowSecurity(*mut pg_sys::List, *mut pg_sys::List, bool);
+
+unsafe fn row_security_of(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32) -> RowSecurity {
+    unsafe {
+        let mut quals: *mut pg_sys::List = std::ptr::null_mut();
+        let mut checks: *mut pg_sys::List = std::ptr::null_mut();
+        let mut has_row_security = false;
+        let mut has_sublinks = false;
+        pg_sys::get_row_security_policies(query, rte, rt_index, &mut quals, &mut checks, &mut has_row_security, &mut has_sublinks);
+        RowSecurity(quals, checks, has_sublinks)
+    }
+}
+
+/// The policies on the overlay's entry. USING quals: a read becomes a security-barrier sub-query of the
+/// overlay filtered by them, so they run before any of the query's own conditions, as on the table (the
+/// planner would drop security quals on a view entry it flattens); for UPDATE and DELETE they join the
+/// statement's WHERE. WITH CHECK: Postgres checks a view with an INSTEAD OF trigger only for WITH CHECK
+/// OPTION, so the policies' checks run as such, marked, and executor_run words a violation as Postgres
+/// does for the table (42501).
+unsafe fn apply_row_security(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32, is_result: bool, policies: RowSecurity) {
+    unsafe {
+        let RowSecurity(quals, checks, has_sublinks) = policies;
+        if !quals.is_null() {
+            if is_result {
+                let qual = pg_sys::make_ands_explicit(quals) as *mut pg_sys::Node;
+                (*(*query).jointree).quals = pg_sys::make_and_qual((*(*query).jointree).quals, qual);
+            } else {
+                filter_with_barrier(rte, quals, rt_index, has_sublinks);
+            }
+        }
+        if !checks.is_null() {
+            for k in 0..(*checks).length {
+                let wco = pg_sys::list_nth(checks, k) as *mut pg_sys::WithCheckOption;
+                (*wco).kind = pg_sys::WCOKind::WCO_VIEW_CHECK;
+                (*wco).polname = pg_sys::pstrdup(RLS_CHECK.as_ptr());
+            }
+            (*query).withCheckOptions = pg_sys::list_concat(checks, (*query).withCheckOptions);
+        }
+        if has_sublinks {
+            (*query).hasSubLinks = true;
+        }
+        (*query).hasRowSecurity = true;
+    }
+}
+
+/// Turns the (already swapped) entry into `(SELECT * FROM overlay WHERE quals)` as a security barrier.
+unsafe fn filter_with_barrier(rte: *mut pg_sys::RangeTblEntry, quals: *mut pg_sys::List, rt_index: i32, has_sublinks: bool) {
+    unsafe {
+        let inner = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+        (*inner).inFromCl = true;
+        (*inner).requiredPerms = 0;
+        (*inner).securityQuals = std::ptr::null_mut();
+        pg_sys::ChangeVarNodes(quals as *mut pg_sys::Node, rt_index, 1, 0);
+        let sub = pg_sys::palloc0(std::mem::size_of::<pg_sys::Query>()) as *mut pg_sys::Query;
+        (*sub).type_ = pg_sys::NodeTag::T_Query;
+        (*sub).commandType = pg_sys::CmdType::CMD_SELECT;
+        (*sub).querySource = pg_sys::QuerySource::QSRC_ORIGINAL;
+        (*sub).canSetTag = true;
+        (*sub).rtable = pg_sys::lappend(std::ptr::null_mut(), inner as *mut std::ffi::c_void);
+        let rtr = pg_sys::palloc0(std::mem::size_of::<pg_sys::RangeTblRef>()) as *mut pg_sys::RangeTblRef;
+        (*rtr).type_ = pg_sys::NodeTag::T_RangeTblRef;
+        (*rtr).rtindex = 1;
+        (*sub).jointree = pg_sys::makeFromExpr(
+            pg_sys::lappend(std::ptr::null_mut(), rtr as *mut std::ffi::c_void),
+            pg_sys::make_ands_explicit(quals) as *mut pg_sys::Node,
+        );
+        (*sub).hasSubLinks = has_sublinks;
+        let rel = pg_sys::relation_open((*rte).relid, pg_sys::NoLock as i32);
+        let desc = (*rel).rd_att;
+        let mut tlist: *mut pg_sys::List = std::ptr::null_mut();
+        for a in 0..(*desc).natts as usize {
+            let att = &*(*desc).attrs.as_ptr().add(a);
+            let var = pg_sys::makeVar(1, (a + 1) as i16, att.atttypid, att.atttypmod, att.attcollation, 0);
+            let te = pg_sys::makeTargetEntry(var as *mut pg_sys::Expr, (a + 1) as i16, pg_sys::pstrdup(att.attname.data.as_ptr()), false);
+            tlist = pg_sys::lappend(tlist, te as *mut std::ffi::c_void);
+        }
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        (*sub).targetList = tlist;
+        (*rte).rtekind = pg_sys::RTEKind::RTE_SUBQUERY;
+        (*rte).subquery = sub;
+        (*rte).security_barrier = true;
+        (*rte).relid = pg_sys::Oid::INVALID;
+        (*rte).relkind = 0;
+        (*rte).rellockmode = 0;
+        (*rte).inh = false;
     }
 }
 
@@ -364,6 +473,96 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             // pg_sys functions are already guarded: wrapping them again aborts on an error
             None => pg_sys::standard_ExecutorStart(query_desc, eflags),
+        }
+    }
+}
+
+unsafe extern "C-unwind" {
+    fn errcode(sqlerrcode: std::ffi::c_int) -> std::ffi::c_int;
+}
+
+/// Marks the WITH CHECK options that are a table's row-level security policies (run as a view's checks).
+const RLS_CHECK: &std::ffi::CStr = c"pg_worlds: row-level security";
+
+/// ExecutorRun: while a statement that checks row-level security policies in a world runs, a failed
+/// check reads as Postgres words it for the table (42501), not as a view's WITH CHECK OPTION (44000).
+#[pg_guard]
+unsafe extern "C-unwind" fn executor_run(
+    query_desc: *mut pg_sys::QueryDesc,
+    direction: pg_sys::ScanDirection::Type,
+    count: u64,
+    execute_once: bool,
+) {
+    unsafe {
+        struct Pop(*mut pg_sys::ErrorContextCallback);
+        impl Drop for Pop {
+            fn drop(&mut self) {
+                unsafe { pg_sys::error_context_stack = (*self.0).previous };
+            }
+        }
+        let table = row_security_checked_table(query_desc);
+        let mut callback = table.as_ref().map(|name| {
+            Box::new(pg_sys::ErrorContextCallback {
+                previous: pg_sys::error_context_stack,
+                callback: Some(row_security_violation),
+                arg: name.as_ptr() as *mut std::ffi::c_void,
+            })
+        });
+        let _pop = callback.as_mut().map(|cb| {
+            pg_sys::error_context_stack = &mut **cb;
+            Pop(&mut **cb)
+        });
+        match PREV_EXECUTOR_RUN {
+            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, direction, count, execute_once)),
+            None => pg_sys::standard_ExecutorRun(query_desc, direction, count, execute_once),
+        }
+    }
+}
+
+/// The table whose row-level security this statement checks as WITH CHECK options, when those are the
+/// only ones it checks (a user's view with CHECK OPTION keeps its own wording).
+unsafe fn row_security_checked_table(query_desc: *mut pg_sys::QueryDesc) -> Option<std::ffi::CString> {
+    unsafe {
+        let op = (*query_desc).operation;
+        if op != pg_sys::CmdType::CMD_INSERT && op != pg_sys::CmdType::CMD_UPDATE {
+            return None;
+        }
+        let plan = (*(*query_desc).plannedstmt).planTree;
+        if plan.is_null() || (*plan).type_ != pg_sys::NodeTag::T_ModifyTable {
+            return None;
+        }
+        let lists = (*(plan as *mut pg_sys::ModifyTable)).withCheckOptionLists;
+        if lists.is_null() {
+            return None;
+        }
+        let mut table = None;
+        for i in 0..(*lists).length {
+            let list = pg_sys::list_nth(lists, i) as *mut pg_sys::List;
+            for k in 0..if list.is_null() { 0 } else { (*list).length } {
+                let wco = pg_sys::list_nth(list, k) as *mut pg_sys::WithCheckOption;
+                if (*wco).kind != pg_sys::WCOKind::WCO_VIEW_CHECK {
+                    continue;
+                }
+                if !(*wco).polname.is_null() && std::ffi::CStr::from_ptr((*wco).polname) == RLS_CHECK {
+                    table = Some(std::ffi::CStr::from_ptr((*wco).relname).to_owned());
+                } else {
+                    return None;
+                }
+            }
+        }
+        table
+    }
+}
+
+/// An error context callback: runs inside errfinish, so it can reword the error being raised.
+unsafe extern "C-unwind" fn row_security_violation(arg: *mut std::ffi::c_void) {
+    unsafe {
+        if pg_sys::geterrcode() == PgSqlErrorCode::ERRCODE_WITH_CHECK_OPTION_VIOLATION as i32 {
+            errcode(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32);
+            pg_sys::errmsg_internal(
+                c"new row violates row-level security policy for table \"%s\"".as_ptr(),
+                arg as *const std::ffi::c_char,
+            );
         }
     }
 }

@@ -20,6 +20,7 @@ insert into docs values (1, 'app', 'mine'), (2, 'nobody', 'theirs'), (3, 'app', 
 alter table docs enable row level security;
 create policy own on docs using (owner = current_user);
 grant select, insert on docs to app, nobody;
+grant update, delete on docs to app;
 select worlds.create_world('w1');
 SQL
 CONN=$(conninfo $CL $DB)
@@ -115,6 +116,16 @@ if [ $RLS_REFUSED -eq 0 ]; then
   elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
     echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
   else bad "app: insert another role's row into docs in w1: expected 42501 row-level security, got: $out"; fi
+  # UPDATE and DELETE reach only the rows the policy shows; a new row must pass it too
+  ok "app: update every doc in w1 (only its own)" "1,3,4" app w1 "with u as (update docs set body = 'edited' returning id) select string_agg(id::text, ',' order by id) from u"
+  ok "app: delete another role's doc in w1 (invisible)" "" app w1 "with d as (delete from docs where id = 2 returning id) select string_agg(id::text, ',') from d"
+  if out=$(as app w1 "update docs set owner = 'nobody' where id = 1"); then
+    bad "app: giving its row away in w1 should fail the policy (42501), but succeeded"
+  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
+    echo "  ok   app: update its row to another owner in w1 -> $(echo "$out" | grep -m1 ERROR)"
+  else bad "app: update its row to another owner in w1: expected 42501, got: $out"; fi
+  ok "superuser: docs in w1 after app's update and delete" "1:edited,2:theirs,3:edited,4:edited" postgres w1 \
+    "select string_agg(id || ':' || body, ',' order by id) from docs"
 else
   echo "  note: worlds refuse tables with row-level security (0A000); checking nothing leaked"
   rls "app: another role's row in w1" "0" app w1 "select count(*) from docs where owner <> current_user"
