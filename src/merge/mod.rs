@@ -188,6 +188,17 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             "h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
         };
         let changed_since = format!("{} AND {after_fork} AND {after_own_merge}", key_match(layout, "h", "o"));
+        // main didn't touch the table since the fork (the common case): base is theirs for every row, and
+        // the per-row look into history can go
+        let main_changed = {
+            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {after_fork})", after_fork = after_fork.replace("$2", "$1"));
+            Spi::get_one_with_args::<bool>(&probe, &[snapshot.clone().into()]).ok().flatten().unwrap_or(true)
+        };
+        let history_entry = if main_changed {
+            format!("(SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1)", hobj = json_object_expr("h", &cols))
+        } else {
+            "NULL::jsonb".to_string()
+        };
         let sql = format!(
             "WITH o AS (
                 SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d._w_del AS del, {dobj} AS row
@@ -195,14 +206,13 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
              SELECT o.k,
                     CASE WHEN o.del THEN NULL ELSE o.row END,
                     (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
-                    (SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1),
+                    {history_entry},
                     {kobj}
              FROM o ORDER BY {okeys}",
             kobj = json_object_expr("o", &layout.key_columns),
             ktext = key_text_expr(layout, "d"),
             dobj = json_object_expr("d", &cols),
             tmatch = key_match(layout, "t", "o"),
-            hobj = json_object_expr("h", &cols),
             okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
         );
         Spi::connect(|c| {
