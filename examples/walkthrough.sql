@@ -45,3 +45,20 @@ SELECT * FROM worlds.sql('merge world b by columns');
 SELECT * FROM items WHERE id = 2;
 
 SELECT * FROM worlds.sql('show worlds');
+
+\echo '== apps keep their habits inside a world: upserts, COPY'
+SELECT * FROM worlds.sql('create world agent_8');
+SET worlds.world = agent_8;
+INSERT INTO items VALUES (2, 'item 2', 5) ON CONFLICT (id) DO UPDATE SET price = items.price + excluded.price RETURNING *;
+COPY items (id, name, price) FROM STDIN;
+6	item 6	60
+\.
+SELECT id, name, price FROM items ORDER BY id;
+RESET worlds.world;
+
+\echo '== time travel: the table as it was a moment ago, even across schema changes'
+SELECT clock_timestamp() AS before_change \gset
+ALTER TABLE orders ADD COLUMN note text;
+UPDATE orders SET status = 'shipped', note = 'fast' WHERE id = 1;
+SELECT j FROM worlds.sql(format('select now.id, now.status, old.status as was from orders now join orders as of %L old on old.id = now.id where old.status <> now.status', :'before_change')) j;
+SELECT j FROM worlds.sql(format('select * from orders as of %L where id = 1', :'before_change')) j;
