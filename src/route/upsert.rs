@@ -27,7 +27,7 @@ pub struct Action {
 /// whole updated row (the table's live columns in attnum order) and the WHERE's verdict, reading the
 /// table as `_w_x`; Vars of the proposed row read `excluded`. Refused (0A000) where the world can't do
 /// what Postgres would: a conflict target other than the primary key.
-pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> Action {
+pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> Action {
     unsafe {
         let oc = (*query).onConflict;
         check_arbiter(oc, layout);
@@ -101,7 +101,7 @@ pub unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &
 /// What the twin's action column carries: the action's SQL, and when it uses the statement's parameters,
 /// their types and (computed as each row is inserted) their values as a text array:
 /// `<length of sql>:<sql><type oids, comma-separated>;<values as text[]>`.
-pub unsafe fn action_value(action: &Action) -> *mut pg_sys::Expr {
+pub(crate) unsafe fn action_value(action: &Action) -> *mut pg_sys::Expr {
     unsafe {
         let head = if action.param_types.is_empty() {
             action.sql.clone()

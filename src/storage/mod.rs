@@ -1,9 +1,24 @@
-//! Storage: history of main (capture), world deltas and the overlay read cache (overlay).
-//! Both read a per-table `Layout` loaded once per backend from worlds.tables and dropped on any relcache
-//! invalidation (DDL, track/untrack).
+//! Storage: history of main (capture), what a world sees (overlay: visibility and its cache), how a
+//! world writes (writes: the overlay's trigger), and AS OF's helpers (as_of). All read a per-table
+//! `Layout` loaded once per backend from worlds.tables and dropped on any relcache invalidation (DDL,
+//! track/untrack).
+
+/// The finfo record of a raw version-1 C function (the hot-path functions skip pgrx's wrappers).
+macro_rules! v1 {
+    ($finfo:ident) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+
+pub mod as_of;
 pub mod capture;
 pub mod overlay;
 pub mod snapshot_spi;
+pub mod writes;
 
 use crate::api::raise;
 use pgrx::prelude::*;
@@ -19,12 +34,12 @@ unsafe extern "C-unwind" {
 }
 
 /// A copy of a non-null datum in the current memory context (Postgres's datumCopy).
-pub unsafe fn datum_copy(d: pg_sys::Datum, by_val: bool, len: i32) -> pg_sys::Datum {
+pub(crate) unsafe fn datum_copy(d: pg_sys::Datum, by_val: bool, len: i32) -> pg_sys::Datum {
     unsafe { datum_copy_c(d, by_val, len) }
 }
 
 /// Binary equality of two non-null datums of one type (Postgres's datumIsEqual).
-pub unsafe fn datum_is_equal(a: pg_sys::Datum, b: pg_sys::Datum, by_val: bool, len: i32) -> bool {
+pub(crate) unsafe fn datum_is_equal(a: pg_sys::Datum, b: pg_sys::Datum, by_val: bool, len: i32) -> bool {
     unsafe { datum_is_equal_c(a, b, by_val, len) }
 }
 
