@@ -40,6 +40,20 @@ EXECUTE bump(3, 'it''s {a,"b"}', 2);
 PREPARE bump8(int, text, int8) AS INSERT INTO inv AS i VALUES ($1, 'p', 0) ON CONFLICT (id)
   DO UPDATE SET qty = i.qty + $3, note = $2 WHERE i.qty < $3 * 100 RETURNING id, qty, note;
 EXECUTE bump8(1, 'eight', 8);
+-- a unique index other than the primary key as the conflict target (as ORMs upsert by a unique field):
+-- the row the world has is updated, its key kept; DO NOTHING skips on any unique conflict
+RESET worlds.world;
+CREATE TABLE users (id serial PRIMARY KEY, email text NOT NULL UNIQUE, visits int NOT NULL DEFAULT 0);
+INSERT INTO users (email) VALUES ('ada@x'), ('bob@x');
+SELECT * FROM worlds.sql('create world u');
+SET worlds.world = u;
+INSERT INTO users (email, visits) VALUES ('ada@x', 1) ON CONFLICT (email) DO UPDATE SET visits = users.visits + excluded.visits RETURNING id, email, visits;
+INSERT INTO users (email, visits) VALUES ('cy@x', 1) ON CONFLICT ON CONSTRAINT users_email_key DO UPDATE SET visits = users.visits + 1 RETURNING email, visits;
+INSERT INTO users (email) VALUES ('bob@x') ON CONFLICT DO NOTHING RETURNING id;
+INSERT INTO users (email) VALUES ('bob@x') ON CONFLICT (email) DO NOTHING RETURNING id;
+SELECT try($$insert into users (email) values ('ada@x'), ('ada@x') on conflict (email) do update set visits = 9$$);
+SELECT email, visits FROM users ORDER BY email;
+SET worlds.world = w;
 -- the same key in two statements of one transaction (or of one function) is no "second time"
 BEGIN;
 INSERT INTO inv VALUES (6, 'six', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + 1;
@@ -51,7 +65,7 @@ DO $$ DECLARE step int := 1; BEGIN
 END $$;
 SELECT id, qty FROM inv WHERE id = 6;
 -- what the world can't do yet is refused clearly (0A000), never done wrong
-SELECT try($$insert into inv values (1, 'apple') on conflict (name) do update set qty = 1$$);
+SELECT try($$insert into inv values (1, 'apple') on conflict (note) do update set qty = 1$$);
 SELECT try($$insert into inv values (1, 'apple') on conflict (id) do update set (qty, note) = (select 1, 'x')$$);
 SELECT * FROM inv ORDER BY id;
 

@@ -19,6 +19,8 @@ pub const TARGET_ALIAS: &str = "_w_x";
 /// updated row, and the statement's parameters that SELECT uses (`$n` stays `$n` in it).
 pub struct Action {
     pub sql: String,
+    /// the conflict target's columns (attnums): the primary key, or a unique index's
+    pub match_attnos: Vec<i16>,
     /// the type of each parameter $1..$n the SELECT uses (InvalidOid for one it doesn't)
     pub param_types: Vec<pg_sys::Oid>,
 }
@@ -30,7 +32,7 @@ pub struct Action {
 pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, layout: &Layout) -> Action {
     unsafe {
         let oc = (*query).onConflict;
-        check_arbiter(oc, layout);
+        let match_attnos = arbiter_columns(oc, layout);
         let mut params: Vec<(i32, pg_sys::Oid)> = Vec::new();
         collect_params((*oc).onConflictSet as *mut pg_sys::Node, &mut params, layout);
         collect_params((*oc).onConflictWhere, &mut params, layout);
@@ -86,7 +88,23 @@ pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, la
             pg_sys::copyObjectImpl((*oc).onConflictWhere as *const std::ffi::c_void) as *mut pg_sys::Expr
         };
         let ok = std::ffi::CString::new("_w_ok").unwrap();
-        tlist = pg_sys::lappend(tlist, pg_sys::makeTargetEntry(verdict, resno + 1, pg_sys::pstrdup(ok.as_ptr()), false) as *mut std::ffi::c_void);
+        resno += 1;
+        tlist = pg_sys::lappend(tlist, pg_sys::makeTargetEntry(verdict, resno, pg_sys::pstrdup(ok.as_ptr()), false) as *mut std::ffi::c_void);
+        // then the row as the world has it (its key may differ from the proposed row's when the conflict
+        // target is a unique index other than the primary key)
+        let rel = pg_sys::relation_open(layout.relid, pg_sys::NoLock as i32);
+        let desc = (*rel).rd_att;
+        for i in 0..(*desc).natts as usize {
+            let att = &*(*desc).attrs.as_ptr().add(i);
+            if att.attisdropped {
+                continue;
+            }
+            let var = pg_sys::makeVar(result_index as _, (i + 1) as i16, att.atttypid, att.atttypmod, att.attcollation, 0);
+            resno += 1;
+            let name = std::ffi::CString::new(format!("_w_old_{resno}")).unwrap();
+            tlist = pg_sys::lappend(tlist, pg_sys::makeTargetEntry(var as *mut pg_sys::Expr, resno, pg_sys::pstrdup(name.as_ptr()), false) as *mut std::ffi::c_void);
+        }
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
         (*select).targetList = tlist;
 
         let rtr = pg_sys::palloc0(std::mem::size_of::<pg_sys::RangeTblRef>()) as *mut pg_sys::RangeTblRef;
@@ -94,21 +112,18 @@ pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, la
         (*rtr).rtindex = result_index;
         (*select).jointree = pg_sys::makeFromExpr(pg_sys::lappend(std::ptr::null_mut(), rtr as *mut std::ffi::c_void), std::ptr::null_mut());
         let text = pg_sys::pg_get_querydef(select, false);
-        Action { sql: std::ffi::CStr::from_ptr(text).to_string_lossy().trim().to_string(), param_types }
+        Action { sql: std::ffi::CStr::from_ptr(text).to_string_lossy().trim().to_string(), match_attnos, param_types }
     }
 }
 
-/// What the twin's action column carries: the action's SQL, and when it uses the statement's parameters,
-/// their types and (computed as each row is inserted) their values as a text array:
-/// `<length of sql>:<sql><type oids, comma-separated>;<values as text[]>`.
+/// What the twin's action column carries: the action's SQL, the conflict target's attnums, and when it
+/// uses the statement's parameters, their types and (computed as each row is inserted) their values as a
+/// text array: `<length of sql>:<sql><attnums>;<type oids>;<values as text[]>` (lists comma-separated).
 pub(crate) unsafe fn action_value(action: &Action) -> *mut pg_sys::Expr {
     unsafe {
-        let head = if action.param_types.is_empty() {
-            action.sql.clone()
-        } else {
-            let types = action.param_types.iter().map(|t| t.to_u32().to_string()).collect::<Vec<_>>().join(",");
-            format!("{}:{}{types};", action.sql.len(), action.sql)
-        };
+        let types = action.param_types.iter().map(|t| t.to_u32().to_string()).collect::<Vec<_>>().join(",");
+        let matches = action.match_attnos.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+        let head = format!("{}:{}{matches};{types};", action.sql.len(), action.sql);
         let konst = text_const(&head);
         if action.param_types.is_empty() {
             return konst;
@@ -181,65 +196,97 @@ unsafe fn to_text(e: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
     }
 }
 
-/// The trigger's side of `action_value`: (the SQL, the parameters' types, their values as a text array).
-pub fn decode(value: &str) -> (String, Vec<pg_sys::Oid>, Option<String>) {
-    let Some((len, rest)) = value.split_once(':').and_then(|(l, r)| l.parse::<usize>().ok().map(|l| (l, r))) else {
-        return (value.to_string(), Vec::new(), None);
-    };
-    if rest.len() < len || !rest.is_char_boundary(len) || !value.starts_with(|c: char| c.is_ascii_digit()) {
-        return (value.to_string(), Vec::new(), None);
-    }
-    let (sql, tail) = rest.split_at(len);
-    let Some((types, values)) = tail.split_once(';') else {
-        return (value.to_string(), Vec::new(), None);
-    };
-    let types = types.split(',').map(|t| pg_sys::Oid::from_u32(t.parse().unwrap_or(0))).collect();
-    (sql.to_string(), types, Some(values.to_string()))
+/// The trigger's side of `action_value`.
+pub struct Decoded {
+    pub sql: String,
+    pub match_attnos: Vec<i16>,
+    pub param_types: Vec<pg_sys::Oid>,
+    pub param_values: Option<String>,
 }
 
-/// The world finds conflicts by primary key: ON CONFLICT must name it (its columns, or the constraint).
-unsafe fn check_arbiter(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) {
+pub fn decode(value: &str) -> Option<Decoded> {
+    let (len, rest) = value.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    if rest.len() < len || !rest.is_char_boundary(len) {
+        return None;
+    }
+    let (sql, tail) = rest.split_at(len);
+    let (matches, tail) = tail.split_once(';')?;
+    let (types, values) = tail.split_once(';')?;
+    let list = |s: &str| s.split(',').filter(|x| !x.is_empty()).map(|x| x.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
+    let param_types: Vec<pg_sys::Oid> = list(types).into_iter().map(pg_sys::Oid::from_u32).collect();
+    Some(Decoded {
+        sql: sql.to_string(),
+        match_attnos: list(matches).into_iter().map(|a| a as i16).collect(),
+        param_values: (!param_types.is_empty()).then(|| values.to_string()),
+        param_types,
+    })
+}
+
+/// The conflict target's columns (attnums): the primary key, or a plain unique index (the world checks
+/// those; see Layout::uniques) — named by columns or by constraint. Anything else: 0A000.
+unsafe fn arbiter_columns(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) -> Vec<i16> {
     unsafe {
         let refuse = || -> ! {
             raise(
                 "0A000",
                 format!(
-                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world needs the primary key as its conflict target ({})",
+                    "INSERT ... ON CONFLICT DO UPDATE into {} inside a world needs the primary key or a plain unique index as its conflict target{}",
                     layout.table_name,
-                    if layout.key_columns.is_empty() { "the table has none".to_string() } else { format!("ON CONFLICT ({})", layout.key_columns.join(", ")) }
+                    if layout.key_columns.is_empty() { " (the table has no primary key)".to_string() } else { format!(" (ON CONFLICT ({}))", layout.key_columns.join(", ")) }
                 ),
             )
         };
         if layout.key_attnos.is_empty() {
             refuse();
         }
-        if (*oc).constraint != pg_sys::Oid::INVALID {
-            if pg_sys::get_constraint_index((*oc).constraint) != primary_key_index(layout.relid) {
+        let attname = |attno: i16| {
+            let p = pg_sys::get_attname(layout.relid, attno, false);
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        };
+        let attnum = |name: &str| {
+            let c = std::ffi::CString::new(name).unwrap();
+            pg_sys::get_attnum(layout.relid, c.as_ptr())
+        };
+        let mut names: Vec<String> = if (*oc).constraint != pg_sys::Oid::INVALID {
+            let index = pg_sys::get_constraint_index((*oc).constraint);
+            if index == primary_key_index(layout.relid) {
+                layout.key_columns.clone()
+            } else {
+                let iname = std::ffi::CStr::from_ptr(pg_sys::get_rel_name(index)).to_string_lossy().into_owned();
+                match layout.uniques.iter().find(|(n, _)| *n == iname) {
+                    Some((_, cols)) => cols.clone(),
+                    None => refuse(),
+                }
+            }
+        } else {
+            if !(*oc).arbiterWhere.is_null() {
                 refuse();
             }
-            return;
-        }
-        if !(*oc).arbiterWhere.is_null() {
+            let elems = (*oc).arbiterElems;
+            let n = if elems.is_null() { 0 } else { (*elems).length };
+            (0..n)
+                .map(|i| {
+                    let el = pg_sys::list_nth(elems, i) as *mut pg_sys::InferenceElem;
+                    let e = (*el).expr;
+                    if e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var {
+                        refuse();
+                    }
+                    attname((*(e as *mut pg_sys::Var)).varattno)
+                })
+                .collect()
+        };
+        names.sort();
+        names.dedup();
+        let same = |cols: &Vec<String>| {
+            let mut c = cols.clone();
+            c.sort();
+            c == names
+        };
+        if !same(&layout.key_columns) && !layout.uniques.iter().any(|(_, cols)| same(cols)) {
             refuse();
         }
-        let elems = (*oc).arbiterElems;
-        let n = if elems.is_null() { 0 } else { (*elems).length };
-        let mut attnos: Vec<i32> = Vec::new();
-        for i in 0..n {
-            let el = pg_sys::list_nth(elems, i) as *mut pg_sys::InferenceElem;
-            let e = (*el).expr;
-            if e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var {
-                refuse();
-            }
-            attnos.push((*(e as *mut pg_sys::Var)).varattno as i32);
-        }
-        attnos.sort();
-        attnos.dedup();
-        let mut key = layout.key_attnos.clone();
-        key.sort();
-        if attnos != key {
-            refuse();
-        }
+        names.iter().map(|n| attnum(n)).collect()
     }
 }
 

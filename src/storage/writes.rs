@@ -42,7 +42,12 @@ fn _overlay_write<'a>(
                 }
             }
             check_not_null(&layout, view_desc, old);
-            if on_conflict_nothing && key_exists(&layout, view_desc, old) {
+            // DO NOTHING skips a row that conflicts on the primary key or on any other unique index
+            // (Postgres skips only conflicts on the named target and raises on others)
+            if on_conflict_nothing && (key_exists(&layout, view_desc, old) || {
+                let (names, args) = row_args(view_desc, old);
+                unique_clash(&layout, &names, &args).is_some()
+            }) {
                 return Ok(None);
             }
             let dseq = write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
@@ -95,17 +100,24 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     // the statement's command id: versions this statement writes come at or after it
     let statement_cid = unsafe { (*pg_sys::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
+    let Some(action) = crate::route::upsert::decode(action) else {
+        raise("XX000", "pg_worlds: a malformed ON CONFLICT action reached the trigger");
+    };
     // the statement's own parameters come first ($n in the action is the statement's $n), the proposed row after
-    let (action, param_types, param_values) = crate::route::upsert::decode(action);
-    let user = statement_params(&param_types, param_values.as_deref());
+    let user = statement_params(&action.param_types, action.param_values.as_deref());
     let excluded: Vec<String> =
         names.iter().enumerate().map(|(i, n)| format!("${} AS {}", user.len() + i + 1, quote_ident(n))).collect();
-    let matches: Vec<String> = layout
-        .key_columns
+    // the conflict target: the primary key, or the unique index ON CONFLICT names
+    let matches: Vec<String> = action
+        .match_attnos
         .iter()
-        .map(|k| format!("{a}.{k} = excluded.{k}", a = crate::route::upsert::TARGET_ALIAS, k = quote_ident(k)))
+        .map(|&a| {
+            let att = unsafe { &*(*desc).attrs.as_ptr().add(a as usize - 1) };
+            let k = quote_ident(&unsafe { std::ffi::CStr::from_ptr(att.attname.data.as_ptr()) }.to_string_lossy());
+            format!("{a}.{k} = excluded.{k}", a = crate::route::upsert::TARGET_ALIAS)
+        })
         .collect();
-    let sql = format!("{action}, (SELECT {}) AS excluded WHERE {}", excluded.join(", "), matches.join(" AND "));
+    let sql = format!("{}, (SELECT {}) AS excluded WHERE {}", action.sql, excluded.join(", "), matches.join(" AND "));
     with_cache(layout.tabno, |_| ());
     let types: Vec<pg_sys::Oid> = user.iter().map(|u| u.0).chain(args.iter().map(|a| a.oid())).collect();
     let values: Vec<Option<pg_sys::Datum>> = user.iter().map(|u| u.1).chain(args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()))).collect();
@@ -120,34 +132,45 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     }
     let read = if read_committed { snapshot_spi::query_fresh } else { snapshot_spi::query };
     let check = if read_committed { KeyCheck::Locked } else { KeyCheck::Unchanged };
-    // run as the session (routed, with its rights): the action reads the world's row of the real table
-    let updated: Vec<Option<pg_sys::HeapTuple>> = read(&sql, &types, &values, &mut |row: &snapshot_spi::Row| unsafe {
-        let ncols = row.width();
-        if row.get::<bool>(ncols) != Some(true) {
-            return None; // DO UPDATE ... WHERE said no
-        }
-        let mut datums = vec![pg_sys::Datum::from(0usize); natts];
-        let mut nulls = vec![true; natts];
-        let mut col = 0;
-        for i in 0..natts {
+    // the action's columns: the updated row's live columns, the WHERE's verdict, the row as the world has it
+    let live: Vec<usize> = (0..natts)
+        .filter(|&i| unsafe {
             let att = &*(*desc).attrs.as_ptr().add(i);
             let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy();
-            if att.attisdropped || name.starts_with("........pg.dropped.") || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN) {
-                continue;
+            !(att.attisdropped || name.starts_with("........pg.dropped.") || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN))
+        })
+        .collect();
+    // run as the session (routed, with its rights): the action reads the world's row of the real table
+    let found: Vec<(Option<pg_sys::HeapTuple>, pg_sys::HeapTuple)> = read(&sql, &types, &values, &mut |row: &snapshot_spi::Row| unsafe {
+        let form = |first: usize| {
+            let mut datums = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![true; natts];
+            for (k, &i) in live.iter().enumerate() {
+                if let Some(d) = row.raw(first + k) {
+                    datums[i] = d;
+                    nulls[i] = false;
+                }
             }
-            col += 1;
-            if let Some(d) = row.raw(col) {
-                datums[i] = d;
-                nulls[i] = false;
-            }
-        }
-        let old = pg_sys::MemoryContextSwitchTo(upper);
-        let t = pg_sys::heap_form_tuple(desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
-        pg_sys::MemoryContextSwitchTo(old);
-        Some(t)
+            let old = pg_sys::MemoryContextSwitchTo(upper);
+            let t = pg_sys::heap_form_tuple(desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
+            pg_sys::MemoryContextSwitchTo(old);
+            t
+        };
+        let existing = form(live.len() + 2);
+        // DO UPDATE ... WHERE said no: nothing to write
+        let new = (row.get::<bool>(live.len() + 1) == Some(true)).then(|| form(1));
+        (new, existing)
     });
-    // a key this very statement wrote already (two proposed rows with one key): Postgres's 21000
-    if written_by_this_statement(layout, world, &names, &args, statement_cid) {
+    let Some((new, existing)) = found.into_iter().next() else {
+        // the world has no row with this key: an ordinary insert
+        check_not_null(layout, desc, proposed);
+        let dseq = write_version(layout, world, desc, proposed, false, KeyCheck::New);
+        bump_version(world);
+        return Some(with_generated(layout, world, desc, proposed, dseq));
+    };
+    // the conflicting row was written by this very statement (two proposed rows, one key): Postgres's 21000
+    let (existing_names, existing_args) = row_args(desc, existing);
+    if written_by_this_statement(layout, world, &existing_names, &existing_args, statement_cid) {
         crate::api::raise_with(
             "21000",
             "ON CONFLICT DO UPDATE command cannot affect row a second time",
@@ -155,26 +178,15 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
             Some("Ensure that no rows proposed for insertion within the same command have duplicate constrained values.".into()),
         );
     }
-    match updated.into_iter().next() {
-        // the world has no row with this key: an ordinary insert
-        None => {
-            check_not_null(layout, desc, proposed);
-            let dseq = write_version(layout, world, desc, proposed, false, KeyCheck::New);
-            bump_version(world);
-            Some(with_generated(layout, world, desc, proposed, dseq))
-        }
-        Some(None) => None,
-        Some(Some(new)) => {
-            check_not_null(layout, desc, new);
-            let changed = unsafe { key_differs(layout, desc, proposed, new) };
-            if changed {
-                write_version(layout, world, desc, proposed, true, check);
-            }
-            let dseq = write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
-            bump_version(world);
-            Some(with_generated(layout, world, desc, new, dseq))
-        }
+    let new = new?;
+    check_not_null(layout, desc, new);
+    let changed = unsafe { key_differs(layout, desc, existing, new) };
+    if changed {
+        write_version(layout, world, desc, existing, true, check);
     }
+    let dseq = write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
+    bump_version(world);
+    Some(with_generated(layout, world, desc, new, dseq))
 }
 
 /// The statement's parameters an upsert's action uses, back from text with their types' input functions
@@ -561,9 +573,14 @@ fn primary_key_name(layout: &Layout) -> String {
 /// Unique constraints other than the primary key hold inside the world: another row the world sees with
 /// the same (non-null) values is a 23505.
 fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) {
-    if layout.uniques.is_empty() {
-        return;
+    if let Some((index, cols)) = unique_clash(layout, names, args) {
+        raise_duplicate(index, cols, names, args);
     }
+}
+
+/// The first unique index (other than the primary key) on which another row the world sees has this
+/// row's (non-null) values.
+fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> Option<(&'l String, &'l Vec<String>)> {
     let pos = |c: &String| names.iter().position(|n| n == c);
     let overlay = &layout.overlay_name;
     for (index, cols) in &layout.uniques {
@@ -582,11 +599,11 @@ fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWit
             conds.push(format!("NOT ({same_row})"));
         }
         let sql = format!("SELECT 1 FROM {overlay} v WHERE {} LIMIT 1", conds.join(" AND "));
-        let clash = as_internal(|| !snapshot_query(&sql, args).is_empty());
-        if clash {
-            raise_duplicate(index, cols, names, args);
+        if as_internal(|| !snapshot_query(&sql, args).is_empty()) {
+            return Some((index, cols));
         }
     }
+    None
 }
 
 fn raise_duplicate(constraint: &str, cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> ! {
