@@ -76,7 +76,8 @@ $$;
 -- An integer key is passed as it is (smallint, integer or bigint overloads): no cast per row.
 CREATE FUNCTION worlds._view_key(t worlds.tables, alias text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN t.key_kind = 'r' THEN 'NULL::text'
+    SELECT CASE WHEN t.key_kind = 'r' AND alias = 'h' THEN 'h._w_old_tid::text'  -- the physical row it was
+                WHEN t.key_kind = 'r' THEN 'NULL::text'
                 WHEN t.key_kind = 'i' THEN format('%I.%I', alias, t.key_columns[1])
                 ELSE worlds._key_expr(t, alias) END
 $$;
@@ -102,6 +103,7 @@ DECLARE
     hist_cols text := '';
     a record;
     vname text := (SELECT relname FROM pg_class WHERE oid = t.overlay);
+    twin text;
     keyfn text := CASE WHEN t.key_kind = 'i' THEN 'int8' ELSE 'text' END;
 BEGIN
     FOR a IN SELECT attnum, attname, attisdropped, format_type(atttypid, atttypmod) AS typ
@@ -124,25 +126,31 @@ BEGIN
     IF to_regclass(format('worlds_data.%I', 'n' || substr(vname, 2))) IS NOT NULL THEN
         EXECUTE format('DROP VIEW worlds_data.%I CASCADE', 'n' || substr(vname, 2));
     END IF;
+    PERFORM worlds._drop_rows_twin(t);
     EXECUTE format('DROP VIEW worlds_data.%I CASCADE', vname);
-    EXECUTE format($v$
-        CREATE VIEW worlds_data.%I AS
-        SELECT %s FROM (
-            SELECT %s, 0 AS _w_src, b.ctid AS _w_tid, 0::int8 AS _w_seq, 0 AS _w_world, %s AS _w_k FROM %s b
-            UNION ALL
-            SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s FROM worlds_data.%I d
-            UNION ALL
-            SELECT %s, 2, NULL::tid, h._w_hseq, 0, %s FROM worlds_data.%I h
-        ) u
-        WHERE (u._w_src = 0 AND worlds._base_visible(%s, u._w_tid, u._w_k))
-           OR (u._w_src = 1 AND worlds._delta_visible(%s, u._w_world, u._w_seq))
-           OR (u._w_src = 2 AND worlds._history_visible(%s, u._w_seq, u._w_k))
-        $v$,
-        vname, outer_cols,
-        base_cols, worlds._view_key(t, 'b'), t.relid::text,
-        delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
-        hist_cols, worlds._view_key(t, 'h'), (SELECT relname FROM pg_class WHERE oid = t.history),
-        t.tabno, t.tabno, t.tabno);
+    -- the overlay; for a table without a key also its rows twin `k_`, the target of its UPDATE and DELETE in
+    -- a world, whose last columns say which physical row each row is (the trigger needs them)
+    FOREACH twin IN ARRAY CASE WHEN t.key_kind = 'r' THEN ARRAY[vname, 'k' || substr(vname, 2)] ELSE ARRAY[vname] END LOOP
+        EXECUTE format($v$
+            CREATE VIEW worlds_data.%I AS
+            SELECT %s%s FROM (
+                SELECT %s, 0 AS _w_src, b.ctid AS _w_tid, 0::int8 AS _w_seq, 0 AS _w_world, %s AS _w_k FROM %s b
+                UNION ALL
+                SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s FROM worlds_data.%I d
+                UNION ALL
+                SELECT %s, 2, %s, h._w_hseq, 0, %s FROM worlds_data.%I h
+            ) u
+            WHERE (u._w_src = 0 AND worlds._base_visible(%s, u._w_tid, u._w_k))
+               OR (u._w_src = 1 AND worlds._delta_visible(%s, u._w_world, u._w_seq))
+               OR (u._w_src = 2 AND worlds._history_visible(%s, u._w_seq, u._w_k))
+            $v$,
+            twin, outer_cols, CASE WHEN twin = vname THEN '' ELSE ', u._w_src, u._w_tid, u._w_seq' END,
+            base_cols, worlds._view_key(t, 'b'), t.relid::text,
+            delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
+            hist_cols, CASE WHEN t.key_kind = 'r' THEN 'h._w_old_tid' ELSE 'NULL::tid' END, worlds._view_key(t, 'h'),
+            (SELECT relname FROM pg_class WHERE oid = t.history),
+            t.tabno, t.tabno, t.tabno);
+    END LOOP;
     -- the same rows as the target of INSERT ... ON CONFLICT (its trigger skips or updates a row whose key
     -- the world has); the last column carries DO UPDATE's action from the router to the trigger
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT *, NULL::text AS _w_upsert FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
@@ -160,6 +168,21 @@ BEGIN
     WHERE tabno = t.tabno RETURNING * INTO t;
     PERFORM worlds._overlay_finish(t, t.overlay, '');
     PERFORM worlds._overlay_finish(t, t.overlay_nothing, ', ''nothing''');
+    IF t.key_kind = 'r' THEN
+        PERFORM worlds._overlay_finish(t, format('worlds_data.%I', 'k' || substr(vname, 2))::regclass, ', ''rows''');
+    END IF;
+END $$;
+
+-- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
+CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    v regclass := to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)));
+BEGIN
+    IF v IS NOT NULL THEN
+        PERFORM worlds._disown(v);
+        EXECUTE format('DROP VIEW %s CASCADE', v);
+    END IF;
 END $$;
 
 -- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
@@ -230,7 +253,7 @@ BEGIN
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
     -- inserts apart: a world's scans read before-images only, not every row ever inserted
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
-    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid%s)',
+    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid, _w_of int8%s)',
                    'd_' || base, CASE WHEN worlds._delta_column_defs(rel) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
     IF kind <> 'r' THEN
@@ -327,6 +350,7 @@ BEGIN
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
     END IF;
+    PERFORM worlds._drop_rows_twin(t);
     EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
     EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
     EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
@@ -441,6 +465,7 @@ BEGIN
     IF FOUND THEN
         v := t.overlay::text;
         n := t.overlay_nothing::text;
+        PERFORM worlds._drop_rows_twin(t);
         PERFORM worlds._disown(t.overlay_nothing);
         PERFORM worlds._disown(t.overlay);
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', n);
@@ -466,6 +491,7 @@ BEGIN
         -- its history stays for AS OF (the router captured every row as deleted before the drop)
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
+        PERFORM worlds._drop_rows_twin(t);
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);

@@ -150,23 +150,44 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
     let cols = live_columns(layout.relid);
     let snapshot = world.fork_snapshot.clone().unwrap_or_default();
     let rows: Vec<Changed> = if layout.key_kind == b'r' {
-        // a table without a key changes only by inserts in a world
+        // a table without a key: the rows the world added (less those it removed again), and main's
+        // physical rows it removed (by tid); theirs is main's row at that tid as it is now, or a marker
+        // when main changed that row since the fork (a conflict)
+        let row_text = format!("ROW({})", cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "));
         let sql = format!(
-            "SELECT {}::text, {} FROM {delta} d WHERE d._w_world = $1 AND NOT d._w_del ORDER BY d._w_dseq",
-            format!("ROW({})", cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")),
-            json_object_expr("d", &cols)
+            "SELECT {row_text}::text, {dobj}, NULL::text, NULL::jsonb FROM {delta} d
+              WHERE d._w_world = $1 AND NOT d._w_del
+                AND NOT EXISTS (SELECT 1 FROM {delta} c WHERE c._w_world = $1 AND c._w_of = d._w_dseq)
+             UNION ALL
+             SELECT {row_text}::text, {dobj}, d._w_base_tid::text,
+                    CASE WHEN EXISTS (SELECT 1 FROM {history} h WHERE h._w_old_tid = d._w_base_tid AND {after_fork})
+                         THEN '{{\"_w_changed_in_main\": true}}'::jsonb
+                         ELSE (SELECT {tobj} FROM ONLY {table} t WHERE t.ctid = d._w_base_tid) END
+               FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid IS NOT NULL",
+            dobj = json_object_expr("d", &cols),
+            tobj = json_object_expr("t", &cols),
+            after_fork = if snapshot.starts_with('@') {
+                "h._w_at > substr($2, 2)::timestamptz"
+            } else {
+                "h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
+            },
         );
         Spi::connect(|c| {
-            c.select(&sql, None, &[world.num.into()])
+            c.select(&sql, None, &[world.num.into(), snapshot.clone().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .map(|r| {
-                    let ours = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
-                    Changed {
-                        key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
-                        key_obj: ours.clone().unwrap_or(Value::Null),
-                        base: None,
-                        ours,
-                        theirs: None,
+                    let row = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
+                    let key = r.get::<String>(1).ok().flatten().unwrap_or_default();
+                    match r.get::<String>(3).ok().flatten() {
+                        // removed: base is the row as the world saw it, ours nothing
+                        Some(tid) => Changed {
+                            key,
+                            key_obj: serde_json::json!({ "_w_ctid": tid }),
+                            base: row,
+                            ours: None,
+                            theirs: r.get::<JsonB>(4).ok().flatten().map(|j| j.0),
+                        },
+                        None => Changed { key, key_obj: row.clone().unwrap_or(Value::Null), base: None, ours: row, theirs: None },
                     }
                 })
                 .collect()
@@ -883,7 +904,21 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
             continue;
         }
         let sql = if layout.key_kind == b'r' {
-            raise("0A000", format!("deleting rows of {table}, a table without a primary key, by merge is not supported"));
+            // by physical row, and only while it still holds what the world removed
+            if crate::storage::overlay::override_active() && crate::storage::overlay::routing_world().is_some() {
+                raise("0A000", format!("merging rows of {table} (a table without a primary key) that a world removed into another world is not supported yet"));
+            }
+            let rows: Vec<Value> = plan
+                .iter()
+                .filter(|p| p.layout.relid == *relid && p.decision.result.is_none() && p.row.theirs.is_some() && p.row.key_obj.get("_w_ctid").is_some())
+                .map(|p| serde_json::json!({ "ctid": p.row.key_obj["_w_ctid"], "row": p.row.base }))
+                .collect();
+            let sql = format!(
+                "DELETE FROM ONLY {table} t USING jsonb_array_elements($1) e WHERE t.ctid = (e->>'ctid')::tid AND {} = e->'row'",
+                json_object_expr("t", &live_columns(*relid))
+            );
+            applied += run_dml(&sql, rows);
+            continue;
         } else {
             format!(
                 "DELETE FROM {table} t USING jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
@@ -981,6 +1016,14 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             let t = gather(l, &world);
             let mbc = merge_by_columns(l);
             for row in t.rows {
+                if l.key_kind == b'r' {
+                    // a table without a key: the world's rows stay as they are; a row of main it removed
+                    // that main changed since is a conflict, however it would be settled
+                    if row.base.is_some() && row.theirs != row.base {
+                        conflicts.push(format!("{}/{}", short_name(&t.name), row.key));
+                    }
+                    continue;
+                }
                 let settle = Settle {
                     resolve: resolve.get(&(l.relid, row.key.clone())).cloned(),
                     by_columns: req.by_columns || mbc,

@@ -110,7 +110,7 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
         .values()
         .flat_map(|&t| {
             let l = storage::relation_layout(t);
-            [l.overlay, l.overlay_nothing]
+            [l.overlay, l.overlay_nothing, l.overlay_rows]
         })
         .collect();
     let mut ctx = RouteContext { tracked, overlays };
@@ -219,6 +219,14 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                     None
                 };
                 let mut overlay = layout.overlay;
+                // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
+                // physical row each row is
+                if is_result
+                    && layout.overlay_rows != pg_sys::Oid::INVALID
+                    && matches!((*query).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE)
+                {
+                    overlay = layout.overlay_rows;
+                }
                 if is_result && !(*query).onConflict.is_null() {
                     if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
                         // DO UPDATE: its action travels to the twin's trigger in the twin's extra column

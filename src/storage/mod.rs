@@ -60,6 +60,8 @@ pub struct Layout {
     pub delta: pg_sys::Oid,
     pub overlay: pg_sys::Oid,
     pub overlay_nothing: pg_sys::Oid,
+    /// a table without a key: the overlay's rows twin (UPDATE / DELETE target), else InvalidOid
+    pub overlay_rows: pg_sys::Oid,
     pub sequence: pg_sys::Oid,
     pub key_kind: u8,
     pub key_columns: Vec<String>,
@@ -174,7 +176,8 @@ fn load_layout(tabno: i32) -> Layout {
                               WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
                                 AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniques,
                             (SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
-                              WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attgenerated <> '') AS generated
+                              WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attgenerated <> '') AS generated,
+                            to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))::oid AS overlay_rows
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
@@ -222,6 +225,7 @@ fn load_layout(tabno: i32) -> Layout {
                     })
                     .collect(),
                 generated: row.get::<Vec<String>>(15).ok().flatten().unwrap_or_default(),
+                overlay_rows: row.get::<pg_sys::Oid>(16).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
             }
         })
     })

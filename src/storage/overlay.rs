@@ -78,6 +78,8 @@ pub(super) struct TableCache {
     // world part
     pub(super) winner: FastMap<Key, (i64, bool)>,
     pub(super) delta_pick: FastSet<i64>,
+    /// a table without a key: main's physical rows the chain deleted (base rows and before-images)
+    pub(super) hidden_tids: FastSet<u64>,
     // main part
     frontier: String,
     created_tids: FastSet<u64>,
@@ -471,7 +473,7 @@ pub fn set_session_world(name: &str) {
     }
 }
 
-fn parse_tid(s: &str) -> u64 {
+pub(super) fn parse_tid(s: &str) -> u64 {
     let s = s.trim_matches(|c| c == '(' || c == ')');
     let mut it = s.split(',');
     let block: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
@@ -598,8 +600,9 @@ pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiHeapTupleData, ord: 
 fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.winner.clear();
     cache.delta_pick.clear();
+    cache.hidden_tids.clear();
     let sql = format!(
-        "SELECT d._w_world, d._w_dseq, d._w_del, {} FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
+        "SELECT d._w_world, d._w_dseq, d._w_del, {}, d._w_base_tid::text, d._w_of FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
          WHERE c.snap IS NULL
             OR CASE WHEN left(c.snap, 1) = '@' THEN d._w_at <= substr(c.snap, 2)::timestamptz
                     ELSE pg_visible_in_snapshot(d._w_xid, c.snap::pg_snapshot) END",
@@ -618,12 +621,14 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                 b't' => row.get::<String>(4).map(Key::T),
                 _ => None,
             };
-            (row.get::<i32>(1).unwrap_or(0), row.get::<i64>(2).unwrap_or(0), row.get::<bool>(3).unwrap_or(false), key)
+            let removes = (row.get::<String>(5), row.get::<i64>(6));
+            (row.get::<i32>(1).unwrap_or(0), row.get::<i64>(2).unwrap_or(0), row.get::<bool>(3).unwrap_or(false), key, removes)
         },
     );
     // best (layer, dseq) per key: the nearest layer wins, then its latest version
     let mut best: FastMap<Key, (usize, i64, bool)> = FastMap::default();
-    for (w, dseq, del, key) in rows {
+    let mut cancelled: Vec<i64> = Vec::new();
+    for (w, dseq, del, key, (base_tid, of)) in rows {
         let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
         match key {
             Some(k) => {
@@ -632,12 +637,21 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                     *e = (layer, dseq, del);
                 }
             }
-            // a table without a key: every added row of the chain is seen
+            // a table without a key: every added row of the chain is seen, but those a tombstone removes
+            // (a row of main by its tid, or a row the chain added by its dseq)
             None if !del => {
                 cache.delta_pick.insert(dseq);
             }
-            None => {}
+            None => {
+                if let Some(tid) = base_tid {
+                    cache.hidden_tids.insert(parse_tid(&tid));
+                }
+                cancelled.extend(of);
+            }
         }
+    }
+    for of in cancelled {
+        cache.delta_pick.remove(&of);
     }
     for (k, (_, dseq, del)) in best {
         if !del {
@@ -718,8 +732,11 @@ unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sy
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let visible = with_cache(tabno, |c| {
             // fast paths: nothing main created since the fork, nothing the world shadows
-            if !c.created_tids.is_empty() && c.created_tids.contains(&tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1))) {
-                return false;
+            if !c.created_tids.is_empty() || !c.hidden_tids.is_empty() {
+                let tid = tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1));
+                if c.created_tids.contains(&tid) || c.hidden_tids.contains(&tid) {
+                    return false;
+                }
             }
             c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true)
         });
@@ -757,8 +774,16 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let hseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).value() as i64;
         let visible = with_cache(tabno, |c| {
-            c.hist_pick.contains(&hseq)
-                && (c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true))
+            if !c.hist_pick.contains(&hseq) {
+                return false;
+            }
+            if !c.hidden_tids.is_empty() {
+                // a table without a key passes the physical row's tid as its key
+                if let Some(Key::T(tid)) = arg_key(fcinfo, 2, int_key) {
+                    return !c.hidden_tids.contains(&parse_tid(&tid));
+                }
+            }
+            c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true)
         });
         pg_sys::Datum::from(visible)
     }

@@ -17,8 +17,9 @@ fn _overlay_write<'a>(
     let td = trigger.trigger_data();
     let tg = unsafe { &*td.tg_trigger };
     let tabno: i32 = unsafe { std::ffi::CStr::from_ptr(*tg.tgargs) }.to_str().unwrap_or("0").parse().unwrap_or(0);
-    // the DO NOTHING twin of the view: a row whose key the world already has is skipped
-    let on_conflict_nothing = tg.tgnargs > 1;
+    // the conflict twin of the view (INSERT ... ON CONFLICT), or the rows twin of a table without a key
+    let twin = if tg.tgnargs > 1 { unsafe { std::ffi::CStr::from_ptr(*tg.tgargs.add(1)) }.to_bytes() } else { b"" };
+    let on_conflict_nothing = twin == b"nothing";
     let layout = relation_layout(tabno);
     if let Some(why) = &layout.unsupported {
         raise("0A000", why.clone());
@@ -56,7 +57,13 @@ fn _overlay_write<'a>(
         }
         pg_sys::TRIGGER_EVENT_UPDATE => {
             if layout.key_kind == b'r' {
-                raise_no_key(&layout);
+                // a table without a key: the row's physical identity goes, a new row comes
+                let Some(identity) = (unsafe { row_identity(view_desc, old) }) else { raise_no_key(&layout) };
+                check_not_null(&layout, view_desc, new);
+                remove_keyless_row(&layout, &world, view_desc, old, identity);
+                let dseq = write_version(&layout, &world, view_desc, new, false, KeyCheck::New);
+                bump_version(&world);
+                return Ok(returned(trigger, &layout, &world, view_desc, new, dseq));
             }
             check_not_null(&layout, view_desc, new);
             let changed = unsafe { key_differs(&layout, view_desc, old, new) };
@@ -69,7 +76,10 @@ fn _overlay_write<'a>(
         }
         pg_sys::TRIGGER_EVENT_DELETE => {
             if layout.key_kind == b'r' {
-                raise_no_key(&layout);
+                let Some(identity) = (unsafe { row_identity(view_desc, old) }) else { raise_no_key(&layout) };
+                remove_keyless_row(&layout, &world, view_desc, old, identity);
+                bump_version(&world);
+                return Ok(trigger.old());
             }
             write_version(&layout, &world, view_desc, old, true, KeyCheck::Unchanged);
             bump_version(&world);
@@ -258,6 +268,72 @@ fn returned<'a>(
     Some(unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(desc), t) })
 }
 
+/// Which physical row a row of a keyless table's rows twin is: (source branch, tid of main's row for a
+/// base row or before-image, the delta's dseq for a row the world added).
+struct RowIdentity {
+    src: i32,
+    tid: pg_sys::Datum,
+    seq: i64,
+}
+
+unsafe fn row_identity(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Option<RowIdentity> {
+    unsafe {
+        let natts = (*desc).natts;
+        let name_at = |n: i32| std::ffi::CStr::from_ptr((*(*desc).attrs.as_ptr().add(n as usize - 1)).attname.data.as_ptr()).to_bytes();
+        if natts < 3 || name_at(natts - 2) != b"_w_src" || name_at(natts - 1) != b"_w_tid" || name_at(natts) != b"_w_seq" {
+            return None;
+        }
+        let get = |n: i32| {
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(tuple, n, desc, &mut isnull);
+            (!isnull).then_some(d)
+        };
+        Some(RowIdentity {
+            src: get(natts - 2)?.value() as i32,
+            tid: get(natts - 1).unwrap_or(pg_sys::Datum::from(0usize)),
+            seq: get(natts).map(|d| d.value() as i64).unwrap_or(0),
+        })
+    }
+}
+
+/// A tombstone for one physical row of a table without a key: main's row (by tid; a base row or a
+/// before-image) or one the world's chain added (by dseq). Writers serialize on the world's lock, and a
+/// row another session removed since this statement read it fails with 40001 rather than twice.
+fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, old: pg_sys::HeapTuple, identity: RowIdentity) {
+    let by_tid = identity.src != 1;
+    lock_world(world);
+    let taken = if by_tid {
+        "SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid = $2 LIMIT 1"
+    } else {
+        "SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_of = $2 LIMIT 1"
+    }
+    .replace("{delta}", &layout.delta_name);
+    let target: pgrx::datum::DatumWithOid = if by_tid {
+        unsafe { pgrx::datum::DatumWithOid::new(identity.tid, pg_sys::TIDOID) }
+    } else {
+        identity.seq.into()
+    };
+    let again = unsafe { pgrx::datum::DatumWithOid::new_from_datum(target.datum(), target.oid()) };
+    let removed = as_internal(|| Spi::connect_mut(|c| c.update(&taken, None, &[world.num.into(), again]).map(|r| !r.is_empty()).unwrap_or(false)));
+    if removed {
+        raise(
+            "40001",
+            format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+        );
+    }
+    let column = if by_tid { "_w_base_tid" } else { "_w_of" };
+    write_version_with(layout, world, desc, old, true, KeyCheck::Unchanged, vec![(column.to_string(), target)]);
+    CACHES.with(|c| {
+        if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
+            if by_tid {
+                t.hidden_tids.insert(unsafe { super::overlay::tid_of_datum(identity.tid) });
+            } else {
+                t.delta_pick.remove(&identity.seq);
+            }
+        }
+    });
+}
+
 fn raise_no_key(layout: &Layout) -> ! {
     raise(
         "0A000",
@@ -322,7 +398,12 @@ fn row_args(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> (Vec<String>, 
         for i in 0..(*desc).natts as usize {
             let att = &*(*desc).attrs.as_ptr().add(i);
             let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned();
-            if name.starts_with("........pg.dropped.") || (i + 1 == (*desc).natts as usize && name == crate::route::upsert::ACTION_COLUMN) {
+            // not the table's: dropped placeholders, the conflict twin's action, the rows twin's identity
+            let natts = (*desc).natts as usize;
+            if name.starts_with("........pg.dropped.")
+                || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN)
+                || (i + 3 >= natts && matches!(name.as_str(), "_w_src" | "_w_tid" | "_w_seq"))
+            {
                 continue;
             }
             let mut isnull = false;
@@ -438,6 +519,19 @@ enum KeyCheck {
 /// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
 fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) -> i64 {
+    write_version_with(layout, world, desc, tuple, del, check, Vec::new())
+}
+
+/// `write_version`, with more delta columns to set (a keyless tombstone's `_w_base_tid` / `_w_of`).
+fn write_version_with(
+    layout: &Layout,
+    world: &World,
+    desc: pg_sys::TupleDesc,
+    tuple: pg_sys::HeapTuple,
+    del: bool,
+    check: KeyCheck,
+    extra: Vec<(String, pgrx::datum::DatumWithOid<'static>)>,
+) -> i64 {
     let (names, args) = row_args(desc, tuple);
     if layout.key_kind != b'r' {
         let (seen, latest) = serialize_key(layout, world, &names, &args);
@@ -461,11 +555,15 @@ fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple:
         check_unique(layout, &names, &args);
     }
     // generated columns are the delta's to compute
-    let (names, args): (Vec<String>, Vec<pgrx::datum::DatumWithOid>) = if layout.generated.is_empty() {
+    let (mut names, mut args): (Vec<String>, Vec<pgrx::datum::DatumWithOid>) = if layout.generated.is_empty() {
         (names, args)
     } else {
         names.into_iter().zip(args).filter(|(n, _)| !layout.generated.contains(n)).unzip()
     };
+    for (n, a) in extra {
+        names.push(n);
+        args.push(a);
+    }
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     // $1 world, $2 deleted, $3 the delta's sequence (a value, so passed as one); the row's columns follow
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
