@@ -2,8 +2,8 @@
 # Inside a world, as apps write it over libpq: INSERT ... ON CONFLICT DO UPDATE with parameters in its
 # SET (pgbench -M prepared, as drivers send them) from two sessions at once — a counter: no lost update,
 # and no 40001 either, since conflicting rows are read under the world's lock as Postgres does under READ
-# COMMITTED, so the counter equals the committed bumps — and COPY FROM through psql's \copy. Main is
-# never written.
+# COMMITTED, so the counter equals the committed bumps — COPY FROM through psql's \copy, and two
+# sessions removing one row of a table without a key. Main is never written.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -49,6 +49,21 @@ $PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=w'" -X -q -v ON_ERROR_
   -c "\\copy log (id, msg) from '$OUT/rows.tsv'" >"$OUT/copy2.out" 2>&1 && bad "duplicate \\copy succeeded"
 grep -q "duplicate key value violates unique constraint" "$OUT/copy2.out" || bad "no 23505 message: $(cat "$OUT/copy2.out")"
 expect "world log unchanged" "$(q w "select count(*) from log where id <= 3")" "3"
+
+echo "check: two sessions remove one row of a table without a key in one world: one wins, the other gets 40001"
+psql_in $CL -d $DB -q -c "create table notes (msg text)" -c "insert into notes values ('x'), ('y')" -c "select worlds.create_world('k')" >/dev/null
+CONN=$(conninfo $CL $DB)
+$PGBIN/psql "$CONN options='-c worlds.world=k'" -X -q -At -v ON_ERROR_STOP=1 \
+  -c "begin" -c "delete from notes where msg = 'x'" -c "select pg_sleep(1.5)" -c "commit" >"$OUT/ka.out" 2>&1 &
+ka=$!
+sleep 0.5
+if $PGBIN/psql "$CONN options='-c worlds.world=k'" -X -q -At -v ON_ERROR_STOP=1 -c "delete from notes where msg = 'x'" >"$OUT/kb.out" 2>&1; then
+  bad "the second delete of one keyless row succeeded: $(cat "$OUT/kb.out")"
+elif grep -q "could not serialize access" "$OUT/kb.out"; then echo "  ok   second delete -> 40001"
+else bad "second delete: expected 40001, got: $(cat "$OUT/kb.out")"; fi
+wait $ka || bad "first delete failed: $(cat "$OUT/ka.out")"
+expect "world k has one row left" "$(q k "select string_agg(msg, ',') from notes")" "y"
+expect "main keeps both" "$(q main "select string_agg(msg, ',' order by msg) from notes")" "x,y"
 
 [ $failures -eq 0 ] || fail "$failures check(s) failed"
 psql_in $CL -q -c "drop database $DB"
