@@ -238,6 +238,7 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                     overlay = layout.overlay_nothing;
                     (*query).onConflict = std::ptr::null_mut();
                 }
+                refuse_system_columns(query, i + 1);
                 // the permission check stays on the real table: a copy of the entry, outside the join tree
                 let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
                 (*copy).inFromCl = false;
@@ -258,6 +259,27 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
         }
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
+        }
+    }
+}
+
+/// A world's rows are not heap tuples of the table: `ctid`, `xmin` and the other system columns of a
+/// tracked table have no meaning there (0A000, rather than the planner's internal error).
+unsafe fn refuse_system_columns(query: *mut pg_sys::Query, rt_index: i32) {
+    unsafe {
+        let mut attnos: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+        for node in [(*query).targetList as *mut pg_sys::Node, (*query).jointree as *mut pg_sys::Node, (*query).returningList as *mut pg_sys::Node] {
+            pg_sys::pull_varattnos(node, rt_index as pg_sys::Index, &mut attnos);
+        }
+        let mut member = -1;
+        loop {
+            member = pg_sys::bms_next_member(attnos, member);
+            if member < 0 {
+                break;
+            }
+            if member + pg_sys::FirstLowInvalidHeapAttributeNumber < 0 {
+                raise("0A000", "system columns (ctid, xmin, ...) of a tracked table can't be used inside a world: a world's rows are not the table's heap tuples");
+            }
         }
     }
 }
