@@ -985,9 +985,6 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "main has no parent to rebase on");
         }
-        if world.parent != Some(0) {
-            raise("0A000", format!("rebasing {} on a world (not main) is not supported by this version of pg_worlds yet", world.name));
-        }
         Spi::connect_mut(|c| {
             c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
         });
@@ -1012,8 +1009,14 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let layouts = tracked_layouts();
         let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
         let mut conflicts = Vec::new();
+        // a world of a world: its base is the parent as of the fork, theirs the parent now
+        let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
+        let base_world = parent_world.as_ref().and_then(|_| world_by_num(world.num)).and_then(|w| base_of(&w));
         for l in layouts.iter().filter(|l| world_touched(l, &world)) {
-            let t = gather(l, &world);
+            let mut t = gather(l, &world);
+            if parent_world.is_some() {
+                other_sides(l, &mut t.rows, base_world.as_ref(), parent_world.as_ref());
+            }
             let mbc = merge_by_columns(l);
             for row in t.rows {
                 if l.key_kind == b'r' {
@@ -1053,9 +1056,21 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS.".into()),
             );
         }
-        // rows of main it takes in: main's changes since the old fork
+        // rows it takes in: main's changes since the old fork, or the parent world's own
         let mut taken: i64 = 0;
-        for l in &layouts {
+        for l in layouts.iter().filter(|_| parent_world.is_some()) {
+            let sql = format!(
+                "SELECT count(DISTINCT {}) FROM {} d WHERE d._w_world = $1 AND CASE WHEN $2 LIKE '@%' THEN d._w_at > substr($2, 2)::timestamptz
+                 ELSE NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot) END",
+                key_text_expr(l, "d"),
+                l.delta_name
+            );
+            taken += Spi::get_one_with_args::<i64>(&sql, &[world.parent.unwrap_or(0).into(), world.fork_snapshot.clone().into()])
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+        }
+        for l in layouts.iter().filter(|_| parent_world.is_none()) {
             let sql = format!(
                 "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE CASE WHEN $1 LIKE '@%' THEN h._w_at > substr($1, 2)::timestamptz
                  ELSE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) END",
