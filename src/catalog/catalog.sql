@@ -80,7 +80,8 @@ CREATE TABLE worlds.event (
     at     timestamptz NOT NULL DEFAULT clock_timestamp(),
     world  integer NOT NULL,
     event  text NOT NULL,
-    rows   bigint
+    rows   bigint,
+    xid    xid8 DEFAULT pg_current_xact_id_if_assigned()  -- the transaction (UNDO MERGE finds a merge's writes by it)
 );
 
 SELECT pg_catalog.pg_extension_config_dump('worlds.world', 'WHERE num <> 0');

@@ -180,7 +180,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         // the merged world is usually gone: its name still works
         let found = Spi::connect(|c| {
             c.select(
-                "SELECT w.id, w.name, e.at >= now() - worlds.history_retention(), e.event
+                "SELECT w.id, w.name, e.at >= now() - worlds.history_retention(), e.event, e.xid::text
                  FROM worlds.world w JOIN worlds.event e ON e.world = w.num
                  WHERE (w.name = $1 OR w.id = $1) AND e.event LIKE 'merged %into %'
                  ORDER BY e.seq DESC LIMIT 1",
@@ -195,18 +195,20 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                         r.get::<String>(2).ok().flatten().unwrap_or_default(),
                         r.get::<bool>(3).ok().flatten().unwrap_or(false),
                         r.get::<String>(4).ok().flatten().unwrap_or_default(),
+                        r.get::<String>(5).ok().flatten(),
                     )
                 })
             })
         });
-        let Some((id, wname, in_window, event)) = found else {
+        let Some((id, wname, in_window, event, xid)) = found else {
             raise("22023", format!("no merge of {name} within the history window"));
         };
         if !in_window {
             raise("22023", format!("no merge of {wname} within the history window"));
         }
         if !event.ends_with("into main") {
-            raise("0A000", format!("undoing a merge into a world ({event}) is not supported by this version of pg_worlds yet"));
+            let target = event.rsplit_once(" into ").map(|(_, t)| t.to_string()).unwrap_or_default();
+            return undo_merge_into_world(&wname, &target, xid, skip_changed);
         }
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
@@ -254,4 +256,90 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         let n = apply_plan(&plan, None);
         format!("UNDO MERGE {n}")
     })
+}
+
+/// UNDO MERGE of a merge into another world: that world's versions written by the merge's transaction
+/// are replaced by what the world had before them (its own earlier version, or what it stood on), as an
+/// ordinary write in the world. Rows the world changed again since: 40001 unless SKIP CHANGED.
+fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, skip_changed: bool) -> String {
+    let Some(xid) = xid else {
+        raise("22023", format!("the merge of {merged} into {target_name} was not recorded with its transaction; it can't be undone"));
+    };
+    let num = Spi::get_one_with_args::<i32>("SELECT num FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[target_name.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| raise("3D000", format!("world \"{target_name}\" that {merged} was merged into no longer exists")));
+    let Some(target) = world_by_num(num) else { raise("3D000", format!("world \"{target_name}\" does not exist")) };
+    // what the world stood on: its parent world as of its fork, or main as of its fork
+    let beneath = base_of(&target).unwrap_or_else(|| crate::storage::overlay::World {
+        num: -2_000_000 - target.num,
+        name: format!("{} (fork point)", target.name),
+        version: target.version,
+        chain: Vec::new(),
+        layer_snapshots: Vec::new(),
+        main_snapshot: target.main_snapshot.clone(),
+        read_only: true,
+    });
+    let mut plan = Vec::new();
+    let mut changed_since = Vec::new();
+    for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+        let cols = live_columns(l.relid);
+        let kobj = json_object_expr("d", &l.key_columns);
+        let sql = format!(
+            "WITH m AS (SELECT {kobj} AS k, d._w_dseq FROM {delta} d WHERE d._w_world = $1 AND d._w_xid = $2::xid8),
+                  keys AS (SELECT k, min(_w_dseq) AS first, max(_w_dseq) AS last FROM m GROUP BY k)
+             SELECT keys.k,
+                    (SELECT CASE WHEN d._w_del THEN NULL ELSE {drow} END FROM {delta} d
+                      WHERE d._w_world = $1 AND {kobj}::text = keys.k::text AND d._w_dseq < keys.first ORDER BY d._w_dseq DESC LIMIT 1),
+                    EXISTS (SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND {kobj}::text = keys.k::text AND d._w_dseq < keys.first),
+                    EXISTS (SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND {kobj}::text = keys.k::text AND d._w_dseq > keys.last)
+             FROM keys",
+            delta = l.delta_name,
+            drow = json_object_expr("d", &cols),
+        );
+        let rows: Vec<(Value, Option<Value>, bool, bool)> = Spi::connect(|c| {
+            c.select(&sql, None, &[num.into(), xid.as_str().into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .map(|r| {
+                    (
+                        r.get::<JsonB>(1).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
+                        r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                        r.get::<bool>(3).ok().flatten().unwrap_or(false),
+                        r.get::<bool>(4).ok().flatten().unwrap_or(false),
+                    )
+                })
+                .collect()
+        });
+        if rows.is_empty() {
+            continue;
+        }
+        let keys: Vec<Value> = rows.iter().map(|r| r.0.clone()).collect();
+        let now = with_world(Some(target.clone()), || crate::merge::read_rows(l, &keys));
+        let unwritten: Vec<Value> = rows.iter().filter(|r| !r.2).map(|r| r.0.clone()).collect();
+        let under = if unwritten.is_empty() { Default::default() } else { with_world(Some(beneath.clone()), || crate::merge::read_rows(l, &unwritten)) };
+        for (k, own_before, had_own, again) in rows {
+            let key = key_text_of(&k, &l.key_columns);
+            if again {
+                changed_since.push(format!("{}/{}", short_name(&l.table_name), key));
+                continue;
+            }
+            let t = k.to_string();
+            let before = if had_own { own_before } else { under.get(&t).cloned() };
+            let current = now.get(&t).cloned();
+            if before != current {
+                plan.push(planned(l, key, k, current, before));
+            }
+        }
+    }
+    if !changed_since.is_empty() && !skip_changed {
+        let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+        raise_with(
+            "40001",
+            format!("undoing the merge of {merged} into {target_name}: rows changed again since: {shown}; nothing was undone"),
+            None,
+            Some("UNDO MERGE ... SKIP CHANGED leaves those rows and undoes the rest.".into()),
+        );
+    }
+    let n = with_world(Some(target), || apply_plan(&plan, None));
+    format!("UNDO MERGE {n}")
 }
