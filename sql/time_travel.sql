@@ -209,3 +209,16 @@ SET worlds.world = up;
 SELECT * FROM u ORDER BY id;
 RESET worlds.world;
 SELECT * FROM u ORDER BY id;
+-- SHOW HISTORY: a statement on its own is a write; a transaction block's statements are one commit
+SELECT * FROM worlds.sql('create world hx');
+SET worlds.world = hx;
+INSERT INTO u VALUES (10, 'a'), (11, 'b');
+BEGIN;
+INSERT INTO u VALUES (12, 'c');
+UPDATE u SET v = 'd' WHERE id IN (10, 11);
+COMMIT;
+BEGIN;
+INSERT INTO u VALUES (13, 'gone');
+ROLLBACK;
+RESET worlds.world;
+SELECT world, event, rows FROM worlds.show_history('hx');

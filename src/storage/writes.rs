@@ -745,6 +745,11 @@ fn duplicate_detail(cols: &[String], names: &[String], args: &[pgrx::datum::Datu
     format!("Key ({})=({}) already exists.", cols.join(", "), vals.join(", "))
 }
 
+thread_local! {
+    /// (lxid, event) of the `commit` event of this transaction block's writes
+    static COMMIT_EVENT: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// A world's version moves on once per write statement (and its `active` time with it).
 fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
@@ -755,15 +760,28 @@ fn bump_version(world: &World) {
         return;
     }
     BUMPED.with(|b| b.set(stmt));
-    let event = as_internal(|| {
-        Spi::get_one_with_args::<i64>(
-            "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'write', 1) RETURNING seq",
-            &[world.num.into()],
-        )
-    })
-    .ok()
-    .flatten()
-    .unwrap_or(0);
+    // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
+    // `commit` (the event goes with the transaction if it rolls back)
+    let in_block = crate::route::explicit_transaction_block();
+    let (xact, xact_event) = COMMIT_EVENT.with(|c| c.get());
+    let event = if in_block && xact == stmt.0 && xact_event != 0 {
+        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + 1 WHERE seq = $1", &[xact_event.into()])).ok();
+        xact_event
+    } else {
+        let seq = as_internal(|| {
+            Spi::get_one_with_args::<i64>(
+                "INSERT INTO worlds.event (world, event, rows) VALUES ($1, $2, 1) RETURNING seq",
+                &[world.num.into(), (if in_block { "commit" } else { "write" }).into()],
+            )
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+        if in_block {
+            COMMIT_EVENT.with(|c| c.set((stmt.0, seq)));
+        }
+        seq
+    };
     WRITE_EVENT.with(|e| e.set(event));
     let new_version = as_internal(|| {
         Spi::connect_mut(|c| {
