@@ -173,17 +173,23 @@ BEGIN
     END IF;
 END $$;
 
--- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
-CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
+-- Drops a view of worlds_data by name, if it exists (released from the extension first).
+CREATE FUNCTION worlds._drop_generated_view(name text) RETURNS void
 LANGUAGE plpgsql SET client_min_messages = warning AS $$
 DECLARE
-    v regclass := to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)));
+    v regclass := to_regclass(format('worlds_data.%I', name));
 BEGIN
     IF v IS NOT NULL THEN
         PERFORM worlds._disown(v);
         EXECUTE format('DROP VIEW %s CASCADE', v);
     END IF;
 END $$;
+
+-- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
+CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
+LANGUAGE sql AS $$
+    SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2))
+$$;
 
 -- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
 CREATE FUNCTION worlds._overlay_finish(t worlds.tables, view regclass, trigger_args text) RETURNS void
@@ -298,15 +304,9 @@ END $$;
 
 -- The view of every change (history and inserts), dropped by name: columns of its tables are about to change.
 CREATE FUNCTION worlds._drop_changes_view(t worlds.tables) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v regclass := to_regclass(format('worlds_data.%I', 'a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2)));
-BEGIN
-    IF v IS NOT NULL THEN
-        PERFORM worlds._disown(v);
-        EXECUTE format('DROP VIEW %s', v);
-    END IF;
-END $$;
+LANGUAGE sql AS $$
+    SELECT worlds._drop_generated_view('a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2))
+$$;
 
 -- Storage made while CREATE EXTENSION ran is an extension member: release it before dropping it.
 CREATE FUNCTION worlds._disown(rel regclass) RETURNS void

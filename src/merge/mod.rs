@@ -212,8 +212,9 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         // main didn't touch the table since the fork (the common case): base is theirs for every row, and
         // the per-row look into history can go
         let main_changed = {
-            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {after_fork})", after_fork = after_fork.replace("$2", "$1"));
-            Spi::get_one_with_args::<bool>(&probe, &[snapshot.clone().into()]).ok().flatten().unwrap_or(true)
+            // the same parameters as the gather below ($2: the fork point)
+            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {after_fork})");
+            Spi::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
         };
         let history_entry = if main_changed {
             format!("(SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1)", hobj = json_object_expr("h", &cols))
@@ -1056,27 +1057,30 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS.".into()),
             );
         }
-        // rows it takes in: main's changes since the old fork, or the parent world's own
+        // rows it takes in: the parent world's own changes since the old fork, or main's
         let mut taken: i64 = 0;
-        for l in layouts.iter().filter(|_| parent_world.is_some()) {
-            let sql = format!(
-                "SELECT count(DISTINCT {}) FROM {} d WHERE d._w_world = $1 AND CASE WHEN $2 LIKE '@%' THEN d._w_at > substr($2, 2)::timestamptz
-                 ELSE NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot) END",
-                key_text_expr(l, "d"),
-                l.delta_name
-            );
-            taken += Spi::get_one_with_args::<i64>(&sql, &[world.parent.unwrap_or(0).into(), world.fork_snapshot.clone().into()])
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-        }
-        for l in layouts.iter().filter(|_| parent_world.is_none()) {
-            let sql = format!(
-                "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE CASE WHEN $1 LIKE '@%' THEN h._w_at > substr($1, 2)::timestamptz
-                 ELSE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) END",
-                l.history_name
-            );
-            taken += Spi::get_one_with_args::<i64>(&sql, &[world.fork_snapshot.clone().into()]).ok().flatten().unwrap_or(0);
+        for l in &layouts {
+            let (sql, args): (String, Vec<DatumWithOid>) = if parent_world.is_some() {
+                (
+                    format!(
+                        "SELECT count(DISTINCT {}) FROM {} d WHERE d._w_world = $1 AND CASE WHEN $2 LIKE '@%' THEN d._w_at > substr($2, 2)::timestamptz
+                         ELSE NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot) END",
+                        key_text_expr(l, "d"),
+                        l.delta_name
+                    ),
+                    vec![world.parent.unwrap_or(0).into(), world.fork_snapshot.clone().into()],
+                )
+            } else {
+                (
+                    format!(
+                        "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE CASE WHEN $1 LIKE '@%' THEN h._w_at > substr($1, 2)::timestamptz
+                         ELSE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) END",
+                        l.history_name
+                    ),
+                    vec![world.fork_snapshot.clone().into()],
+                )
+            };
+            taken += Spi::get_one_with_args::<i64>(&sql, &args).ok().flatten().unwrap_or(0);
         }
         for (l, v, del) in &writes {
             let cols = table_columns(l.relid, true);

@@ -1008,11 +1008,7 @@ unsafe fn copy_from_into_world(
             let ty = name(pg_sys::format_type_with_typemod(att.atttypid, att.atttypmod));
             all.push((name(att.attname.data.as_ptr()), ty));
         }
-        let table = format!(
-            "{}.{}",
-            overlay::quote_ident(&name(pg_sys::get_namespace_name((*(*rel).rd_rel).relnamespace))),
-            overlay::quote_ident(&name((*(*rel).rd_rel).relname.data.as_ptr()))
-        );
+        let table = storage::relation_layout(storage::tracked_tables()[&relid]).table_name.clone();
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
         let cols: Vec<(String, String)> = if (*copy).attlist.is_null() {
             all

@@ -37,6 +37,8 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
 /// `table AS OF when alias` as a sub-query: the moment is evaluated first (22P02 / 22023 as AS OF says),
 /// then worlds._as_of_query builds the read for the schema of that moment.
 fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
+    // `when` is an expression of the caller's own statement (a literal, a cast, a sub-query...): it is
+    // evaluated as SQL, as the caller, as the statement itself would be; the table name is a parameter
     let query = Spi::connect_mut(|c| {
         c.update(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()])
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))

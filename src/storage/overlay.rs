@@ -588,7 +588,7 @@ pub fn quote_ident(s: &str) -> String {
     unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
 }
 
-pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiHeapTupleData, ord: usize) -> Option<Key> {
+pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiTupleTable, ord: usize) -> Option<Key> {
     match layout.key_kind {
         b'i' => row.get::<i64>(ord).ok().flatten().map(Key::I),
         b't' => row.get::<String>(ord).ok().flatten().map(Key::T),

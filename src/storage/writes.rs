@@ -3,7 +3,7 @@
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
 use super::overlay::{forget_all, key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
-use super::snapshot_spi::{self, arg};
+use super::snapshot_spi;
 use super::{as_internal, relation_layout, Layout};
 use crate::api::raise;
 use pgrx::prelude::*;
@@ -51,9 +51,9 @@ fn _overlay_write<'a>(
             }) {
                 return Ok(None);
             }
-            let dseq = write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
+            let written = write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
             bump_version(&world);
-            Ok(returned(trigger, &layout, &world, view_desc, old, dseq))
+            Ok(returned(trigger, &layout, view_desc, old, &written))
         }
         pg_sys::TRIGGER_EVENT_UPDATE => {
             if layout.key_kind == b'r' {
@@ -61,18 +61,18 @@ fn _overlay_write<'a>(
                 let Some(identity) = (unsafe { row_identity(view_desc, old) }) else { raise_no_key(&layout) };
                 check_not_null(&layout, view_desc, new);
                 remove_keyless_row(&layout, &world, view_desc, old, identity);
-                let dseq = write_version(&layout, &world, view_desc, new, false, KeyCheck::New);
+                let written = write_version(&layout, &world, view_desc, new, false, KeyCheck::New);
                 bump_version(&world);
-                return Ok(returned(trigger, &layout, &world, view_desc, new, dseq));
+                return Ok(returned(trigger, &layout, view_desc, new, &written));
             }
             check_not_null(&layout, view_desc, new);
             let changed = unsafe { key_differs(&layout, view_desc, old, new) };
             if changed {
                 write_version(&layout, &world, view_desc, old, true, KeyCheck::Unchanged);
             }
-            let dseq = write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
+            let written = write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
             bump_version(&world);
-            Ok(returned(trigger, &layout, &world, view_desc, new, dseq))
+            Ok(returned(trigger, &layout, view_desc, new, &written))
         }
         pg_sys::TRIGGER_EVENT_DELETE => {
             if layout.key_kind == b'r' {
@@ -174,9 +174,9 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     let Some((new, existing)) = found.into_iter().next() else {
         // the world has no row with this key: an ordinary insert
         check_not_null(layout, desc, proposed);
-        let dseq = write_version(layout, world, desc, proposed, false, KeyCheck::New);
+        let written = write_version(layout, world, desc, proposed, false, KeyCheck::New);
         bump_version(world);
-        return Some(with_generated(layout, world, desc, proposed, dseq));
+        return Some(with_generated(layout, desc, proposed, &written));
     };
     // the conflicting row was written by this very statement (two proposed rows, one key): Postgres's 21000
     let (existing_names, existing_args) = row_args(desc, existing);
@@ -194,20 +194,24 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
     if changed {
         write_version(layout, world, desc, existing, true, check);
     }
-    let dseq = write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
+    let written = write_version(layout, world, desc, new, false, if changed { KeyCheck::New } else { check });
     bump_version(world);
-    Some(with_generated(layout, world, desc, new, dseq))
+    Some(with_generated(layout, desc, new, &written))
 }
 
 /// The statement's parameters an upsert's action uses, back from text with their types' input functions
 /// (an unused one: a NULL text).
 fn statement_params(types: &[pg_sys::Oid], values: Option<&str>) -> Vec<(pg_sys::Oid, Option<pg_sys::Datum>)> {
     let Some(values) = values else { return Vec::new() };
-    let texts: Vec<Option<String>> = Spi::connect(|c| {
-        c.select("SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, n) ORDER BY n", None, &[values.into()])
-            .map(|rows| rows.map(|r| r.get::<String>(1).ok().flatten()).collect())
-            .unwrap_or_default()
-    });
+    // the text[] literal, through array_in (no query)
+    let texts: Vec<Option<String>> = unsafe {
+        let mut input = pg_sys::Oid::INVALID;
+        let mut ioparam = pg_sys::Oid::INVALID;
+        pg_sys::getTypeInputInfo(pg_sys::TEXTARRAYOID, &mut input, &mut ioparam);
+        let c = std::ffi::CString::new(values).unwrap_or_default();
+        let array = pg_sys::OidInputFunctionCall(input, c.as_ptr() as *mut std::ffi::c_char, ioparam, -1);
+        Vec::<Option<String>>::from_datum(array, false).unwrap_or_default()
+    };
     types
         .iter()
         .enumerate()
@@ -256,15 +260,14 @@ fn written_by_this_statement(
 fn returned<'a>(
     trigger: &'a pgrx::PgTrigger<'a>,
     layout: &Layout,
-    world: &World,
     desc: pg_sys::TupleDesc,
     tuple: pg_sys::HeapTuple,
-    dseq: i64,
+    written: &Written,
 ) -> Option<PgHeapTuple<'a, pgrx::AllocatedByPostgres>> {
     if layout.generated.is_empty() {
         return trigger.new();
     }
-    let t = with_generated(layout, world, desc, tuple, dseq);
+    let t = with_generated(layout, desc, tuple, written);
     Some(unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(desc), t) })
 }
 
@@ -518,7 +521,13 @@ enum KeyCheck {
 
 /// Writes one version of a row into the world's delta (a tombstone when `del`), checking the primary
 /// key against what the world sees when `check_key`, and updates this backend's cache in place.
-fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) -> i64 {
+/// A version written: the generated columns the delta computed for it (in the caller's memory, in
+/// `layout.generated` order), for RETURNING.
+struct Written {
+    generated: Vec<Option<pg_sys::Datum>>,
+}
+
+fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) -> Written {
     write_version_with(layout, world, desc, tuple, del, check, Vec::new())
 }
 
@@ -531,7 +540,7 @@ fn write_version_with(
     del: bool,
     check: KeyCheck,
     extra: Vec<(String, pgrx::datum::DatumWithOid<'static>)>,
-) -> i64 {
+) -> Written {
     let (names, args) = row_args(desc, tuple);
     if layout.key_kind != b'r' {
         let (seen, latest) = serialize_key(layout, world, &names, &args);
@@ -569,21 +578,32 @@ fn write_version_with(
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
     let delta = &layout.delta_name;
     let sql = format!(
-        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval($3::text::regclass), $2{}{}) RETURNING _w_dseq, {}",
+        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval($3::text::regclass), $2{}{}) RETURNING _w_dseq, {}{}",
         if cols.is_empty() { "" } else { ", " },
         cols.join(", "),
         if placeholders.is_empty() { "" } else { ", " },
         placeholders.join(", "),
-        key_expr(layout, "d")
+        key_expr(layout, "d"),
+        // and what the delta computed for the generated columns, for RETURNING
+        layout.generated.iter().map(|c| format!(", d.{}", quote_ident(c))).collect::<String>()
     );
+    let upper = unsafe { pg_sys::CurrentMemoryContext };
     let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), layout.sequence_name.as_str().into()];
     all_args.extend(args);
     let insert = std::panic::AssertUnwindSafe(|| {
         as_internal(|| {
             Spi::connect_mut(|c| {
-                let rows = c.update(&sql, None, &all_args).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")));
-                let row = rows.into_iter().next().expect("RETURNING gives a row");
-                (row.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &row, 2))
+                let rows = c
+                    .update(&sql, None, &all_args)
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")))
+                    .first();
+                let generated = (0..layout.generated.len())
+                    .map(|k| {
+                        let d = rows.get_datum_by_ordinal(3 + k).ok()??;
+                        Some(unsafe { copy_out(desc, &layout.generated[k], d, upper) })
+                    })
+                    .collect::<Vec<_>>();
+                (rows.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &rows, 2), generated)
             })
         })
     });
@@ -597,7 +617,7 @@ fn write_version_with(
         },
         _ => e.rethrow(),
     };
-    let (dseq, key) = pgrx::PgTryBuilder::new(insert).catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, failing).execute();
+    let (dseq, key, generated) = pgrx::PgTryBuilder::new(insert).catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, failing).execute();
     // keep this backend's view of the world current without a rebuild
     CACHES.with(|c| {
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
@@ -618,44 +638,49 @@ fn write_version_with(
             }
         }
     });
-    dseq
+    Written { generated }
+}
+
+/// A datum of the named column (of `desc`), copied into `into` so it outlives the SPI call.
+unsafe fn copy_out(desc: pg_sys::TupleDesc, column: &str, d: pg_sys::Datum, into: pg_sys::MemoryContext) -> pg_sys::Datum {
+    unsafe {
+        let att = (0..(*desc).natts as usize)
+            .map(|i| &*(*desc).attrs.as_ptr().add(i))
+            .find(|a| std::ffi::CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == column.as_bytes())
+            .expect("a generated column of the table");
+        let old = pg_sys::MemoryContextSwitchTo(into);
+        let copy = super::datum_copy(d, att.attbyval, att.attlen as i32);
+        pg_sys::MemoryContextSwitchTo(old);
+        copy
+    }
 }
 
 /// The row as written, with the generated columns the delta computed (what RETURNING shows); the tuple
 /// itself when the table has none.
-fn with_generated(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, dseq: i64) -> pg_sys::HeapTuple {
+fn with_generated(layout: &Layout, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, written: &Written) -> pg_sys::HeapTuple {
     if layout.generated.is_empty() {
         return tuple;
     }
-    let cols = layout.generated.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-    let sql = format!("SELECT {cols} FROM {} d WHERE d._w_world = $1 AND d._w_dseq = $2", layout.delta_name);
-    let natts = unsafe { (*desc).natts } as usize;
-    let upper = unsafe { pg_sys::CurrentMemoryContext };
-    let rows = as_internal(|| {
-        snapshot_spi::query_fresh(&sql, &[pg_sys::INT4OID, pg_sys::INT8OID], &[arg(world.num), arg(dseq)], |row| unsafe {
-            let mut values = vec![pg_sys::Datum::from(0usize); natts];
-            let mut nulls = vec![false; natts];
-            let mut replace = vec![false; natts];
-            for (k, name) in layout.generated.iter().enumerate() {
-                let Some(i) = (0..natts).find(|&i| {
-                    let att = &*(*desc).attrs.as_ptr().add(i);
-                    std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() == name.as_bytes()
-                }) else {
-                    continue;
-                };
-                replace[i] = true;
-                match row.raw(k + 1) {
-                    Some(d) => values[i] = d,
-                    None => nulls[i] = true,
-                }
+    unsafe {
+        let natts = (*desc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![false; natts];
+        let mut replace = vec![false; natts];
+        for (name, value) in layout.generated.iter().zip(&written.generated) {
+            let Some(i) = (0..natts).find(|&i| {
+                let att = &*(*desc).attrs.as_ptr().add(i);
+                std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() == name.as_bytes()
+            }) else {
+                continue;
+            };
+            replace[i] = true;
+            match value {
+                Some(d) => values[i] = *d,
+                None => nulls[i] = true,
             }
-            let old = pg_sys::MemoryContextSwitchTo(upper);
-            let t = pg_sys::heap_modify_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr(), replace.as_mut_ptr());
-            pg_sys::MemoryContextSwitchTo(old);
-            t
-        })
-    });
-    rows.into_iter().next().unwrap_or(tuple)
+        }
+        pg_sys::heap_modify_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr(), replace.as_mut_ptr())
+    }
 }
 
 fn primary_key_name(layout: &Layout) -> String {

@@ -244,14 +244,8 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                 }
             }
         }
-        if !changed_since.is_empty() && !skip_changed {
-            let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
-            raise_with(
-                "40001",
-                format!("undoing the merge of {wname}: rows changed again since: {shown}; nothing was undone"),
-                None,
-                Some("UNDO MERGE ... SKIP CHANGED leaves those rows and undoes the rest.".into()),
-            );
+        if !skip_changed {
+            refuse_changed_since(&wname, &changed_since);
         }
         let n = apply_plan(&plan, None);
         format!("UNDO MERGE {n}")
@@ -331,15 +325,23 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
             }
         }
     }
-    if !changed_since.is_empty() && !skip_changed {
-        let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
-        raise_with(
-            "40001",
-            format!("undoing the merge of {merged} into {target_name}: rows changed again since: {shown}; nothing was undone"),
-            None,
-            Some("UNDO MERGE ... SKIP CHANGED leaves those rows and undoes the rest.".into()),
-        );
+    if !skip_changed {
+        refuse_changed_since(&format!("{merged} into {target_name}"), &changed_since);
     }
     let n = with_world(Some(target), || apply_plan(&plan, None));
     format!("UNDO MERGE {n}")
+}
+
+/// UNDO MERGE without SKIP CHANGED: rows changed again since the merge refuse it (40001, naming up to 10).
+fn refuse_changed_since(merge: &str, changed_since: &[String]) {
+    if changed_since.is_empty() {
+        return;
+    }
+    let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+    raise_with(
+        "40001",
+        format!("undoing the merge of {merge}: rows changed again since: {shown}; nothing was undone"),
+        None,
+        Some("UNDO MERGE ... SKIP CHANGED leaves those rows and undoes the rest.".into()),
+    );
 }

@@ -99,6 +99,13 @@ rls() { # rls WHAT EXPECTED ROLE WORLD SQL...: that output, or a 0A000 refusal
   elif echo "$out" | grep -q "ERROR:  0A000:"; then echo "  ok   $what -> refused: $(echo "$out" | grep -m1 ERROR)"; RLS_REFUSED=1
   else bad "$what: expected '$want' or a 0A000 refusal, got: $out"; fi
 }
+policy_refuses() { # policy_refuses WHAT ROLE WORLD SQL: fails with Postgres's row-level security error (42501)
+  local what=$1 out; shift
+  if out=$(as "$@"); then bad "$what: should fail the policy (42501), but succeeded"
+  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
+    echo "  ok   $what -> $(echo "$out" | grep -m1 ERROR)"
+  else bad "$what: expected 42501 row-level security, got: $out"; fi
+}
 RLS_REFUSED=0
 ok "app: docs in main" "1,3" app main "select string_agg(id::text, ',' order by id) from docs"
 ok "nobody: docs in main" "2" nobody main "select string_agg(id::text, ',' order by id) from docs"
@@ -111,19 +118,11 @@ if [ $RLS_REFUSED -eq 0 ]; then
   rls "app: docs in w1 after insert" "1,3,4" app w1 "select string_agg(id::text, ',' order by id) from docs"
   rls "nobody: docs in w1 after app's insert" "2" nobody w1 "select string_agg(id::text, ',' order by id) from docs"
   ok "superuser: docs in w1" "1,2,3,4" postgres w1 "select string_agg(id::text, ',' order by id) from docs"
-  if out=$(as app w1 "insert into docs values (5, 'nobody', 'x')"); then
-    bad "app: inserting another role's row into docs in w1 should fail the policy (42501), but succeeded"
-  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
-    echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
-  else bad "app: insert another role's row into docs in w1: expected 42501 row-level security, got: $out"; fi
+  policy_refuses "app: insert another role's row into docs in w1" app w1 "insert into docs values (5, 'nobody', 'x')"
   # UPDATE and DELETE reach only the rows the policy shows; a new row must pass it too
   ok "app: update every doc in w1 (only its own)" "1,3,4" app w1 "with u as (update docs set body = 'edited' returning id) select string_agg(id::text, ',' order by id) from u"
   ok "app: delete another role's doc in w1 (invisible)" "" app w1 "with d as (delete from docs where id = 2 returning id) select string_agg(id::text, ',') from d"
-  if out=$(as app w1 "update docs set owner = 'nobody' where id = 1"); then
-    bad "app: giving its row away in w1 should fail the policy (42501), but succeeded"
-  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
-    echo "  ok   app: update its row to another owner in w1 -> $(echo "$out" | grep -m1 ERROR)"
-  else bad "app: update its row to another owner in w1: expected 42501, got: $out"; fi
+  policy_refuses "app: update its row to another owner in w1" app w1 "update docs set owner = 'nobody' where id = 1"
   ok "superuser: docs in w1 after app's update and delete" "1:edited,2:theirs,3:edited,4:edited" postgres w1 \
     "select string_agg(id || ':' || body, ',' order by id) from docs"
 else
