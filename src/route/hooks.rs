@@ -75,6 +75,9 @@ unsafe extern "C-unwind" fn post_parse_analyze(
             pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
         }
         if routing_active() && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && overlay::routing_world().is_some() {
+            if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
+                super::merge_command::remember(pstate, query);
+            }
             route_query(query);
         }
     }
@@ -89,6 +92,18 @@ struct RouteContext {
 thread_local! {
     /// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
     static ROUTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+unsafe fn merge_into_tracked(query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        let rte = pg_sys::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
+        storage::tracked_tables().contains_key(&(*rte).relid)
+    }
+}
+
+/// Routes a query pg_worlds built itself (MERGE's join).
+pub(super) unsafe fn route_select(query: *mut pg_sys::Query) {
+    unsafe { route_query(query) }
 }
 
 unsafe fn route_query(query: *mut pg_sys::Query) {
@@ -200,7 +215,9 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             if let Some(tabno) = tracked {
                 let layout = storage::relation_layout(tabno);
                 if (*query).commandType == pg_sys::CmdType::CMD_MERGE && is_result {
-                    raise("0A000", "the SQL MERGE command cannot write a tracked table inside a world yet; use INSERT ... ON CONFLICT, UPDATE or DELETE");
+                    // Postgres can't MERGE into the overlay view: ExecutorRun runs it (merge_command)
+                    super::merge_command::check_target(&layout);
+                    continue;
                 }
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
@@ -496,7 +513,11 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         if !storage::internal() {
             overlay::next_statement();
         }
-        if (*query_desc).operation != pg_sys::CmdType::CMD_SELECT && routing_active() && overlay::routing_world().is_some() {
+        // (a MERGE's plan never runs in a world: executor_run runs it through merge_command)
+        if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE)
+            && routing_active()
+            && overlay::routing_world().is_some()
+        {
             refuse_writes_to_main((*query_desc).plannedstmt);
         }
         match PREV_EXECUTOR_START {
@@ -524,6 +545,12 @@ unsafe extern "C-unwind" fn executor_run(
     execute_once: bool,
 ) {
     unsafe {
+        if (*query_desc).operation == pg_sys::CmdType::CMD_MERGE && routing_active() && overlay::routing_world().is_some() {
+            if let Some(written) = super::merge_command::run_in_world(query_desc) {
+                (*(*query_desc).estate).es_processed = written;
+                return;
+            }
+        }
         struct Pop(*mut pg_sys::ErrorContextCallback);
         impl Drop for Pop {
             fn drop(&mut self) {
@@ -645,10 +672,24 @@ unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
                 let into = (*(stmt as *mut pg_sys::CreateTableAsStmt)).into;
                 if into.is_null() { std::ptr::null_mut() } else { (*into).rel }
             }
+            pg_sys::NodeTag::T_ViewStmt => (*(stmt as *mut pg_sys::ViewStmt)).view,
             pg_sys::NodeTag::T_DropStmt => return drops_only_temp_tables(stmt as *mut pg_sys::DropStmt),
+            // a temporary table's own indexes (its primary key too) and its ALTERs
+            pg_sys::NodeTag::T_IndexStmt => return is_temp_relation((*(stmt as *mut pg_sys::IndexStmt)).relation),
+            pg_sys::NodeTag::T_AlterTableStmt => return is_temp_relation((*(stmt as *mut pg_sys::AlterTableStmt)).relation),
             _ => std::ptr::null_mut(),
         };
         !rel.is_null() && (*rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
+    }
+}
+
+unsafe fn is_temp_relation(rv: *mut pg_sys::RangeVar) -> bool {
+    unsafe {
+        if rv.is_null() {
+            return false;
+        }
+        let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+        relid != pg_sys::Oid::INVALID && pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
     }
 }
 

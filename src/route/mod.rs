@@ -1,5 +1,6 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 mod hooks;
+mod merge_command;
 pub mod upsert;
 mod view_writes;
 pub use hooks::{explicit_transaction_block, install_hooks};

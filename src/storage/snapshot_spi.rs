@@ -77,6 +77,21 @@ fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read
     })
 }
 
+/// Runs a write (`$n` parameters of the given types) on a fresh snapshot, as a statement of its own would
+/// run; the number of rows it wrote.
+pub fn execute(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> u64 {
+    Spi::connect(|_client| unsafe {
+        let plan = plan_for(sql, types);
+        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
+        let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
+        if rc < 0 {
+            raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
+        }
+        pg_sys::SPI_processed
+    })
+}
+
 unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
     // one text can be planned with different parameter types (an upsert's action, prepared twice)
     let key = format!("{sql}\u{0}{:?}", types.iter().map(|t| t.to_u32()).collect::<Vec<_>>());
