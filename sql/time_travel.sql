@@ -156,6 +156,27 @@ SELECT * FROM worlds.as_of(NULL::shapes, :'t2') ORDER BY id;
 SELECT j FROM worlds.sql(format('select * from scratch as of %L order by id', :'t2')) j;
 SELECT try($$select * from worlds.sql('select * from scratch as of ''now''')$$);
 SELECT try($$select * from worlds.sql('select * from no_such_table as of ''-1 second''')$$);
+-- a renamed column reads under the name it had then (renamed twice: each moment its own name); dropped
+-- after a rename, it reads under its name of then too
+CREATE TABLE labels (id int PRIMARY KEY, txt text);
+INSERT INTO labels VALUES (1, 'one'), (2, 'two');
+SELECT pg_sleep(0.02);
+SELECT clock_timestamp() AS r1 \gset
+SELECT pg_sleep(0.02);
+ALTER TABLE labels RENAME COLUMN txt TO caption;
+UPDATE labels SET caption = 'uno' WHERE id = 1;
+SELECT pg_sleep(0.02);
+SELECT clock_timestamp() AS r2 \gset
+SELECT pg_sleep(0.02);
+ALTER TABLE labels RENAME COLUMN caption TO title;
+SELECT * FROM labels ORDER BY id;
+SELECT j FROM worlds.sql(format('select * from labels as of %L order by id', :'r1')) j;
+SELECT j FROM worlds.sql(format('select id, caption from labels as of %L order by id', :'r2')) j;
+SELECT j FROM worlds.sql(format('select now.id, now.title, old.txt from labels now join labels as of %L old on old.id = now.id order by 1', :'r1')) j;
+SELECT * FROM worlds.as_of(NULL::labels, :'r1') ORDER BY id;
+ALTER TABLE labels DROP COLUMN title;
+SELECT j FROM worlds.sql(format('select * from labels as of %L order by id', :'r1')) j;
+SELECT j FROM worlds.sql(format('select * from labels as of %L order by id', :'r2')) j;
 -- inside a world, AS OF reads main as it was
 SELECT * FROM worlds.sql('create world tt');
 SET worlds.world = tt;

@@ -48,15 +48,17 @@ CREATE TABLE worlds.tables (
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
 
--- Columns added to or dropped from tracked tables after tracking began, for AS OF's "schema as it was"
--- (a column with no row here has been there since tracking began).
+-- Columns added to, dropped from or renamed in tracked tables after tracking began, for AS OF's "schema
+-- as it was" (a column with no row here has been there, so named, since tracking began). A rename is a row
+-- of its own: the name the column had until `dropped`.
 CREATE TABLE worlds.column_log (
     tabno    integer NOT NULL,
     attnum   int2 NOT NULL,
     attname  text NOT NULL,
     typ      text NOT NULL,                  -- format_type of the column
     added    timestamptz,                    -- null: there since tracking began
-    dropped  timestamptz                     -- null: still there
+    dropped  timestamptz,                    -- null: still there
+    renamed  boolean NOT NULL DEFAULT false  -- the row is a former name (until `dropped`), not a column
 );
 CREATE INDEX ON worlds.column_log (tabno, attnum);
 

@@ -85,6 +85,14 @@ END $$;
 --   same_shape: the table's columns as they are now (a column added since reads as NULL) — worlds.as_of
 --   otherwise: its columns as they were then (added since: absent; dropped since: present) — AS OF in
 --   statements. A tracked table dropped since `at` is read from its history.
+-- The name a column had at `at` (its name now, or when it was dropped, unless renamed since `at`).
+CREATE FUNCTION worlds._name_at(tabno integer, attnum int2, at timestamptz, later_name text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT l.attname FROM worlds.column_log l
+                     WHERE l.tabno = $1 AND l.attnum = $2 AND l.renamed AND l.dropped > $3
+                     ORDER BY l.dropped LIMIT 1), $4)
+$$;
+
 CREATE FUNCTION worlds._as_of_query(source text, at timestamptz, same_shape boolean) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -100,6 +108,7 @@ DECLARE
     bcols text[] := '{}';
     hcols text[] := '{}';
     when_lit text := quote_literal(at::text) || '::timestamptz';
+    was text;
 BEGIN
     rel := to_regclass(source);
     IF rel IS NOT NULL THEN
@@ -116,19 +125,23 @@ BEGIN
                     CONTINUE WHEN NOT same_shape;
                     bcols := bcols || format('NULL::%s AS %I', a.typ, a.name);
                     hcols := hcols || format('NULL::%s', a.typ);
+                    outs := outs || format('x.%I', a.name);
                 ELSE
-                    bcols := bcols || format('_w_main.%I', a.name);
+                    -- read under the name it had then (history's column is renamed with the table's)
+                    was := CASE WHEN same_shape THEN a.name ELSE worlds._name_at(t.tabno, a.attnum::int2, at, a.name) END;
+                    bcols := bcols || format('_w_main.%I AS %I', a.name, was);
                     hcols := hcols || format('h.%I', a.name);
+                    outs := outs || format('x.%I', was);
                 END IF;
-                outs := outs || format('x.%I', a.name);
             ELSIF NOT same_shape THEN
-                SELECT * INTO l FROM worlds.column_log x WHERE x.tabno = t.tabno AND x.attnum = a.attnum
+                SELECT * INTO l FROM worlds.column_log x WHERE x.tabno = t.tabno AND x.attnum = a.attnum AND NOT x.renamed
                     AND x.dropped > at AND (x.added IS NULL OR x.added <= at);
                 CONTINUE WHEN NOT FOUND;
+                was := worlds._name_at(t.tabno, a.attnum::int2, at, l.attname);
                 -- rows unchanged since still hold a dropped column's value in the heap
-                bcols := bcols || format('worlds._dropped_value(%s::oid, _w_main.ctid, %s::int2, NULL::%s) AS %I', rel::oid, a.attnum, l.typ, l.attname);
+                bcols := bcols || format('worlds._dropped_value(%s::oid, _w_main.ctid, %s::int2, NULL::%s) AS %I', rel::oid, a.attnum, l.typ, was);
                 hcols := hcols || format('h.%I', l.attname);
-                outs := outs || format('x.%I', l.attname);
+                outs := outs || format('x.%I', was);
             END IF;
         END LOOP;
     ELSE
@@ -149,12 +162,15 @@ BEGIN
         changes := gone.changes;
         FOR a IN SELECT n.attnum, n.name FROM unnest(gone.columns) WITH ORDINALITY AS n(name, attnum) WHERE n.name IS NOT NULL ORDER BY n.attnum LOOP
             CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.column_log x WHERE x.tabno = gone.tabno AND x.attnum = a.attnum AND x.added > at);
-            hcols := hcols || format('h.%I', a.name);
-            outs := outs || format('x.%I', a.name);
+            was := worlds._name_at(gone.tabno, a.attnum::int2, at, a.name);
+            hcols := hcols || format('h.%I AS %I', a.name, was);
+            outs := outs || format('x.%I', was);
         END LOOP;
-        FOR l IN SELECT * FROM worlds.column_log x WHERE x.tabno = gone.tabno AND x.dropped > at AND (x.added IS NULL OR x.added <= at) ORDER BY x.attnum LOOP
-            hcols := hcols || format('h.%I', l.attname);
-            outs := outs || format('x.%I', l.attname);
+        FOR l IN SELECT * FROM worlds.column_log x WHERE x.tabno = gone.tabno AND NOT x.renamed AND x.dropped > at
+                   AND (x.added IS NULL OR x.added <= at) ORDER BY x.attnum LOOP
+            was := worlds._name_at(gone.tabno, l.attnum, at, l.attname);
+            hcols := hcols || format('h.%I AS %I', l.attname, was);
+            outs := outs || format('x.%I', was);
         END LOOP;
     END IF;
     IF cardinality(outs) = 0 THEN

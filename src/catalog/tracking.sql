@@ -520,9 +520,12 @@ BEGIN
              FROM pg_attribute c WHERE c.attrelid = t.relid AND c.attnum > 0 ORDER BY c.attnum LOOP
         IF a.new AND NOT a.attisdropped THEN
             INSERT INTO worlds.column_log (tabno, attnum, attname, typ, added) VALUES (t.tabno, a.attnum, a.name, a.typ, clock_timestamp());
+        ELSIF NOT a.attisdropped AND a.was IS NOT NULL AND a.was <> a.name THEN
+            INSERT INTO worlds.column_log (tabno, attnum, attname, typ, dropped, renamed)
+            VALUES (t.tabno, a.attnum, a.was, a.typ, clock_timestamp(), true);
         ELSIF a.attisdropped AND a.was IS NOT NULL THEN
             -- the type as history keeps it (a dropped column's type is gone from pg_attribute)
-            UPDATE worlds.column_log SET dropped = clock_timestamp() WHERE tabno = t.tabno AND attnum = a.attnum AND dropped IS NULL;
+            UPDATE worlds.column_log SET dropped = clock_timestamp() WHERE tabno = t.tabno AND attnum = a.attnum AND dropped IS NULL AND NOT renamed;
             IF NOT FOUND THEN
                 INSERT INTO worlds.column_log (tabno, attnum, attname, typ, dropped)
                 SELECT t.tabno, a.attnum, a.was, format_type(h.atttypid, h.atttypmod), clock_timestamp()
