@@ -24,3 +24,7 @@ SELECT count(*) FROM worlds.alter_world('short_lived', ttl => '1 millisecond');
 SELECT count(*) FROM worlds.alter_world('has_forks', ttl => '1 millisecond');
 SELECT pg_sleep(0.01);
 SELECT name FROM worlds.show_worlds() ORDER BY name;
+-- a TTL that has already passed is refused (22023), nothing changed
+SELECT try($$select * from worlds.sql('alter world agent_7 set ttl ''-1 second''')$$);
+SELECT try($$select * from worlds.sql('alter world agent_7 set ttl ''0''')$$);
+SELECT name FROM worlds.show_worlds() WHERE name = 'agent_7';

@@ -26,6 +26,8 @@ SELECT try($$select * from worlds.sql('create world agent_7')$$);
 SELECT try($$select * from worlds.sql('create world x from nope')$$);
 SELECT try($$select * from worlds.sql('create world x meta ''not json''')$$);
 SELECT try($$select * from worlds.sql('create world x with (_worlds_secret = 1)')$$);
+SELECT try($$select * from worlds.sql('create world x with (_sonos_x = 1)')$$);
+SELECT try($$select * from worlds.sql('create world x meta ''{"_sonos": 1}''')$$);
 SELECT try($$select * from worlds.sql('create world x with (run_id = 5)')$$);
 SELECT try(format('select worlds.create_world(%L, meta => %L)', 'big', jsonb_build_object('pad', repeat('x', 70000))));
 -- names: a dash needs quotes (42601); empty or @ (42602); _tx_ and MERGE's own words (42939)

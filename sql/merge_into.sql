@@ -43,3 +43,5 @@ SELECT * FROM worlds.sql('diff world x to y');
 SELECT * FROM worlds.sql('diff world main to x');
 SELECT * FROM worlds.sql('diff world x to main as sql');
 SELECT id, change, columns FROM (SELECT j ->> 'id' AS id, j ->> 'change' AS change, j -> 'columns' AS columns FROM worlds.sql('diff world p to main') j) d;
+-- SHOW HISTORY of the world merged into: the merge is its `merged ...` event, not a write of its own
+SELECT j ->> 'event' AS event, j ->> 'rows' AS rows FROM worlds.sql('show history for world x') j;

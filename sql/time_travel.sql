@@ -100,6 +100,14 @@ SELECT count(*) FROM worlds.sql(format('select * from orders as of %L', (SELECT 
 SELECT count(*) FROM worlds.sql(format('select o.id from orders o as of %L', (SELECT at FROM t0)));
 SELECT count(*) FROM worlds.sql(format('select o.id from orders o for system_time as of %L;', (SELECT at FROM t0)));
 SELECT try($$select * from worlds.sql('select * from orders as of ''garbage''')$$);
+-- anything that isn't a time is 22P02, whatever its type; a bare now is the moment now; a timestamp or
+-- date value is UTC
+SELECT try($$select * from worlds.sql('select * from orders as of 42')$$);
+SELECT try($$select * from worlds.sql('select * from orders as of true')$$);
+SELECT try($$select * from worlds.sql('select * from orders as of interval ''1 hour''')$$);
+SELECT try($$select * from worlds.sql('restore world main to 1.5')$$);
+SELECT count(*) FROM worlds.sql('select * from orders as of now');
+SELECT worlds.moment((now() AT TIME ZONE 'UTC')::timestamp - interval '1 minute') = now() - interval '1 minute' AS timestamp_is_utc;
 -- 'name@when' for any world: its own writes up to then, on what it stood on at its fork
 SELECT * FROM worlds.sql('create world agent');
 SET worlds.world = agent;

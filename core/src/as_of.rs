@@ -54,7 +54,11 @@ pub fn rewrite_as_of_with(text: &str, mut reference: impl FnMut(&str, &str, &str
         let table_end = if alias.is_some() { table_start_end(&toks, table_start) } else { clause };
         let table = text[toks[table_start].start..toks[table_end - 1].end].to_string();
         let when_end = expression_end(&toks, when_start).ok_or_else(|| err(text, &toks[when_start]))?;
-        let when = text[toks[when_start].start..toks[when_end - 1].end].to_string();
+        let mut when = text[toks[when_start].start..toks[when_end - 1].end].to_string();
+        if when.eq_ignore_ascii_case("now") {
+            // a bare `now`, as the spec's table of moments writes it (not a column: AS OF reads no row)
+            when = "'now'".into();
+        }
         let mut next = when_end;
         if alias.is_none() {
             // FROM t AS OF when [AS] alias
@@ -204,6 +208,8 @@ mod tests {
     #[test]
     fn every_form() {
         assert_eq!(rw("SELECT * FROM orders AS OF '-1 hour'"), "SELECT * FROM worlds.as_of(NULL::orders, '-1 hour') AS orders");
+        assert_eq!(rw("select * from orders as of now"), "select * from worlds.as_of(NULL::orders, 'now') AS orders");
+        assert_eq!(rw("select * from orders as of NOW o"), "select * from worlds.as_of(NULL::orders, 'now') AS o");
         assert_eq!(rw("select * from orders o as of '-1 hour'"), "select * from worlds.as_of(NULL::orders, '-1 hour') AS o");
         assert_eq!(rw("select * from orders as of '-1 hour' as o"), "select * from worlds.as_of(NULL::orders, '-1 hour') AS o");
         assert_eq!(

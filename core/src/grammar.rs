@@ -1000,6 +1000,8 @@ impl Parser<'_> {
         }
         match &first.tok {
             Tok::Str(s) if first.start == last.start => Ok(RestoreTarget::When(s.clone())),
+            // a bare `now`, as the spec's table of moments writes it
+            Tok::Word(w) if first.start == last.start && w == "now" => Ok(RestoreTarget::When("now".into())),
             _ => Ok(RestoreTarget::Expr(self.text[first.start..last.end].to_string())),
         }
     }
@@ -1705,12 +1707,13 @@ mod tests {
             RestoreTarget::Expr("now() - interval '1 hour'".into())
         );
         assert_eq!(restore("restore world main to $1"), RestoreTarget::Expr("$1".into()));
+        assert_eq!(restore("restore world main to now"), RestoreTarget::When("now".into()));
+        assert_eq!(restore("restore world main to NOW;"), RestoreTarget::When("now".into()));
         assert_eq!(restore("restore world main to now() -- then\n;"), RestoreTarget::Expr("now()".into()));
         assert_eq!(
             restore("restore world main to '2026-09-20'::date ;  "),
             RestoreTarget::Expr("'2026-09-20'::date".into())
         );
-        assert_eq!(restore("restore world main to now"), RestoreTarget::Expr("now".into()));
         assert_eq!(restore("restore world main to (now())"), RestoreTarget::Expr("(now())".into()));
         assert_eq!(restore("restore world main to E'-1\\x20hour'"), RestoreTarget::When("-1 hour".into()));
         assert_eq!(

@@ -35,6 +35,25 @@ fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Result columns as JSON keys: a name seen before gets the first free `_1`, `_2`, ... suffix (JSON keeps
+/// one value per key: `now.status, old.status` would otherwise lose one).
+pub fn unique_column_names(names: &[String]) -> Vec<String> {
+    let mut taken: std::collections::HashSet<String> = names.iter().cloned().collect();
+    let mut seen = std::collections::HashSet::new();
+    names
+        .iter()
+        .map(|n| {
+            if seen.insert(n.clone()) {
+                return n.clone();
+            }
+            let fresh = (1..).map(|i| format!("{n}_{i}")).find(|c| !taken.contains(c)).unwrap();
+            taken.insert(fresh.clone());
+            seen.insert(fresh.clone());
+            fresh
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +113,13 @@ mod tests {
         assert_eq!(check_world_name("ü_tx_"), Ok(()));
         assert_eq!(check_world_name("_tü"), Ok(()));
         assert_eq!(check_world_name("_txü"), Ok(()));
+    }
+
+    #[test]
+    fn duplicate_result_columns_get_suffixes() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(unique_column_names(&v(&["id", "status", "status"])), v(&["id", "status", "status_1"]));
+        assert_eq!(unique_column_names(&v(&["a", "a", "a_1", "a"])), v(&["a", "a_2", "a_1", "a_3"]));
+        assert_eq!(unique_column_names(&v(&["x", "y"])), v(&["x", "y"]));
     }
 }

@@ -50,8 +50,8 @@ BEGIN
         RAISE EXCEPTION 'world metadata must be a JSON object' USING ERRCODE = 'invalid_text_representation';
     END IF;
     FOR k IN SELECT jsonb_object_keys(meta) LOOP
-        IF k LIKE '\_worlds%' THEN
-            RAISE EXCEPTION 'metadata key "%" is reserved: keys starting with _worlds are the database''s own', k
+        IF k LIKE '\_worlds%' OR k LIKE '\_sonos%' THEN
+            RAISE EXCEPTION 'metadata key "%" is reserved: keys starting with _worlds or _sonos are the database''s own', k
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF k IN ('run_id', 'prompt_version', 'model', 'tool_schema') AND jsonb_typeof(meta -> k) NOT IN ('string', 'null') THEN
@@ -245,6 +245,9 @@ BEGIN
         PERFORM worlds._checked_meta(m);
         UPDATE worlds.world SET meta = m WHERE num = w.num;
         INSERT INTO worlds.event (world, event) VALUES (w.num, 'metadata changed');
+    END IF;
+    IF ttl IS NOT NULL AND clock_timestamp() + ttl <= clock_timestamp() THEN
+        RAISE EXCEPTION 'TTL must be a positive interval, not %', ttl USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF ttl IS NOT NULL THEN
         UPDATE worlds.world SET expires = clock_timestamp() + ttl WHERE num = w.num;

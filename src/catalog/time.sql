@@ -64,6 +64,29 @@ END $$;
 CREATE FUNCTION worlds.moment(t timestamptz) RETURNS timestamptz
 LANGUAGE sql STABLE AS $$ SELECT worlds._in_window(t) $$;
 
+-- A timestamp or date value has no offset: it is UTC, as a written time is.
+CREATE FUNCTION worlds.moment(t timestamp) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$ SELECT worlds._in_window(t AT TIME ZONE 'UTC') $$;
+
+CREATE FUNCTION worlds.moment(d date) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$ SELECT worlds._in_window(d::timestamp AT TIME ZONE 'UTC') $$;
+
+-- Any other value is not a time (22P02), whatever its type.
+CREATE FUNCTION worlds._not_a_time(v text) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RAISE EXCEPTION 'AS OF needs a time: % is not a time, now, or a time ago (''-1 hour'')', coalesce(v, 'NULL')
+        USING ERRCODE = 'invalid_text_representation';
+END $$;
+CREATE FUNCTION worlds.moment(v smallint) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v bigint) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v numeric) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v double precision) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v boolean) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v interval) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+CREATE FUNCTION worlds.moment(v jsonb) RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT worlds._not_a_time(v::text) $$;
+
 CREATE FUNCTION worlds._in_window(t timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE AS $$
 BEGIN

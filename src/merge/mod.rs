@@ -365,16 +365,20 @@ fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit:
         pgrx::notice!("{}: {}", label, summary);
     }
     let mut out = Vec::new();
-    for pass in [true, false] {
+    // deleted rows first, then the rest; a page (LIMIT) stays in key order, so the next can start after
+    // its last key
+    let passes: &[Option<bool>] = if limit.is_some() { &[None] } else { &[Some(true), Some(false)] };
+    for &pass in passes {
         for (table, layout, rows) in &tables {
+            let order = live_columns(layout.relid);
             for (key, before, after) in rows {
-                if (change_kind(before, after) == "delete") != pass {
+                if pass.is_some_and(|deletes| (change_kind(before, after) == "delete") != deletes) {
                     continue;
                 }
                 if as_sql_out {
-                    out.push(serde_json::json!({ "sql": as_sql(table, layout, before, after) }));
+                    out.push(serde_json::json!({ "sql": as_sql(table, layout, &order, before, after) }));
                 } else {
-                    let cols = changed_columns(before.as_ref(), after.as_ref());
+                    let cols = in_table_order(changed_columns(before.as_ref(), after.as_ref()), &order);
                     out.push(serde_json::json!({
                         "table": short_name(table), "id": key, "change": change_kind(before, after),
                         "before": before, "after": after, "columns": cols,
@@ -491,7 +495,13 @@ fn sql_literal(v: &Value) -> String {
 
 /// A statement that makes the same change on the other side. Values go through Postgres's input
 /// functions as literals, so every type round-trips.
-fn as_sql(table: &str, layout: &Layout, before: &Option<Value>, after: &Option<Value>) -> String {
+/// Column names in the table's order (names it no longer has last, by name).
+fn in_table_order(mut cols: Vec<String>, order: &[String]) -> Vec<String> {
+    cols.sort_by_key(|c| (order.iter().position(|o| o == c).unwrap_or(usize::MAX), c.clone()));
+    cols
+}
+
+fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>, after: &Option<Value>) -> String {
     let key_where = |row: &Value| {
         layout
             .key_columns
@@ -502,16 +512,16 @@ fn as_sql(table: &str, layout: &Layout, before: &Option<Value>, after: &Option<V
     };
     match (before, after) {
         (None, Some(a)) => {
-            let m = a.as_object().unwrap();
+            let cols = in_table_order(a.as_object().unwrap().keys().cloned().collect(), order);
             format!(
                 "INSERT INTO {table} ({}) VALUES ({});",
-                m.keys().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
-                m.values().map(sql_literal).collect::<Vec<_>>().join(", ")
+                cols.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
+                cols.iter().map(|k| sql_literal(&a[k])).collect::<Vec<_>>().join(", ")
             )
         }
         (Some(b), None) => format!("DELETE FROM {table} WHERE {};", key_where(b)),
         (Some(b), Some(a)) => {
-            let cols = changed_columns(Some(b), Some(a));
+            let cols = in_table_order(changed_columns(Some(b), Some(a)), order);
             format!(
                 "UPDATE {table} SET {} WHERE {};",
                 cols.iter().map(|c| format!("{} = {}", quote_ident(c), sql_literal(&a[c]))).collect::<Vec<_>>().join(", "),
@@ -692,7 +702,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         let applied = match &target_world {
             None => apply(&plan, &world),
-            Some(t) => with_world(Some(t.clone()), || apply(&plan, &world)),
+            Some(t) => with_world(Some(t.clone()), || crate::storage::writes::as_merge_writes(|| apply(&plan, &world))),
         };
         let partial = only_tables.is_some() || only_keys.is_some();
         let target_name = target_name.as_str();

@@ -17,7 +17,7 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
     match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {
         Ok(Some(query)) => {
             let query = query.trim_end().trim_end_matches(';').to_string();
-            return SetOfIterator::new(rows(&query, &[]).into_iter().map(JsonB));
+            return SetOfIterator::new(select_rows(&query).into_iter().map(JsonB));
         }
         Ok(None) => {}
         Err(e) => raise_with(e.sqlstate, e.message, Some(format!("at character {} of the statement", e.position)), None),
@@ -63,6 +63,21 @@ fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
     })
+}
+
+/// A user's SELECT as JSON objects, keyed by its result column names; a name that repeats (`now.status,
+/// old.status`) gets a suffix (`status_1`), as a JSON object keeps one value per key.
+fn select_rows(sql: &str) -> Vec<serde_json::Value> {
+    let names: Vec<String> = Spi::connect(|c| {
+        let t = c.select(&format!("SELECT * FROM ({sql}) r LIMIT 0"), None, &[]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
+        (1..=t.columns().unwrap_or(0)).map(|i| t.column_name(i).unwrap_or_default()).collect()
+    });
+    let unique = worlds_core::names::unique_column_names(&names);
+    if unique == names {
+        return rows(sql, &[]);
+    }
+    let aliases = unique.iter().map(|n| crate::storage::overlay::quote_ident(n)).collect::<Vec<_>>().join(", ");
+    rows(&format!("SELECT * FROM ({sql}) r({aliases})"), &[])
 }
 
 /// Runs a function returning a tag (text) and returns it as {"tag": ...}.

@@ -775,6 +775,23 @@ thread_local! {
     static COMMIT_EVENT: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
+thread_local! {
+    /// Set while a merge writes into a world: its `merged ...` events say it, not a `write` of its own.
+    static MERGE_WRITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a merge's writes into a world) without SHOW HISTORY `write` events for them.
+pub fn as_merge_writes<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            MERGE_WRITING.with(|m| m.set(self.0));
+        }
+    }
+    let _reset = Reset(MERGE_WRITING.with(|m| m.replace(true)));
+    f()
+}
+
 /// A world's version moves on once per write statement (and its `active` time with it).
 fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
@@ -789,7 +806,9 @@ fn bump_version(world: &World) {
     // `commit` (the event goes with the transaction if it rolls back)
     let in_block = crate::route::explicit_transaction_block();
     let (xact, xact_event) = COMMIT_EVENT.with(|c| c.get());
-    let event = if in_block && xact == stmt.0 && xact_event != 0 {
+    let event = if MERGE_WRITING.with(|m| m.get()) {
+        0 // the merge's own event says it
+    } else if in_block && xact == stmt.0 && xact_event != 0 {
         as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + 1 WHERE seq = $1", &[xact_event.into()])).ok();
         xact_event
     } else {
