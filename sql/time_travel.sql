@@ -251,3 +251,18 @@ INSERT INTO u VALUES (13, 'gone');
 ROLLBACK;
 RESET worlds.world;
 SELECT world, event, rows FROM worlds.show_history('hx');
+-- main's own writes are events too, read from its history: a statement is a write, a transaction block
+-- a commit; what a merge brought in is its `merged ...` event only
+CREATE TABLE hm (id int PRIMARY KEY, v text);
+INSERT INTO hm VALUES (1, 'a'), (2, 'b');
+BEGIN;
+UPDATE hm SET v = 'c' WHERE id = 1;
+DELETE FROM hm WHERE id = 2;
+COMMIT;
+SELECT world, event, rows FROM worlds.show_history('main', "limit" => 2);
+SELECT * FROM worlds.sql('create world hm_w');
+SET worlds.world = hm_w;
+UPDATE hm SET v = 'from hm_w' WHERE id = 1;
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world hm_w');
+SELECT j ->> 'world' AS world, j ->> 'event' AS event, j ->> 'rows' AS rows FROM worlds.sql('show history for world main limit 3') j;

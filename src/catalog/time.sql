@@ -253,11 +253,37 @@ BEGIN
         RAISE EXCEPTION 'world "%" does not exist', target USING ERRCODE = 'invalid_catalog_name';
     END IF;
     RETURN QUERY
-    SELECT e.at, w.name, e.event, e.rows
-    FROM worlds.event e JOIN worlds.world w ON w.num = e.world
-    WHERE e.world = ANY (nums) AND e.at >= now() - worlds.history_retention()
-    ORDER BY e.seq DESC
+    SELECT x.at, x.name, x.event, x.rows FROM (
+        SELECT e.at, w.name, e.event, e.rows, e.seq
+        FROM worlds.event e JOIN worlds.world w ON w.num = e.world
+        WHERE e.world = ANY (nums) AND e.at >= now() - worlds.history_retention()
+        UNION ALL
+        -- main's own writes are in its history, not in worlds.event (main pays nothing more for them)
+        SELECT m.at, 'main', m.event, m.rows, NULL
+        FROM worlds._main_writes(now() - worlds.history_retention()) m WHERE 0 = ANY (nums)
+    ) x
+    ORDER BY x.at DESC, x.seq DESC NULLS LAST
     LIMIT coalesce("limit", 100);
+END $$;
+
+-- Main's writes since a moment, from the history of every tracked table (dropped ones too): one event per
+-- transaction, a `write` (one statement) or a `commit` (several), with the rows it changed. Changes a
+-- merge brought in are its `merged ...` event, not writes. O(history in the window). It reads history as
+-- its owner (any role may see when main was written and how much, as SHOW HISTORY shows for worlds).
+CREATE FUNCTION worlds._main_writes(since timestamptz) RETURNS SETOF worlds.history_row
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    parts text[];
+BEGIN
+    SELECT array_agg(format('SELECT _w_xid, _w_at FROM %s WHERE _w_at >= $1 AND _w_src IS NULL', c))
+    INTO parts
+    FROM (SELECT changes AS c FROM worlds.tables UNION ALL SELECT changes FROM worlds.dropped_table) t;
+    IF parts IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT max(_w_at), ''main''::text, CASE WHEN count(DISTINCT _w_at) > 1 THEN ''commit'' ELSE ''write'' END, count(*)
+         FROM (%s) h GROUP BY _w_xid', array_to_string(parts, ' UNION ALL ')) USING since;
 END $$;
 
 -- Deletes history older than history_retention that no live world still needs (entries before every
