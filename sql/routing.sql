@@ -56,6 +56,15 @@ SELECT (SELECT sum(price) FROM items) AS total, EXISTS (SELECT 1 FROM orders WHE
 COPY items TO STDOUT;
 COPY items (id, name) TO STDOUT;
 COPY (SELECT id FROM items WHERE id > 5 ORDER BY id) TO STDOUT;
+-- CREATE TABLE AS, SELECT INTO and cursors read the world too
+CREATE TEMP TABLE items_copy AS SELECT * FROM items;
+SELECT count(*) = (SELECT count(*) FROM items) AND sum(price) = (SELECT sum(price) FROM items) AS same_as_world FROM items_copy;
+SELECT id, name INTO TEMP items_into FROM items WHERE id > 5;
+SELECT * FROM items_into ORDER BY id;
+BEGIN;
+DECLARE items_cursor CURSOR FOR SELECT id, name FROM items ORDER BY id DESC;
+FETCH 2 FROM items_cursor;
+COMMIT;
 -- COPY FROM writes the world (through a temporary staging table); the world's constraints hold
 COPY items (id, name, price) FROM STDIN;
 8	eight	80

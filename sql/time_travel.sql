@@ -185,11 +185,19 @@ SELECT * FROM worlds.as_of(NULL::labels, :'r1') ORDER BY id;
 ALTER TABLE labels DROP COLUMN title;
 SELECT j FROM worlds.sql(format('select * from labels as of %L order by id', :'r1')) j;
 SELECT j FROM worlds.sql(format('select * from labels as of %L order by id', :'r2')) j;
--- inside a world, AS OF reads main as it was
+-- inside a world, AS OF reads the world as it was ('tt@when': its own writes up to then, on main as of
+-- its fork); before the world existed: 22023
 SELECT * FROM worlds.sql('create world tt');
 SET worlds.world = tt;
 UPDATE shapes SET kind = 'world' WHERE id = 2;
-SELECT j FROM worlds.sql(format('select id, kind from shapes as of %L order by id', :'t2')) j;
+SELECT pg_sleep(0.02);
+SELECT clock_timestamp() AS tw \gset
+SELECT pg_sleep(0.02);
+UPDATE shapes SET kind = 'world again' WHERE id = 2;
+DELETE FROM shapes WHERE id = 1;
+SELECT j FROM worlds.sql(format('select id, kind from shapes as of %L order by id', :'tw')) j;
+SELECT j FROM worlds.sql(format('select now.id, now.kind, old.kind from shapes now right join shapes as of %L old on old.id = now.id order by old.id', :'tw')) j;
+SELECT left(try(format('select * from worlds.sql(%L)', format('select * from shapes as of %L', :'t2'))), 5) AS sqlstate;
 RESET worlds.world;
 -- a role reads the past only of what it may read now (a dropped table: superusers only)
 CREATE ROLE tt_reader;

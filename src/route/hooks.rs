@@ -74,7 +74,15 @@ unsafe extern "C-unwind" fn post_parse_analyze(
         if let Some(prev) = PREV_POST_PARSE_ANALYZE {
             pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
         }
-        if routing_active() && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && overlay::routing_world().is_some() {
+        if (*query).commandType == pg_sys::CmdType::CMD_UTILITY {
+            // DECLARE CURSOR and CREATE TABLE AS / SELECT INTO hold their analysed query inside (other
+            // utility statements are analysed without a snapshot: no catalog lookups for them)
+            if let Some(inner) = utility_query((*query).utilityStmt) {
+                if routing_active() && overlay::routing_world().is_some() {
+                    route_query(inner);
+                }
+            }
+        } else if routing_active() && overlay::routing_world().is_some() {
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 super::merge_command::remember(pstate, query);
             }
@@ -92,6 +100,32 @@ struct RouteContext {
 thread_local! {
     /// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
     static ROUTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The analysed query a utility statement runs: DECLARE CURSOR's, CREATE TABLE AS's (also under EXPLAIN).
+unsafe fn utility_query(stmt: *mut pg_sys::Node) -> Option<*mut pg_sys::Query> {
+    unsafe {
+        if stmt.is_null() {
+            return None;
+        }
+        let inner = match (*stmt).type_ {
+            pg_sys::NodeTag::T_DeclareCursorStmt => (*(stmt as *mut pg_sys::DeclareCursorStmt)).query,
+            pg_sys::NodeTag::T_CreateTableAsStmt => (*(stmt as *mut pg_sys::CreateTableAsStmt)).query,
+            pg_sys::NodeTag::T_ExplainStmt => {
+                let q = (*(stmt as *mut pg_sys::ExplainStmt)).query;
+                // EXPLAIN of a plain query is routed when it is planned; EXPLAIN CREATE TABLE AS is not
+                if !q.is_null() && (*q).type_ == pg_sys::NodeTag::T_Query {
+                    let q = q as *mut pg_sys::Query;
+                    if (*q).commandType == pg_sys::CmdType::CMD_UTILITY {
+                        return utility_query((*q).utilityStmt);
+                    }
+                }
+                return None;
+            }
+            _ => return None,
+        };
+        (!inner.is_null() && (*inner).type_ == pg_sys::NodeTag::T_Query).then_some(inner as *mut pg_sys::Query)
+    }
 }
 
 unsafe fn merge_into_tracked(query: *mut pg_sys::Query) -> bool {

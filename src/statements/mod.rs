@@ -37,6 +37,9 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
 /// `table AS OF when alias` as a sub-query: the moment is evaluated first (22P02 / 22023 as AS OF says),
 /// then worlds._as_of_query builds the read for the schema of that moment.
 fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
+    if let Some(world) = crate::storage::overlay::session_world().filter(|w| w.num > 0 && !w.read_only) {
+        return world_as_of_reference(&world.name, table, when, alias);
+    }
     // `when` is an expression of the caller's own statement (a literal, a cast, a sub-query...): it is
     // evaluated as SQL, as the caller, as the statement itself would be; the table name is a parameter
     let query = Spi::connect_mut(|c| {
@@ -63,6 +66,35 @@ fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
     })
+}
+
+/// AS OF inside a world reads the world as it was ('name@when': its own writes up to then, on what it
+/// stood on): the table is read once through that moment of the world into a temporary table (dropped at
+/// commit), with the table's columns (a world's schema is main's). O(table); 22023 before the world
+/// existed, 55000 before its last rebase.
+fn world_as_of_reference(world: &str, table: &str, when: &str, alias: &str) -> String {
+    // `when` is the caller's own expression, evaluated as the caller (see as_of_reference)
+    let at = Spi::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten().unwrap_or_default();
+    let past = crate::storage::overlay::past_of(world, &at);
+    let n = AS_OF_COPIES.with(|c| {
+        c.set(c.get() + 1);
+        c.get()
+    });
+    let copy = format!("_worlds_as_of_{n}");
+    let Some(relation) = Spi::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()]).ok().flatten() else {
+        raise("42P01", format!("relation \"{table}\" does not exist"));
+    };
+    // read as the caller, routed to the world's moment
+    crate::storage::overlay::with_world(Some(past), || {
+        Spi::run(&format!("CREATE TEMP TABLE {copy} ON COMMIT DROP AS SELECT * FROM {relation}"))
+    })
+    .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+    format!("(SELECT * FROM pg_temp.{copy}) AS {alias}")
+}
+
+thread_local! {
+    /// Numbers the temporary copies AS OF makes inside a world.
+    static AS_OF_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// A user's SELECT as JSON objects, keyed by its result column names; a name that repeats (`now.status,
