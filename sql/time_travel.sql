@@ -164,6 +164,32 @@ SELECT * FROM worlds.as_of(NULL::shapes, :'t2') ORDER BY id;
 SELECT j FROM worlds.sql(format('select * from scratch as of %L order by id', :'t2')) j;
 SELECT try($$select * from worlds.sql('select * from scratch as of ''now''')$$);
 SELECT try($$select * from worlds.sql('select * from no_such_table as of ''-1 second''')$$);
+-- a time written out is rebuilt from history once, then cached: later statements read the cached copy,
+-- with the same rows (and schema) as the rebuild; a role still needs SELECT on the table (42501)
+CREATE TABLE stock (id int PRIMARY KEY, qty int);
+INSERT INTO stock SELECT g, g FROM generate_series(1, 50) g;
+SELECT pg_sleep(0.02);
+SELECT clock_timestamp() AS ts \gset
+SELECT pg_sleep(0.02);
+UPDATE stock SET qty = qty * 10 WHERE id % 10 = 0;
+DELETE FROM stock WHERE id = 1;
+INSERT INTO stock VALUES (51, 51);
+ALTER TABLE stock ADD COLUMN note text;
+SELECT j FROM worlds.sql(format('select count(*), sum(qty) from stock as of %L', :'ts')) j;
+SELECT count(*) AS cached_moments FROM worlds.as_of_cache c JOIN worlds.tables t USING (tabno) WHERE t.relid = 'stock'::regclass;
+UPDATE stock SET qty = 0;
+SELECT j FROM worlds.sql(format('select count(*), sum(qty) from stock as of %L', :'ts')) j;
+SELECT j FROM worlds.sql(format('select * from stock as of %L where id = 10', :'ts')) j;
+SELECT count(*), sum(qty) FROM worlds.as_of(NULL::stock, :'ts');
+CREATE ROLE tt_cache;
+SET ROLE tt_cache;
+SELECT left(try(format('select * from worlds.sql(%L)', format('select count(*) from stock as of %L', :'ts'))), 5) AS sqlstate;
+RESET ROLE;
+DROP ROLE tt_cache;
+-- the purge drops moments the history window no longer reaches
+SELECT worlds._purge_as_of_cache(now());
+SELECT count(*) AS cached_moments FROM worlds.as_of_cache;
+SELECT count(*) AS copies_left FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relname LIKE 'c\_%';
 -- a renamed column reads under the name it had then (renamed twice: each moment its own name); dropped
 -- after a rename, it reads under its name of then too
 CREATE TABLE labels (id int PRIMARY KEY, txt text);

@@ -315,6 +315,7 @@ BEGIN
         DELETE FROM worlds.column_log l WHERE l.tabno = gone.tabno;
     END LOOP;
     DELETE FROM worlds.column_log l WHERE l.dropped < cutoff;
+    PERFORM worlds._purge_as_of_cache(cutoff);
     FOR t IN SELECT * FROM worlds.tables LOOP
         FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
             EXECUTE format($q$
@@ -330,4 +331,89 @@ BEGIN
         END LOOP;
     END LOOP;
     RETURN n;
+END $$;
+
+-- AS OF a fixed time: "rebuilt from history once, then cached" (the spec). A past moment never changes
+-- once no transaction that began before it can still commit, so its rows are kept in an unlogged copy
+-- in worlds_data and later statements read that instead of rebuilding them. At most
+-- worlds._as_of_cache_per_table() moments per table (the least recently used go); the purge drops copies
+-- of moments the history window no longer reaches and of tables no longer tracked.
+CREATE TABLE worlds.as_of_cache (
+    tabno integer NOT NULL,
+    at    timestamptz NOT NULL,
+    relation regclass NOT NULL,
+    used  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (tabno, at)
+);
+
+CREATE FUNCTION worlds._as_of_cache_per_table() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$;
+
+-- The cached copy of rel as it was at `at` (made now if need be), or NULL when it can't be cached: a
+-- transaction that began before `at` is still open (it may yet commit changes dated before it), the table
+-- has row-level security (the copy would hold rows the role may not see), or nothing may be written
+-- (a read-only transaction, a standby). Runs as the extension's owner; readers are checked by
+-- worlds._require_select.
+CREATE FUNCTION worlds._as_of_cached(rel regclass, at timestamptz) RETURNS regclass
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $$
+DECLARE
+    t worlds.tables;
+    found_copy regclass;
+    name text;
+    old record;
+BEGIN
+    IF current_setting('transaction_read_only')::boolean OR pg_is_in_recovery() THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF NOT FOUND OR (SELECT relrowsecurity FROM pg_class WHERE oid = rel) THEN
+        RETURN NULL;
+    END IF;
+    SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+    IF found_copy IS NULL THEN
+        IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE xact_start <= _as_of_cached.at AND pid <> pg_backend_pid()
+                   AND backend_type = 'client backend') THEN
+            RETURN NULL;
+        END IF;
+        -- one session builds a moment; the others wait for it and find it made
+        PERFORM pg_advisory_xact_lock(hashtext('pg_worlds as_of'), t.tabno);
+        SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+    END IF;
+    IF found_copy IS NOT NULL THEN
+        UPDATE worlds.as_of_cache c SET used = clock_timestamp() WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+        RETURN found_copy;
+    END IF;
+    name := format('c_%s_%s', t.tabno, to_char(at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS'));
+    EXECUTE format('CREATE UNLOGGED TABLE worlds_data.%I AS %s', name, worlds._as_of_query(rel::text, at, false));
+    EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', name);
+    found_copy := format('worlds_data.%I', name)::regclass;
+    INSERT INTO worlds.as_of_cache (tabno, at, relation) VALUES (t.tabno, at, found_copy);
+    FOR old IN SELECT * FROM worlds.as_of_cache c WHERE c.tabno = t.tabno
+               ORDER BY c.used DESC OFFSET worlds._as_of_cache_per_table() LOOP
+        EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
+        DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
+    END LOOP;
+    RETURN found_copy;
+END $$;
+
+-- 42501 unless the role may read the table now (a cached moment is read with the rights the table gives).
+CREATE FUNCTION worlds._require_select(rel regclass) RETURNS void  -- runs as the caller (install.sql)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT has_table_privilege(rel, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for table %', (SELECT relname FROM pg_class WHERE oid = rel)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
+-- Drops cached moments the history window no longer reaches, and those of tables no longer tracked.
+CREATE FUNCTION worlds._purge_as_of_cache(cutoff timestamptz) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    old record;
+BEGIN
+    FOR old IN SELECT * FROM worlds.as_of_cache c
+               WHERE c.at < cutoff OR NOT EXISTS (SELECT 1 FROM worlds.tables t WHERE t.tabno = c.tabno) LOOP
+        EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
+        DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
+    END LOOP;
 END $$;

@@ -42,6 +42,19 @@ fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
     }
     // `when` is an expression of the caller's own statement (a literal, a cast, a sub-query...): it is
     // evaluated as SQL, as the caller, as the statement itself would be; the table name is a parameter
+    if fixed_time(when) {
+        // a time written out: read from (or kept in) the cache of that moment
+        let cached = Spi::get_one_with_args::<String>(
+            &format!("SELECT c::text FROM worlds._as_of_cached(to_regclass($1), worlds.moment({when})) c"),
+            &[table.into()],
+        )
+        .ok()
+        .flatten();
+        if let Some(copy) = cached {
+            let relation = Spi::get_one_with_args::<String>("SELECT to_regclass($1)::oid::text", &[table.into()]).ok().flatten().unwrap_or_default();
+            return format!("(SELECT _w_copy.* FROM {copy} _w_copy, worlds._require_select({relation}::oid) _w_check) AS {alias}");
+        }
+    }
     let query = Spi::connect_mut(|c| {
         c.update(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()])
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))
@@ -66,6 +79,19 @@ fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
     })
+}
+
+/// Is the moment a time written out as a string ('2026-09-20 10:00')? Relative ones (now, '-1 hour') name
+/// a new moment each time: caching those would only churn.
+fn fixed_time(when: &str) -> bool {
+    let w = when.trim();
+    if w.len() < 2 || !w.starts_with('\'') || !w.ends_with('\'') {
+        return false;
+    }
+    let inner = w[1..w.len() - 1].replace("''", "'");
+    let inner = inner.trim().to_ascii_lowercase();
+    // (a cached moment is keyed by the time it resolved to, so this decides only what is worth keeping)
+    !inner.is_empty() && !inner.starts_with(['-', '+']) && !["now", "today", "tomorrow", "yesterday"].iter().any(|w| inner.contains(w))
 }
 
 /// AS OF inside a world reads the world as it was ('name@when': its own writes up to then, on what it
