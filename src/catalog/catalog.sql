@@ -86,8 +86,7 @@ CREATE TABLE worlds.event (
     xid    xid8 DEFAULT pg_current_xact_id_if_assigned()  -- the transaction (UNDO MERGE finds a merge's writes by it)
 );
 
-SELECT pg_catalog.pg_extension_config_dump('worlds.world', 'WHERE num <> 0');
-SELECT pg_catalog.pg_extension_config_dump('worlds.tables', '');
-SELECT pg_catalog.pg_extension_config_dump('worlds.event', '');
-SELECT pg_catalog.pg_extension_config_dump('worlds.column_log', '');
-SELECT pg_catalog.pg_extension_config_dump('worlds.dropped_table', '');
+-- pg_dump: the catalog and generated storage are derived state and not dumped. A restore creates the
+-- extension, then the tables; the event trigger tracks each table anew as it is created (history, worlds
+-- and their rows are bound to this cluster's row positions and transaction ids, and don't travel).
+-- worlds.settings is dumped (time.sql).

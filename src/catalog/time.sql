@@ -5,7 +5,18 @@
 
 CREATE TABLE worlds.settings (name text PRIMARY KEY, value text NOT NULL);
 INSERT INTO worlds.settings VALUES ('history_retention', '1 day');
+-- Settings are dumped; a restore's rows replace the defaults CREATE EXTENSION put there.
 SELECT pg_catalog.pg_extension_config_dump('worlds.settings', '');
+CREATE FUNCTION worlds._settings_upsert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE worlds.settings SET value = NEW.value WHERE name = NEW.name;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER settings_upsert BEFORE INSERT ON worlds.settings FOR EACH ROW EXECUTE FUNCTION worlds._settings_upsert();
 
 CREATE TABLE worlds.checkpoint (
     world integer NOT NULL REFERENCES worlds.world (num),
@@ -13,7 +24,6 @@ CREATE TABLE worlds.checkpoint (
     at    timestamptz NOT NULL,
     PRIMARY KEY (world, label)
 );
-SELECT pg_catalog.pg_extension_config_dump('worlds.checkpoint', '');
 
 CREATE FUNCTION worlds.history_retention() RETURNS interval
 LANGUAGE sql STABLE AS $$ SELECT value::interval FROM worlds.settings WHERE name = 'history_retention' $$;
@@ -308,6 +318,10 @@ BEGIN
     FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
     -- tables dropped longer ago than the window: AS OF can't reach them any more
     FOR gone IN SELECT * FROM worlds.dropped_table WHERE dropped < cutoff LOOP
+        PERFORM worlds._disown(to_regclass(gone.changes::text));
+        PERFORM worlds._disown(to_regclass(gone.history::text));
+        PERFORM worlds._disown(to_regclass(gone.inserts::text));
+        PERFORM worlds._disown(to_regclass(gone.sequence::text));
         EXECUTE format('DROP VIEW IF EXISTS %s', gone.changes);
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', gone.history, gone.inserts);
         EXECUTE format('DROP SEQUENCE IF EXISTS %s', gone.sequence);
@@ -386,9 +400,11 @@ BEGIN
     EXECUTE format('CREATE UNLOGGED TABLE worlds_data.%I AS %s', name, worlds._as_of_query(rel::text, at, false));
     EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', name);
     found_copy := format('worlds_data.%I', name)::regclass;
+    PERFORM worlds._own_storage();
     INSERT INTO worlds.as_of_cache (tabno, at, relation) VALUES (t.tabno, at, found_copy);
     FOR old IN SELECT * FROM worlds.as_of_cache c WHERE c.tabno = t.tabno
                ORDER BY c.used DESC OFFSET worlds._as_of_cache_per_table() LOOP
+        PERFORM worlds._disown(to_regclass(old.relation::text));
         EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;
@@ -413,6 +429,7 @@ DECLARE
 BEGIN
     FOR old IN SELECT * FROM worlds.as_of_cache c
                WHERE c.at < cutoff OR NOT EXISTS (SELECT 1 FROM worlds.tables t WHERE t.tabno = c.tabno) LOOP
+        PERFORM worlds._disown(to_regclass(old.relation::text));
         EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;

@@ -124,9 +124,11 @@ BEGIN
     END LOOP;
 
     IF to_regclass(format('worlds_data.%I', 'n' || substr(vname, 2))) IS NOT NULL THEN
+        PERFORM worlds._disown(format('worlds_data.%I', 'n' || substr(vname, 2))::regclass);
         EXECUTE format('DROP VIEW worlds_data.%I CASCADE', 'n' || substr(vname, 2));
     END IF;
     PERFORM worlds._drop_rows_twin(t);
+    PERFORM worlds._disown(format('worlds_data.%I', vname)::regclass);
     EXECUTE format('DROP VIEW worlds_data.%I CASCADE', vname);
     -- the overlay; for a table without a key also its rows twin `k_`, the target of its UPDATE and DELETE in
     -- a world, whose last columns say which physical row each row is (the trigger needs them)
@@ -171,6 +173,7 @@ BEGIN
     IF t.key_kind = 'r' THEN
         PERFORM worlds._overlay_finish(t, format('worlds_data.%I', 'k' || substr(vname, 2))::regclass, ', ''rows''');
     END IF;
+    PERFORM worlds._own_storage();
 END $$;
 
 -- Drops a view of worlds_data by name, if it exists (released from the extension first).
@@ -309,13 +312,39 @@ LANGUAGE sql AS $$
 $$;
 
 -- Storage made while CREATE EXTENSION ran is an extension member: release it before dropping it.
+-- Generated storage belongs to the extension, so pg_dump leaves it out (it is derived state: a restore
+-- tracks the restored tables anew). Before pg_worlds drops one of its relations it releases it, and the
+-- views built on it that the drop cascades to.
 CREATE FUNCTION worlds._disown(rel regclass) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    dependent regclass;
 BEGIN
-    IF rel IS NOT NULL AND EXISTS (SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass AND objid = rel AND deptype = 'e') THEN
+    IF rel IS NULL THEN
+        RETURN;
+    END IF;
+    FOR dependent IN SELECT DISTINCT r.ev_class::regclass FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+                     WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
+                       AND d.refobjid = rel AND r.ev_class <> rel LOOP
+        PERFORM worlds._disown(dependent);
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass AND objid = rel AND deptype = 'e') THEN
         EXECUTE format('ALTER EXTENSION pg_worlds DROP %s %s',
                        CASE (SELECT relkind FROM pg_class WHERE oid = rel) WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, rel);
     END IF;
+END $$;
+
+-- Makes every relation of worlds_data the extension's (those made during CREATE EXTENSION already are).
+CREATE FUNCTION worlds._own_storage() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c
+             WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+               AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') LOOP
+        EXECUTE format('ALTER EXTENSION pg_worlds ADD %s %s', CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel);
+    END LOOP;
 END $$;
 
 -- Everything pg_worlds added to user tables, removed before DROP EXTENSION (the router calls this).
@@ -474,6 +503,7 @@ BEGIN
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', v);
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', n);
         UPDATE worlds.tables SET overlay = v::regclass, overlay_nothing = n::regclass WHERE tabno = t.tabno;
+        PERFORM worlds._own_storage();
     END IF;
 END $$;
 
@@ -492,6 +522,9 @@ BEGIN
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
         PERFORM worlds._drop_rows_twin(t);
+        PERFORM worlds._disown(t.overlay_nothing);
+        PERFORM worlds._disown(t.overlay);
+        PERFORM worlds._disown(t.delta);
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
         EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);

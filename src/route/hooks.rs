@@ -697,6 +697,22 @@ fn is_ddl(tag: pg_sys::NodeTag) -> bool {
     )
 }
 
+/// Is this CREATE TRIGGER one of pg_worlds' history capture triggers, already on its table? pg_dump dumps
+/// them with the table; on restore, tracking the table as it is created made them first.
+unsafe fn capture_trigger_exists(t: *mut pg_sys::CreateTrigStmt) -> bool {
+    unsafe {
+        let name = if (*t).trigname.is_null() { return false } else { std::ffi::CStr::from_ptr((*t).trigname).to_bytes() };
+        if name != b"worlds_capture" && name != b"worlds_capture_truncate" || (*t).relation.is_null() {
+            return false;
+        }
+        let relid = pg_sys::RangeVarGetRelidExtended((*t).relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+        if relid == pg_sys::Oid::INVALID {
+            return false;
+        }
+        pg_sys::get_trigger_oid(relid, (*t).trigname, true) != pg_sys::Oid::INVALID
+    }
+}
+
 /// Temporary tables are the session's own, not the database's schema: allowed inside a world.
 unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
     unsafe {
@@ -769,6 +785,10 @@ unsafe extern "C-unwind" fn process_utility(
             // triggers on user tables and storage tracked after CREATE EXTENSION are not its members:
             // remove them first, so a plain DROP EXTENSION works and leaves nothing behind
             storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
+        }
+        if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_CreateTrigStmt && capture_trigger_exists(stmt as *mut pg_sys::CreateTrigStmt) {
+            // a restore (pg_dump) re-creating the history capture that tracking already put on the table
+            return;
         }
         if !stmt.is_null() && !routing_active() && !pg_sys::creating_extension {
             if (*stmt).type_ == pg_sys::NodeTag::T_AlterTableStmt && sets_merge_by_columns(stmt) {

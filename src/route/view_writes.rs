@@ -87,6 +87,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     let with = if options.is_empty() { String::new() } else { format!(" WITH ({options})") };
                     let mut ddl = Vec::new();
                     if current.is_some() {
+                        ddl.push(format!("SELECT worlds._disown(to_regclass({}))", crate::merge::quote_literal(&twin)));
                         ddl.push(format!("DROP VIEW {twin}"));
                     }
                     ddl.push(format!("CREATE VIEW {twin}{with} AS {query}"));
@@ -98,6 +99,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     }
                     c.update(&format!("COMMENT ON VIEW {twin} IS {}", crate::merge::quote_literal(&fingerprint)), None, &[])
                         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+                    c.update("SELECT worlds._own_storage()", None, &[]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                 }
                 c.select("SELECT to_regclass($1)::oid", None, &[twin.as_str().into()])
                     .ok()
