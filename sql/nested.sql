@@ -24,3 +24,10 @@ RESET worlds.world;
 SELECT * FROM t ORDER BY id;
 SELECT name, parent, depth FROM worlds.show_worlds() ORDER BY depth;
 SELECT * FROM worlds.show_branches() ORDER BY name;
+-- DIFF WORLD child: what it changed since its fork, against its parent as of then (the parent's own
+-- changes are not the child's; the parent's later ones don't show)
+SET worlds.world = child;
+UPDATE t SET v = 'child again' WHERE id = 2;
+RESET worlds.world;
+SELECT j ->> 'table' AS t, j ->> 'id' AS id, j ->> 'change' AS change, j -> 'before' ->> 'v' AS before, j -> 'after' ->> 'v' AS after
+FROM worlds.sql('diff world child') j ORDER BY 2;

@@ -180,6 +180,8 @@ CREATE TYPE worlds.world_row AS (name text, id text, parent text, depth integer,
 CREATE FUNCTION worlds.show_worlds() RETURNS SETOF worlds.world_row
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- worlds a restored dump brought are made by the first SHOW WORLDS (or worlds statement) after it
+    PERFORM worlds._restore_pending();
     PERFORM worlds._expire();
     RETURN QUERY
     SELECT w.name, w.id, p.name, w.depth, w.created, w.version,

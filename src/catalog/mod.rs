@@ -2,10 +2,13 @@
 //! (plpgsql over the catalog, calling the Rust functions in `api` and `storage`), and the install step.
 use pgrx::prelude::*;
 
+pub mod dump;
+
 extension_sql_file!("catalog.sql", name = "catalog", bootstrap);
 extension_sql_file!("tracking.sql", name = "tracking", requires = ["catalog"]);
 extension_sql_file!("lifecycle.sql", name = "lifecycle", requires = ["catalog"]);
 extension_sql_file!("time.sql", name = "time", requires = ["lifecycle"]);
+extension_sql_file!("dump.sql", name = "dump", requires = ["time", dump::_portable_rows]);
 extension_sql_file!(
     "install.sql",
     name = "install",

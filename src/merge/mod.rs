@@ -76,6 +76,11 @@ pub fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
     table_columns(relid, false)
 }
 
+/// The columns an INSERT may give (not generated ones).
+pub fn insertable_columns(relid: pg_sys::Oid) -> Vec<String> {
+    table_columns(relid, true)
+}
+
 /// The table's columns in order; `insertable_only` leaves out generated columns (Postgres computes them).
 fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<String> {
     Spi::connect(|c| {
@@ -294,6 +299,24 @@ pub fn world_changes(world: &WorldRow) -> Vec<TableChanges> {
         .collect()
 }
 
+/// What a world changed since its fork, as DIFF shows it: for a world of main, as gathered (base: main as
+/// of the fork); for a world of a world, its rows against that parent as of the fork.
+pub fn own_changes(world: &WorldRow) -> Vec<TableChanges> {
+    let mut tables = world_changes(world);
+    if world.parent.unwrap_or(0) == 0 {
+        return tables;
+    }
+    let base = world_by_num(world.num).as_ref().and_then(base_of);
+    for t in tables.iter_mut().filter(|t| t.layout.key_kind != b'r') {
+        let keys: Vec<Value> = t.rows.iter().map(|r| r.key_obj.clone()).collect();
+        let before = with_world(base.clone(), || read_rows(&t.layout, &keys));
+        for r in t.rows.iter_mut() {
+            r.base = before.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+    tables
+}
+
 fn counts(rows: &[(String, Option<Value>, Option<Value>)]) -> (usize, usize, usize) {
     let mut c = (0, 0, 0);
     for (_, b, a) in rows {
@@ -335,7 +358,7 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "DIFF compares a world with its fork point: main has none; name a world (DIFF WORLD name)");
         }
-        let tables: Vec<DiffTable> = world_changes(&world)
+        let tables: Vec<DiffTable> = own_changes(&world)
             .into_iter()
             .map(|t| {
                 let rows = t.rows.into_iter().filter(|r| r.base != r.ours).map(|r| (r.key, r.base, r.ours)).collect::<Vec<_>>();

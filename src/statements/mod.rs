@@ -12,6 +12,8 @@ use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
+    // worlds a restored dump brought are made by the first worlds statement after the restore
+    crate::catalog::dump::restore_pending();
     // a SELECT reading tables AS OF a moment: each reference becomes a sub-query reading the table as it
     // was (its columns as they were then; a table dropped since from its history), run as the caller
     match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {

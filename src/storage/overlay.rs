@@ -285,6 +285,18 @@ fn resolve(setting: &str) -> Option<World> {
             )
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let Some(row) = row.into_iter().next() else {
+            let restored = client
+                .select("SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1", None, &[setting.into()])
+                .map(|r| !r.is_empty())
+                .unwrap_or(false);
+            if restored {
+                crate::api::raise_with(
+                    "55000",
+                    format!("world \"{setting}\" came with a restored dump and is not made yet"),
+                    None,
+                    Some("Run SELECT worlds.restore_worlds() (or any worlds statement, e.g. SHOW WORLDS) first.".into()),
+                );
+            }
             raise("3D000", format!("world \"{setting}\" does not exist"));
         };
         let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # pg_dump / restore of a database with pg_worlds, as a DBA backs it up: the tables are created before and
-# after CREATE EXTENSION (keyed, keyless, a generated column, a key added after loading), a world holds
-# changes, history_retention was changed. Restored with psql (ON_ERROR_STOP) from a plain dump and with
-# pg_restore --exit-on-error from a custom-format one: no error, main's rows byte-identical, every table
-# tracked again (the catalog and generated storage are derived state, not dumped), the setting kept, and
-# the restored database works: a new world reads and writes, history captures main's writes.
+# after CREATE EXTENSION (keyed, keyless, a generated column, a key added after loading), a world and a
+# world of it hold changes, history_retention was changed. Restored with psql (ON_ERROR_STOP) from a
+# plain dump and with pg_restore --exit-on-error from a custom-format one: no error, main's rows
+# byte-identical, every table tracked again (the catalog and generated storage are derived state, not
+# dumped), the setting kept, the worlds back with their own changes (made by the first worlds statement),
+# and the restored database works: a new world reads and writes, history captures main's writes.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -30,6 +31,12 @@ set worlds.world = w1;
 update early set v = 'in w1' where id = 1;
 insert into late (id, v) values (100, 'w1');
 delete from logs where line = 'b';
+insert into logs values ('w1'), ('w1');
+reset worlds.world;
+select * from worlds.sql('fork world w1 as w2');
+set worlds.world = w2;
+update late set v = 'in w2' where id = 100;
+delete from early where id = 50;
 reset worlds.world;
 update early set v = 'main' where id = 2;
 SQL
@@ -39,17 +46,23 @@ want=$(checksum $SRC)
 
 as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -f "$OUT/plain.sql" $SRC || fail "pg_dump (plain) failed"
 as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -Fc -f "$OUT/custom.dump" $SRC || fail "pg_dump (custom) failed"
-echo "check: the dump holds no generated storage and no catalog rows but the settings"
+echo "check: the dump holds no generated storage, and of the catalog the settings and the worlds in portable form"
 expect "worlds_data objects in the dump" "$(grep -c 'worlds_data\.' "$OUT/plain.sql")" 0
-expect "COPY of worlds catalog tables other than settings" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -vc 'worlds.settings')" 0
+expect "COPY of other worlds catalog tables" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -Evc 'worlds.(settings|dumped_world|dumped_row) ')" 0
+expect "worlds in the dump" "$(sed -n '/^COPY worlds.dumped_world /,/^\\\./p' "$OUT/plain.sql" | grep -Ec '^w[12]\s')" 2
 
 restored_checks() { # restored_checks DB
   local db=$1
   expect "$db: main's rows" "$(checksum $db)" "$want"
+  expect "$db: a session in a world not made yet" "$(PGOPTIONS='-c worlds.world=w1' psql_in $CL -d $db -Atc "select count(*) from early" 2>&1 | grep -o 'came with a restored dump' | head -1)" "came with a restored dump"
   expect "$db: tables tracked" "$(psql_in $CL -d $db -Atc "select string_agg(relid::text || ':' || key_kind::text, ',' order by relid::text) from worlds.tables")" "early:i,late:i,logs:r"
   expect "$db: history_retention kept" "$(psql_in $CL -d $db -Atc "select j->>'history_retention' from worlds.sql('show history_retention') j")" "2 days"
   expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 6
-  expect "$db: no world came back" "$(psql_in $CL -d $db -Atc "select count(*) from worlds.show_worlds() where name <> 'main'")" 0
+  expect "$db: the worlds came back" "$(psql_in $CL -d $db -Atc "select string_agg(name || '<' || coalesce(parent, '-'), ',' order by depth) from worlds.show_worlds()")" "main<-,w1<main,w2<w1"
+  expect "$db: w1's changes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select string_agg(line, '' order by line) from logs)")" "in w1,w1,aaw1w1"
+  expect "$db: w2's changes on w1's" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w2" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select count(*) from early)")" "in w1,in w2,49"
+  expect "$db: DIFF of w2 against w1" "$(psql_in $CL -d $db -Atc "select string_agg(j->>'table' || ':' || (j->>'id') || ':' || (j->>'change'), ',' order by j->>'table') from worlds.sql('diff world w2') j" 2>/dev/null)" "early:50:delete,late:100:update"
+  expect "$db: main's rows untouched by that" "$(checksum $db)" "$want"
   psql_in $CL -d $db -q -c "select * from worlds.sql('create world again')" >/dev/null
   expect "$db: a new world writes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = again" -c "update early set v = 'x' where id = 3 returning v")" "x"
   expect "$db: main unchanged by it" "$(psql_in $CL -d $db -Atc "select v from early where id = 3")" "e3"
