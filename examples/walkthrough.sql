@@ -46,13 +46,16 @@ SELECT * FROM items WHERE id = 2;
 
 SELECT * FROM worlds.sql('show worlds');
 
-\echo '== apps keep their habits inside a world: upserts, COPY'
+\echo '== apps keep their habits inside a world: upserts, COPY, SQL MERGE'
 SELECT * FROM worlds.sql('create world agent_8');
 SET worlds.world = agent_8;
 INSERT INTO items VALUES (2, 'item 2', 5) ON CONFLICT (id) DO UPDATE SET price = items.price + excluded.price RETURNING *;
 COPY items (id, name, price) FROM STDIN;
 6	item 6	60
 \.
+MERGE INTO items i USING (VALUES (6, 66), (7, 70)) AS s(id, price) ON i.id = s.id
+  WHEN MATCHED THEN UPDATE SET price = s.price
+  WHEN NOT MATCHED THEN INSERT (id, name, price) VALUES (s.id, 'item ' || s.id, s.price);
 SELECT id, name, price FROM items ORDER BY id;
 RESET worlds.world;
 

@@ -32,19 +32,7 @@ fn _portable_rows() -> TableIterator<
     });
     let mut out = Vec::new();
     // pg_dump runs with restrict_nonsystem_relation_kind = view: the views read here are pg_worlds' own
-    let level = unsafe { pg_sys::NewGUCNestLevel() };
-    unsafe {
-        pg_sys::set_config_option(
-            c"restrict_nonsystem_relation_kind".as_ptr(),
-            c"".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-    }
+    let level = crate::storage::push_setting(c"restrict_nonsystem_relation_kind", c"");
     as_internal(|| {
         for name in names {
             let world = resolve_world(&name);
@@ -60,7 +48,7 @@ fn _portable_rows() -> TableIterator<
             }
         }
     });
-    unsafe { pg_sys::AtEOXact_GUC(true, level) };
+    crate::storage::pop_setting(level);
     TableIterator::new(out)
 }
 

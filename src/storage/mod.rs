@@ -287,3 +287,26 @@ pub fn register_callbacks() {
     }
     overlay::register_xact_callbacks();
 }
+
+/// Sets a setting for this transaction's current nesting level; undo it with `pop_setting(level)` (as
+/// `SET LOCAL` inside a function would be undone when it returns).
+pub fn push_setting(name: &std::ffi::CStr, value: &std::ffi::CStr) -> i32 {
+    unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    }
+}
+
+pub fn pop_setting(level: i32) {
+    unsafe { pg_sys::AtEOXact_GUC(true, level) };
+}

@@ -443,7 +443,7 @@ pub fn with_world<R>(world: Option<World>, f: impl FnOnce() -> R) -> R {
     impl Drop for Guard {
         fn drop(&mut self) {
             OVERRIDE.with(|o| *o.borrow_mut() = self.0.take());
-            unsafe { pg_sys::AtEOXact_GUC(true, self.1) };
+            super::pop_setting(self.1);
             next_statement();
         }
     }
@@ -451,20 +451,7 @@ pub fn with_world<R>(world: Option<World>, f: impl FnOnce() -> R) -> R {
     next_statement();
     // the visibility functions are parallel safe: a parallel worker reads the session's world, not this
     // one, so queries reading another world on purpose run without workers
-    let level = unsafe {
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"max_parallel_workers_per_gather".as_ptr(),
-            c"0".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        level
-    };
+    let level = super::push_setting(c"max_parallel_workers_per_gather", c"0");
     let _g = Guard(previous, level);
     f()
 }

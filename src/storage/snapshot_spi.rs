@@ -58,13 +58,7 @@ pub fn query_fresh<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::D
 
 fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool, mut f: impl FnMut(&Row) -> R) -> Vec<R> {
     Spi::connect(|_client| unsafe {
-        let plan = plan_for(sql, types);
-        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
-        let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
-        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 0);
-        if rc < 0 {
-            raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
-        }
+        execute_plan(sql, types, args, read_only);
         let table = pg_sys::SPI_tuptable;
         let mut out = Vec::new();
         if !table.is_null() {
@@ -77,17 +71,25 @@ fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read
     })
 }
 
+/// Runs the kept plan of `sql` inside a connected SPI: its rows are in SPI_tuptable, its count in
+/// SPI_processed.
+unsafe fn execute_plan(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool) {
+    unsafe {
+        let plan = plan_for(sql, types);
+        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
+        let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 0);
+        if rc < 0 {
+            raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
+        }
+    }
+}
+
 /// Runs a write (`$n` parameters of the given types) on a fresh snapshot, as a statement of its own would
 /// run; the number of rows it wrote.
 pub fn execute(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> u64 {
     Spi::connect(|_client| unsafe {
-        let plan = plan_for(sql, types);
-        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
-        let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
-        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
-        if rc < 0 {
-            raise("XX000", format!("pg_worlds: SPI error {rc} running {sql}"));
-        }
+        execute_plan(sql, types, args, false);
         pg_sys::SPI_processed
     })
 }
