@@ -368,7 +368,8 @@ CREATE FUNCTION worlds._as_of_cache_per_table() RETURNS integer LANGUAGE sql IMM
 -- (a read-only transaction, a standby). Runs as the extension's owner; readers are checked by
 -- worlds._require_select.
 CREATE FUNCTION worlds._as_of_cached(rel regclass, at timestamptz) RETURNS regclass
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = warning
+    SET max_parallel_workers_per_gather = 0 AS $$  -- built once: serially (its helpers read history through SPI)
 DECLARE
     t worlds.tables;
     found_copy regclass;
