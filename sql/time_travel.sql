@@ -175,12 +175,15 @@ UPDATE stock SET qty = qty * 10 WHERE id % 10 = 0;
 DELETE FROM stock WHERE id = 1;
 INSERT INTO stock VALUES (51, 51);
 ALTER TABLE stock ADD COLUMN note text;
+-- (parallel plans made cheap: building the copy must not run in parallel, reading it may)
+SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
 SELECT j FROM worlds.sql(format('select count(*), sum(qty) from stock as of %L', :'ts')) j;
 SELECT count(*) AS cached_moments FROM worlds.as_of_cache c JOIN worlds.tables t USING (tabno) WHERE t.relid = 'stock'::regclass;
 UPDATE stock SET qty = 0;
 SELECT j FROM worlds.sql(format('select count(*), sum(qty) from stock as of %L', :'ts')) j;
 SELECT j FROM worlds.sql(format('select * from stock as of %L where id = 10', :'ts')) j;
 SELECT count(*), sum(qty) FROM worlds.as_of(NULL::stock, :'ts');
+RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
 CREATE ROLE tt_cache;
 SET ROLE tt_cache;
 SELECT left(try(format('select * from worlds.sql(%L)', format('select count(*) from stock as of %L', :'ts'))), 5) AS sqlstate;
