@@ -44,3 +44,7 @@ SELECT count(*) AS differing FROM (
 -- errors
 SELECT try($$select * from worlds.sql('diff world nope')$$);
 SELECT try($$select * from worlds.sql('diff')$$);
+-- a session in a moment has no fork point to compare with (0A000, with the form that compares moments)
+SET worlds.world = 'main@now';
+SELECT try($$select * from worlds.sql('diff')$$);
+RESET worlds.world;

@@ -354,6 +354,14 @@ pub struct DiffRequest {
 pub fn diff(req: DiffRequest) -> Vec<Value> {
     as_internal(|| {
         let name = req.world.clone().unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
+        if name.contains('@') {
+            raise_with(
+                "0A000",
+                format!("DIFF compares a world with its fork point: '{name}' is a moment, not a world"),
+                None,
+                Some(format!("Compare a moment with DIFF WORLD '{name}' TO name.")),
+            );
+        }
         let world = resolve_world(&name);
         if world.num == 0 {
             raise("0A000", "DIFF compares a world with its fork point: main has none; name a world (DIFF WORLD name)");
@@ -370,7 +378,9 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
     })
 }
 
-type DiffTable = (String, std::rc::Rc<Layout>, Vec<(String, Option<Value>, Option<Value>)>);
+/// One row of a diff: its key, the row before and the row after (None: absent).
+type DiffRow = (String, Option<Value>, Option<Value>);
+type DiffTable = (String, std::rc::Rc<Layout>, Vec<DiffRow>);
 
 /// DIFF's output: a NOTICE with what each table loses (tables that delete most first), then deleted rows,
 /// then the rest, each part in key order; or the statements that make the change (AS SQL).
@@ -821,7 +831,7 @@ fn merge_by_columns(l: &Layout) -> bool {
 
 fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
     // summary per table: what the merge does to it (conflicts not counted), destructive first
-    let mut per_table: Vec<(String, Vec<(String, Option<Value>, Option<Value>)>)> = Vec::new();
+    let mut per_table: Vec<(String, Vec<DiffRow>)> = Vec::new();
     for p in plan {
         if matches!(p.decision.outcome, Outcome::Conflict(_)) || p.decision.result == p.row.theirs {
             continue;
