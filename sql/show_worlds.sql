@@ -22,3 +22,9 @@ RESET worlds.world;
 SELECT name, version FROM worlds.show_worlds() ORDER BY depth, name;
 SELECT * FROM worlds.sql('show branches');
 SELECT * FROM worlds.show_branches() ORDER BY name;
+-- any role may run the statements (the catalog reads are pg_worlds' own)
+CREATE ROLE sw_plain;
+SET ROLE sw_plain;
+SELECT count(*) > 0 AS listed FROM worlds.sql('show worlds');
+RESET ROLE;
+DROP ROLE sw_plain;

@@ -188,6 +188,11 @@ CREATE ROLE tt_cache;
 SET ROLE tt_cache;
 SELECT left(try(format('select * from worlds.sql(%L)', format('select count(*) from stock as of %L', :'ts'))), 5) AS sqlstate;
 RESET ROLE;
+GRANT SELECT ON stock TO tt_cache;
+SET ROLE tt_cache;
+SELECT j FROM worlds.sql(format('select count(*), sum(qty) from stock as of %L', :'ts')) j;
+RESET ROLE;
+DROP OWNED BY tt_cache;
 DROP ROLE tt_cache;
 -- the purge drops moments the history window no longer reaches
 SELECT worlds._purge_as_of_cache(now());

@@ -54,9 +54,12 @@ fn _portable_rows() -> TableIterator<
 
 /// Runs restore_worlds when a restore brought worlds not made yet (and this transaction may write).
 pub fn restore_pending() {
-    let pending = Spi::get_one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world) AND NOT current_setting('transaction_read_only')::boolean",
-    )
+    // (the catalog is pg_worlds' own: any role's worlds statement may find the worlds a restore brought)
+    let pending = as_internal(|| {
+        Spi::get_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world) AND NOT current_setting('transaction_read_only')::boolean",
+        )
+    })
     .ok()
     .flatten()
     .unwrap_or(false);
