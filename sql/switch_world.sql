@@ -34,4 +34,14 @@ ROLLBACK;
 SET worlds.world = ghost;
 SELECT try('select * from orders');
 RESET worlds.world;
+-- the same for a role with no rights on pg_worlds' catalog
+CREATE ROLE sw_role;
+GRANT SELECT ON orders TO sw_role;
+SET ROLE sw_role;
+SET worlds.world = ghost;
+SELECT try('select * from orders');
+RESET worlds.world;
+RESET ROLE;
+DROP OWNED BY sw_role;
+DROP ROLE sw_role;
 SELECT count(*) FROM orders;

@@ -285,10 +285,15 @@ fn resolve(setting: &str) -> Option<World> {
             )
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let Some(row) = row.into_iter().next() else {
-            let restored = client
-                .select("SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1", None, &[setting.into()])
-                .map(|r| !r.is_empty())
-                .unwrap_or(false);
+            let restored = super::as_internal(|| {
+                Spi::get_one_with_args::<bool>(
+                    "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1)",
+                    &[setting.into()],
+                )
+            })
+            .ok()
+            .flatten()
+            .unwrap_or(false);
             if restored {
                 crate::api::raise_with(
                     "55000",
