@@ -68,3 +68,35 @@ RESET worlds.world;
 -- DROP TABLE removes the table's delta and view
 DROP TABLE pts;
 SELECT count(*) FROM worlds.tables WHERE relid::text = 'pts';
+-- types whose equality is another type's (varchar and a domain over it use text's, cidr inet's) are
+-- compared as Postgres compares them: such tables work in a world; json has none
+CREATE DOMAIN short_name AS varchar(10);
+CREATE TABLE people (id int PRIMARY KEY, name varchar(20), note character varying, net cidr, nick short_name, doc json);
+CREATE TABLE contacts (id int PRIMARY KEY, name varchar(20), net cidr, nick short_name);
+SELECT relid, unsupported IS NOT NULL AS unsupported FROM worlds.tables WHERE relid IN ('people'::regclass, 'contacts'::regclass) ORDER BY 1;
+INSERT INTO contacts VALUES (1, 'ana', '10.0.0.0/8', 'an');
+SELECT * FROM worlds.sql('create world w_types');
+SET worlds.world = w_types;
+UPDATE contacts SET name = 'ana b', net = '10.1.0.0/16' WHERE id = 1;
+SELECT * FROM contacts;
+RESET worlds.world;
+SELECT * FROM contacts;
+-- a role that owns a tracked table alters, truncates and drops it as always (the storage follows as
+-- pg_worlds, whose it is)
+CREATE ROLE tracking_app;
+GRANT CREATE, USAGE ON SCHEMA public TO tracking_app;
+SET ROLE tracking_app;
+CREATE TABLE app_items (id int PRIMARY KEY, v varchar(10));
+INSERT INTO app_items VALUES (1, 'a'), (2, 'b');
+ALTER TABLE app_items ADD COLUMN w int;
+ALTER TABLE app_items RENAME COLUMN v TO vv;
+ALTER TABLE app_items DROP COLUMN w;
+ALTER TABLE app_items ALTER COLUMN vv TYPE varchar(20);
+TRUNCATE app_items;
+INSERT INTO app_items VALUES (3, 'c');
+SELECT columns FROM worlds.tables WHERE relid = 'app_items'::regclass;
+DROP TABLE app_items;
+RESET ROLE;
+SELECT count(*) FROM worlds.tables WHERE relid::text = 'app_items';
+DROP OWNED BY tracking_app;
+DROP ROLE tracking_app;

@@ -67,3 +67,13 @@ fn _tracking_changed(rel: Option<pg_sys::Oid>) {
         }
     }
 }
+
+/// Does the type have an equality operator, as Postgres finds one for DISTINCT and GROUP BY (its default
+/// btree or hash operator class, through binary coercion: varchar uses text's)?
+#[pg_extern(stable, parallel_safe)]
+fn _has_equality(typ: pg_sys::Oid) -> bool {
+    unsafe {
+        let entry = pg_sys::lookup_type_cache(typ, pg_sys::TYPECACHE_EQ_OPR as i32);
+        !entry.is_null() && (*entry).eq_opr != pg_sys::Oid::INVALID
+    }
+}

@@ -15,16 +15,16 @@ CREATE EVENT TRIGGER worlds_drop ON sql_drop
     EXECUTE FUNCTION worlds._on_drop();
 
 -- The plpgsql API runs with the extension owner's rights over the catalog and generated storage: roles
--- use worlds through these functions (and the router), never by writing worlds_data themselves. The SQL
--- wrappers of Rust functions (merge, diff, rebase) stay plain: a merge's DML must run with the session's
--- search_path, so the app's own triggers find their tables.
+-- use worlds through these functions (and the router), never by writing worlds_data themselves. The
+-- event triggers too: a role that owns a tracked table alters or drops it, and the storage follows as
+-- pg_worlds. The SQL wrappers of Rust functions (merge, diff, rebase) stay plain: a merge's DML must run
+-- with the session's search_path, so the app's own triggers find their tables.
 DO $$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
-               AND p.proname NOT IN ('as_of', '_as_of_query', '_require_select')
-               AND p.prorettype <> 'event_trigger'::regtype LOOP
+               AND p.proname NOT IN ('as_of', '_as_of_query', '_require_select') LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
     END LOOP;
 END $$;

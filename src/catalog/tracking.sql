@@ -47,17 +47,17 @@ $$;
 
 -- Why a table can't be compared inside a world (a column type without an equality operator), or null.
 CREATE FUNCTION worlds._unsupported_reason(rel regclass) RETURNS text
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$  -- plpgsql: worlds._has_equality (Rust) is made after this file
+BEGIN
+    RETURN (
     SELECT format('table %s has column %I of type %s, which has no equality operator; untrack it with SELECT worlds.untrack(%L) or change the column type',
                   rel, a.attname, format_type(a.atttypid, a.atttypmod), rel::text)
     FROM pg_attribute a
     WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
-      AND NOT EXISTS (SELECT 1 FROM pg_operator o
-                      WHERE o.oprname = '=' AND o.oprleft = o.oprright
-                        AND o.oprleft = (SELECT coalesce(nullif(t.typbasetype, 0), t.oid) FROM pg_type t WHERE t.oid = a.atttypid))
+      AND NOT worlds._has_equality(a.atttypid)
       AND NOT EXISTS (SELECT 1 FROM pg_type t WHERE t.oid = a.atttypid AND (t.typtype IN ('e', 'c', 'r', 'm') OR t.typcategory = 'A'))
-    ORDER BY a.attnum LIMIT 1
-$$;
+    ORDER BY a.attnum LIMIT 1);
+END $$;
 
 -- The SQL expression of a row's key over a table alias: one integer column as int8, anything else as
 -- text in the spec's form (1, or (1,abc) for several columns), the whole row when there is no key.
