@@ -14,6 +14,7 @@ macro_rules! v1 {
     };
 }
 
+pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
 pub mod overlay;

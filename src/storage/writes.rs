@@ -3,7 +3,7 @@
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
 use super::overlay::{forget_all, key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
-use super::snapshot_spi;
+use super::{app_triggers, snapshot_spi};
 use super::{as_internal, relation_layout, Layout};
 use crate::api::raise;
 use pgrx::prelude::*;
@@ -34,6 +34,14 @@ fn _overlay_write<'a>(
     let view_desc = unsafe { (*td.tg_relation).rd_att };
     let old = td.tg_trigtuple;
     let new = td.tg_newtuple;
+    // the app's BEFORE ROW triggers on the table shape the session's rows (not pg_worlds' own writes:
+    // a merge into a world, a restore, an undo write rows as they were)
+    let fire = |e: app_triggers::Event, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple| -> Option<pg_sys::HeapTuple> {
+        if super::internal() || !app_triggers::any(layout.relid, e) {
+            return Some(if e == app_triggers::Event::Delete { old } else { new });
+        }
+        unsafe { app_triggers::fire_before(layout.relid, e, view_desc, old, new) }
+    };
     match event {
         pg_sys::TRIGGER_EVENT_INSERT => {
             if on_conflict_nothing {
@@ -42,6 +50,10 @@ fn _overlay_write<'a>(
                         .map(|t| unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(view_desc), t) }));
                 }
             }
+            // (for an INSERT, Postgres hands the new row over as the trigger tuple)
+            let Some(row) = fire(app_triggers::Event::Insert, std::ptr::null_mut(), old) else { return Ok(None) };
+            let fired = row != old;
+            let old = row;
             check_not_null(&layout, view_desc, old);
             // DO NOTHING skips a row that conflicts on the primary key or on any other unique index
             // (Postgres skips only conflicts on the named target and raises on others)
@@ -53,9 +65,12 @@ fn _overlay_write<'a>(
             }
             let written = write_version(&layout, &world, view_desc, old, false, KeyCheck::New);
             bump_version(&world);
-            Ok(returned(trigger, &layout, view_desc, old, &written))
+            Ok(returned(trigger, &layout, view_desc, old, &written, fired))
         }
         pg_sys::TRIGGER_EVENT_UPDATE => {
+            let Some(row) = fire(app_triggers::Event::Update, old, new) else { return Ok(None) };
+            let fired = row != new;
+            let new = row;
             if layout.key_kind == b'r' {
                 // a table without a key: the row's physical identity goes, a new row comes
                 let Some(identity) = (unsafe { row_identity(view_desc, old) }) else { raise_no_key(&layout) };
@@ -63,7 +78,7 @@ fn _overlay_write<'a>(
                 remove_keyless_row(&layout, &world, view_desc, old, identity);
                 let written = write_version(&layout, &world, view_desc, new, false, KeyCheck::New);
                 bump_version(&world);
-                return Ok(returned(trigger, &layout, view_desc, new, &written));
+                return Ok(returned(trigger, &layout, view_desc, new, &written, fired));
             }
             check_not_null(&layout, view_desc, new);
             let changed = unsafe { key_differs(&layout, view_desc, old, new) };
@@ -72,9 +87,12 @@ fn _overlay_write<'a>(
             }
             let written = write_version(&layout, &world, view_desc, new, false, if changed { KeyCheck::New } else { KeyCheck::Unchanged });
             bump_version(&world);
-            Ok(returned(trigger, &layout, view_desc, new, &written))
+            Ok(returned(trigger, &layout, view_desc, new, &written, fired))
         }
         pg_sys::TRIGGER_EVENT_DELETE => {
+            if fire(app_triggers::Event::Delete, old, std::ptr::null_mut()).is_none() {
+                return Ok(None);
+            }
             if layout.key_kind == b'r' {
                 let Some(identity) = (unsafe { row_identity(view_desc, old) }) else { raise_no_key(&layout) };
                 remove_keyless_row(&layout, &world, view_desc, old, identity);
@@ -263,11 +281,13 @@ fn returned<'a>(
     desc: pg_sys::TupleDesc,
     tuple: pg_sys::HeapTuple,
     written: &Written,
+    fired: bool,
 ) -> Option<PgHeapTuple<'a, pgrx::AllocatedByPostgres>> {
-    if layout.generated.is_empty() {
+    if layout.generated.is_empty() && !fired {
         return trigger.new();
     }
-    let t = with_generated(layout, desc, tuple, written);
+    // the row as the app's triggers left it, with its generated columns
+    let t = if layout.generated.is_empty() { tuple } else { with_generated(layout, desc, tuple, written) };
     Some(unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(desc), t) })
 }
 
