@@ -122,7 +122,8 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
         let tabno = *storage::tracked_tables().get(&(*rte).relid)?;
         let layout = storage::relation_layout(tabno);
         check_target(&layout);
-        if let Some(world) = overlay::session_world().filter(|w| w.read_only) {
+        let Some(world) = overlay::session_world() else { return None };
+        if world.read_only {
             raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));
         }
         let text = statement_text(query_desc);
@@ -139,7 +140,19 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
         };
         let (select, actions) = as_select(query, &layout);
         super::hooks::route_select(select);
+        // Under READ COMMITTED, as Postgres re-reads a target row it waited for: take the world's write
+        // lock first, then join on a fresh snapshot, so concurrent MERGEs of one row queue instead of one
+        // losing the other's update. Under REPEATABLE READ the statement's snapshot is read, and a row
+        // changed since fails its write with 40001.
+        let read_committed = pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32;
+        if read_committed {
+            crate::storage::writes::lock_world(&world);
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
         let rows = collect(select, &text, params, (*query_desc).queryEnv);
+        if read_committed {
+            pg_sys::PopActiveSnapshot();
+        }
         Some(apply(&layout, &actions, &rows))
     }
 }

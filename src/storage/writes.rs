@@ -497,7 +497,7 @@ fn serialize_key(
 
 /// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
 /// serialize on it (a lock per key would fill the lock table on bulk updates).
-fn lock_world(world: &World) {
+pub fn lock_world(world: &World) {
     let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
     if LOCKED.with(|l| l.get()) == xact {
         return;

@@ -2,8 +2,9 @@
 # Inside a world, as apps write it over libpq: INSERT ... ON CONFLICT DO UPDATE with parameters in its
 # SET (pgbench -M prepared, as drivers send them) from two sessions at once — a counter: no lost update,
 # and no 40001 either, since conflicting rows are read under the world's lock as Postgres does under READ
-# COMMITTED, so the counter equals the committed bumps — COPY FROM through psql's \copy, and two
-# sessions removing one row of a table without a key. Main is never written.
+# COMMITTED, so the counter equals the committed bumps — COPY FROM through psql's \copy, two sessions
+# removing one row of a table without a key, and SQL MERGE counters from four clients at once (every merge
+# commits, none loses another's update). Main is never written.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -64,6 +65,16 @@ else bad "second delete: expected 40001, got: $(cat "$OUT/kb.out")"; fi
 wait $ka || bad "first delete failed: $(cat "$OUT/ka.out")"
 expect "world k has one row left" "$(q k "select string_agg(msg, ',') from notes")" "y"
 expect "main keeps both" "$(q main "select string_agg(msg, ',' order by msg) from notes")" "x,y"
+
+echo "check: SQL MERGE from 4 clients at once in one world: counters by key, no lost update, no error"
+psql_in $CL -d $DB -q -c "create table tallies (k int primary key, n int not null)" -c "select worlds.create_world('m')" >/dev/null
+printf '\\set k random(1, 5)\nmerge into tallies t using (select :k as k) s on t.k = s.k when matched then update set n = t.n + 1 when not matched then insert values (s.k, 1);\n' >"$OUT/merge.sql"
+PGOPTIONS="-c worlds.world=m" $PGBIN/pgbench -n -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -c 4 -j 2 -t 100 \
+  -f "$OUT/merge.sql" $DB >"$OUT/pgbench_merge.log" 2>&1
+expect "merges committed" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench_merge.log")" "400"
+expect "merges failed" "$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench_merge.log")" "0"
+expect "sum of the world's tallies" "$(q m "select sum(n) from tallies")" "400"
+expect "main's tallies" "$(q main "select count(*) from tallies")" "0"
 
 [ $failures -eq 0 ] || fail "$failures check(s) failed"
 psql_in $CL -q -c "drop database $DB"
