@@ -713,6 +713,56 @@ unsafe fn capture_trigger_exists(t: *mut pg_sys::CreateTrigStmt) -> bool {
     }
 }
 
+/// TRUNCATE inside a world empties the world's view of each tracked table: a DELETE of all its rows,
+/// written as pg_worlds (TRUNCATE fires no row triggers) once the role's TRUNCATE right on the table is
+/// checked. Returns false when it names only temporary tables (Postgres truncates them as always); beside
+/// tracked ones they are emptied by DELETE. CASCADE and RESTART IDENTITY are refused (0A000): worlds don't
+/// check foreign keys until a merge, and sequences are main's.
+unsafe fn truncate_in_world(t: *mut pg_sys::TruncateStmt, world: overlay::World) -> bool {
+    unsafe {
+        let tracked = storage::tracked_tables();
+        let rels = (*t).relations;
+        let mut statements = Vec::new();
+        let mut any_tracked = false;
+        for i in 0..if rels.is_null() { 0 } else { (*rels).length } {
+            let rv = pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar;
+            let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::AccessShareLock as i32, 0, None, std::ptr::null_mut());
+            let name = pgrx::Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[relid.into()]).ok().flatten().unwrap_or_default();
+            if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
+                statements.push((false, format!("DELETE FROM {name}")));
+                continue;
+            }
+            let Some(&tabno) = tracked.get(&relid) else { refuse_untracked_write(relid); continue };
+            if pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), pg_sys::ACL_TRUNCATE as pg_sys::AclMode) != pg_sys::AclResult::ACLCHECK_OK {
+                raise("42501", format!("permission denied for table {}", relation_name(relid)));
+            }
+            any_tracked = true;
+            statements.push((true, format!("DELETE FROM {}", storage::relation_layout(tabno).table_name)));
+        }
+        if !any_tracked {
+            return false;
+        }
+        if world.read_only {
+            raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));
+        }
+        if (*t).behavior == pg_sys::DropBehavior::DROP_CASCADE {
+            raise("0A000", "TRUNCATE ... CASCADE is not supported inside a world; name the referencing tables too");
+        }
+        if (*t).restart_seqs {
+            raise("0A000", "TRUNCATE ... RESTART IDENTITY is not supported inside a world: sequences are main's");
+        }
+        for (is_tracked, sql) in statements {
+            let run = || pgrx::Spi::run(&sql).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            if is_tracked {
+                storage::as_internal(|| overlay::with_world(Some(world.clone()), run));
+            } else {
+                run();
+            }
+        }
+        true
+    }
+}
+
 /// Temporary tables are the session's own, not the database's schema: allowed inside a world.
 unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
     unsafe {
@@ -727,6 +777,11 @@ unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
             // a temporary table's own indexes (its primary key too) and its ALTERs
             pg_sys::NodeTag::T_IndexStmt => return is_temp_relation((*(stmt as *mut pg_sys::IndexStmt)).relation),
             pg_sys::NodeTag::T_AlterTableStmt => return is_temp_relation((*(stmt as *mut pg_sys::AlterTableStmt)).relation),
+            pg_sys::NodeTag::T_TruncateStmt => {
+                let rels = (*(stmt as *mut pg_sys::TruncateStmt)).relations;
+                return !rels.is_null()
+                    && (0..(*rels).length).all(|i| is_temp_relation(pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar));
+            }
             _ => std::ptr::null_mut(),
         };
         !rel.is_null() && (*rel).relpersistence == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
@@ -805,6 +860,13 @@ unsafe extern "C-unwind" fn process_utility(
         }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
+            if tag == pg_sys::NodeTag::T_TruncateStmt {
+                if let Some(world) = overlay::session_world() {
+                    if truncate_in_world(stmt as *mut pg_sys::TruncateStmt, world) {
+                        return;
+                    }
+                }
+            }
             if is_ddl(tag) && !creates_temp_table(stmt) && overlay::session_world().is_some() {
                 raise(
                     "0A000",
