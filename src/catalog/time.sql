@@ -318,13 +318,10 @@ BEGIN
     FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
     -- tables dropped longer ago than the window: AS OF can't reach them any more
     FOR gone IN SELECT * FROM worlds.dropped_table WHERE dropped < cutoff LOOP
-        PERFORM worlds._disown(to_regclass(gone.changes::text));
-        PERFORM worlds._disown(to_regclass(gone.history::text));
-        PERFORM worlds._disown(to_regclass(gone.inserts::text));
-        PERFORM worlds._disown(to_regclass(gone.sequence::text));
-        EXECUTE format('DROP VIEW IF EXISTS %s', gone.changes);
-        EXECUTE format('DROP TABLE IF EXISTS %s, %s', gone.history, gone.inserts);
-        EXECUTE format('DROP SEQUENCE IF EXISTS %s', gone.sequence);
+        PERFORM worlds._drop_relation(gone.changes);
+        PERFORM worlds._drop_relation(gone.history);
+        PERFORM worlds._drop_relation(gone.inserts);
+        PERFORM worlds._drop_relation(gone.sequence);
         DELETE FROM worlds.dropped_table d WHERE d.tabno = gone.tabno;
         DELETE FROM worlds.column_log l WHERE l.tabno = gone.tabno;
     END LOOP;
@@ -405,8 +402,7 @@ BEGIN
     INSERT INTO worlds.as_of_cache (tabno, at, relation) VALUES (t.tabno, at, found_copy);
     FOR old IN SELECT * FROM worlds.as_of_cache c WHERE c.tabno = t.tabno
                ORDER BY c.used DESC OFFSET worlds._as_of_cache_per_table() LOOP
-        PERFORM worlds._disown(to_regclass(old.relation::text));
-        EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
+        PERFORM worlds._drop_relation(old.relation);
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;
     RETURN found_copy;
@@ -430,8 +426,7 @@ DECLARE
 BEGIN
     FOR old IN SELECT * FROM worlds.as_of_cache c
                WHERE c.at < cutoff OR NOT EXISTS (SELECT 1 FROM worlds.tables t WHERE t.tabno = c.tabno) LOOP
-        PERFORM worlds._disown(to_regclass(old.relation::text));
-        EXECUTE format('DROP TABLE IF EXISTS %s', old.relation);
+        PERFORM worlds._drop_relation(old.relation);
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;
 END $$;

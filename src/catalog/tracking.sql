@@ -123,13 +123,9 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF to_regclass(format('worlds_data.%I', 'n' || substr(vname, 2))) IS NOT NULL THEN
-        PERFORM worlds._disown(format('worlds_data.%I', 'n' || substr(vname, 2))::regclass);
-        EXECUTE format('DROP VIEW worlds_data.%I CASCADE', 'n' || substr(vname, 2));
-    END IF;
+    PERFORM worlds._drop_generated_view('n' || substr(vname, 2));
     PERFORM worlds._drop_rows_twin(t);
-    PERFORM worlds._disown(format('worlds_data.%I', vname)::regclass);
-    EXECUTE format('DROP VIEW worlds_data.%I CASCADE', vname);
+    PERFORM worlds._drop_generated_view(vname);
     -- the overlay; for a table without a key also its rows twin `k_`, the target of its UPDATE and DELETE in
     -- a world, whose last columns say which physical row each row is (the trigger needs them)
     FOREACH twin IN ARRAY CASE WHEN t.key_kind = 'r' THEN ARRAY[vname, 'k' || substr(vname, 2)] ELSE ARRAY[vname] END LOOP
@@ -176,17 +172,11 @@ BEGIN
     PERFORM worlds._own_storage();
 END $$;
 
--- Drops a view of worlds_data by name, if it exists (released from the extension first).
+-- Drops a view of worlds_data by name, if it exists.
 CREATE FUNCTION worlds._drop_generated_view(name text) RETURNS void
-LANGUAGE plpgsql SET client_min_messages = warning AS $$
-DECLARE
-    v regclass := to_regclass(format('worlds_data.%I', name));
-BEGIN
-    IF v IS NOT NULL THEN
-        PERFORM worlds._disown(v);
-        EXECUTE format('DROP VIEW %s CASCADE', v);
-    END IF;
-END $$;
+LANGUAGE sql AS $$
+    SELECT worlds._drop_relation(to_regclass(format('worlds_data.%I', name)))
+$$;
 
 -- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
 CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
@@ -334,6 +324,21 @@ BEGIN
     END IF;
 END $$;
 
+-- Drops one of pg_worlds' relations, if it is still there, with the views built on it (all released from
+-- the extension first).
+CREATE FUNCTION worlds._drop_relation(rel regclass) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    kind "char";
+BEGIN
+    SELECT relkind INTO kind FROM pg_class WHERE oid = rel;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM worlds._disown(rel);
+    EXECUTE format('DROP %s %s CASCADE', CASE kind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, rel);
+END $$;
+
 -- Makes every relation of worlds_data the extension's (those made during CREATE EXTENSION already are).
 CREATE FUNCTION worlds._own_storage() RETURNS void
 LANGUAGE plpgsql AS $$
@@ -360,32 +365,25 @@ BEGIN
     -- history kept for tables dropped since
     FOR r IN SELECT c.oid::regclass AS rel FROM pg_class c
              WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'S') LOOP
-        PERFORM worlds._disown(r.rel);
-        EXECUTE format('DROP %s IF EXISTS %s CASCADE', CASE WHEN (SELECT relkind FROM pg_class WHERE oid = r.rel) = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel);
+        PERFORM worlds._drop_relation(r.rel);
     END LOOP;
 END $$;
 
 CREATE FUNCTION worlds._drop_storage(t worlds.tables, drop_triggers boolean) RETURNS void
 LANGUAGE plpgsql SET client_min_messages = warning AS $$
 BEGIN
-    PERFORM worlds._disown(t.overlay_nothing);
-    PERFORM worlds._disown(t.overlay);
-    PERFORM worlds._disown(t.delta);
-    PERFORM worlds._drop_changes_view(t);
-    PERFORM worlds._disown(t.inserts);
-    PERFORM worlds._disown(t.history);
-    PERFORM worlds._disown(t.sequence);
     IF drop_triggers THEN
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
         EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
     END IF;
     PERFORM worlds._drop_rows_twin(t);
-    EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
-    EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
-    EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
-    EXECUTE format('DROP TABLE IF EXISTS %s', t.inserts);
-    EXECUTE format('DROP TABLE IF EXISTS %s', t.history);
-    EXECUTE format('DROP SEQUENCE IF EXISTS %s', t.sequence);
+    PERFORM worlds._drop_relation(t.overlay_nothing);
+    PERFORM worlds._drop_relation(t.overlay);
+    PERFORM worlds._drop_relation(t.delta);
+    PERFORM worlds._drop_changes_view(t);
+    PERFORM worlds._drop_relation(t.inserts);
+    PERFORM worlds._drop_relation(t.history);
+    PERFORM worlds._drop_relation(t.sequence);
     DELETE FROM worlds.tables WHERE tabno = t.tabno;
     PERFORM worlds._tracking_changed(t.relid);
 END $$;
@@ -495,10 +493,8 @@ BEGIN
         v := t.overlay::text;
         n := t.overlay_nothing::text;
         PERFORM worlds._drop_rows_twin(t);
-        PERFORM worlds._disown(t.overlay_nothing);
-        PERFORM worlds._disown(t.overlay);
-        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', n);
-        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', v);
+        PERFORM worlds._drop_relation(t.overlay_nothing);
+        PERFORM worlds._drop_relation(t.overlay);
         -- placeholders keep the catalog pointing at real relations until the rebuild
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', v);
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', n);
@@ -522,12 +518,9 @@ BEGIN
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
         PERFORM worlds._drop_rows_twin(t);
-        PERFORM worlds._disown(t.overlay_nothing);
-        PERFORM worlds._disown(t.overlay);
-        PERFORM worlds._disown(t.delta);
-        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay_nothing);
-        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', t.overlay);
-        EXECUTE format('DROP TABLE IF EXISTS %s', t.delta);
+        PERFORM worlds._drop_relation(t.overlay_nothing);
+        PERFORM worlds._drop_relation(t.overlay);
+        PERFORM worlds._drop_relation(t.delta);
         DELETE FROM worlds.tables WHERE tabno = t.tabno;
         PERFORM worlds._tracking_changed(NULL);
     END LOOP;

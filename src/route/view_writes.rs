@@ -85,12 +85,11 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     .and_then(|mut r| r.next().and_then(|r| r.get::<String>(1).ok().flatten()));
                 if current.as_deref() != Some(fingerprint.as_str()) {
                     let with = if options.is_empty() { String::new() } else { format!(" WITH ({options})") };
-                    let mut ddl = Vec::new();
                     if current.is_some() {
-                        ddl.push(format!("SELECT worlds._disown(to_regclass({}))", crate::merge::quote_literal(&twin)));
-                        ddl.push(format!("DROP VIEW {twin}"));
+                        c.update("SELECT worlds._drop_relation(to_regclass($1))", None, &[twin.as_str().into()])
+                            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                     }
-                    ddl.push(format!("CREATE VIEW {twin}{with} AS {query}"));
+                    let mut ddl = vec![format!("CREATE VIEW {twin}{with} AS {query}")];
                     for (col, expr) in &defaults {
                         ddl.push(format!("ALTER VIEW {twin} ALTER COLUMN {} SET DEFAULT {expr}", quote_ident(col)));
                     }

@@ -46,7 +46,8 @@ pub unsafe fn fire_before(
 ) -> Option<pg_sys::HeapTuple> {
     unsafe {
         let caller = pg_sys::CurrentMemoryContext;
-        let rel = pg_sys::relation_open(relid, pg_sys::RowExclusiveLock as i32);
+        // (the table itself is only read: its triggers and their functions)
+        let rel = pg_sys::relation_open(relid, pg_sys::AccessShareLock as i32);
         let desc = (*rel).rd_att;
         let natts = (*desc).natts as usize;
         let estate = pg_sys::CreateExecutorState();
@@ -56,7 +57,7 @@ pub unsafe fn fire_before(
         (*rte).rtekind = pg_sys::RTEKind::RTE_RELATION;
         (*rte).relid = relid;
         (*rte).relkind = pg_sys::RELKIND_RELATION as std::ffi::c_char;
-        (*rte).rellockmode = pg_sys::RowExclusiveLock as i32;
+        (*rte).rellockmode = pg_sys::AccessShareLock as i32;
         for a in 1..=natts as i32 {
             (*rte).updatedCols = pg_sys::bms_add_member((*rte).updatedCols, a - pg_sys::FirstLowInvalidHeapAttributeNumber);
         }
