@@ -67,6 +67,14 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"worlds.world_scan",
+        c"Read a world's tables in a SELECT through pg_worlds' world scan (on), or through the overlay views (off).",
+        c"A diagnostic switch: both read the same rows; the world scan plans one relation per table, as main does.",
+        &WORLD_SCAN,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
@@ -91,6 +99,7 @@ pub fn register() {
     );
 }
 
+pub static WORLD_SCAN: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static PURGE_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);

@@ -52,6 +52,7 @@ pub fn install_hooks() {
         pg_sys::ExecutorRun_hook = Some(executor_run);
         pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
     }
+    super::world_scan::install();
 }
 
 /// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a
@@ -93,6 +94,9 @@ unsafe extern "C-unwind" fn post_parse_analyze(
 
 struct RouteContext {
     tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
+    /// a plain SELECT (no row locks, no writes in WITH): the tables it reads can be left as they are,
+    /// for the world scan to read (see world_scan.rs)
+    world_scan: bool,
     /// the overlay views themselves (already routed; never inlined again)
     overlays: std::collections::HashSet<pg_sys::Oid>,
 }
@@ -162,12 +166,33 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
             [l.overlay, l.overlay_nothing, l.overlay_rows]
         })
         .collect();
-    let mut ctx = RouteContext { tracked, overlays };
+    let world_scan = guc::WORLD_SCAN.get()
+        && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
+    let mut ctx = RouteContext { tracked, world_scan, overlays };
     unsafe {
         // called directly, not through the guarded walker: an error must unwind through this frame (so
         // the ROUTING flag resets), not longjmp over it
         route_node(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
     }
+}
+
+/// Does the query (or any sub-query) lock rows (FOR UPDATE / SHARE)? The planner then marks every table of
+/// that level, which the world scan doesn't support.
+unsafe fn locks_rows(query: *mut pg_sys::Query) -> bool {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_Query {
+                let q = node as *mut pg_sys::Query;
+                return !(*q).rowMarks.is_null() || pg_sys::query_tree_walker(q, Some(walker), context, 0);
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    unsafe { walker(query as *mut pg_sys::Node, std::ptr::null_mut()) }
 }
 
 #[pg_guard]
@@ -269,6 +294,17 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 } else {
                     None
                 };
+                if ctx.world_scan
+                    && !is_result
+                    && row_security.is_none()
+                    && (*query).commandType == pg_sys::CmdType::CMD_SELECT
+                    && super::world_scan::supports(&layout)
+                {
+                    // read in place by the world scan: the entry stays the table's (its rights included)
+                    refuse_system_columns(query, i + 1);
+                    super::world_scan::mark(rte);
+                    continue;
+                }
                 let mut overlay = layout.overlay;
                 // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
                 // physical row each row is

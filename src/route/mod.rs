@@ -3,4 +3,5 @@ mod hooks;
 mod merge_command;
 pub mod upsert;
 mod view_writes;
+pub mod world_scan;
 pub use hooks::{explicit_transaction_block, install_hooks};

@@ -486,11 +486,14 @@ pub(super) fn parse_tid(s: &str) -> u64 {
 }
 
 pub(super) unsafe fn tid_of_datum(d: pg_sys::Datum) -> u64 {
-    unsafe {
-        let p = d.cast_mut_ptr::<pg_sys::ItemPointerData>();
-        let block = ((*p).ip_blkid.bi_hi as u64) << 16 | (*p).ip_blkid.bi_lo as u64;
-        (block << 16) | (*p).ip_posid as u64
-    }
+    unsafe { pack_tid(&*d.cast_mut_ptr::<pg_sys::ItemPointerData>()) }
+}
+
+/// A physical row's tid as one number (block << 16 | offset), as the sets above keep it.
+#[inline]
+pub fn pack_tid(p: &pg_sys::ItemPointerData) -> u64 {
+    let block = (p.ip_blkid.bi_hi as u64) << 16 | p.ip_blkid.bi_lo as u64;
+    (block << 16) | p.ip_posid as u64
 }
 
 /// Makes sure the cache of one table is current for this statement, and runs f on it.
@@ -714,6 +717,54 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     }
 }
 
+impl TableCache {
+    /// A row of main's table: seen unless main created it since the fork (by tid) or the world's chain
+    /// shadows it (by key; by tid for a table without a key). The arguments are read only when needed.
+    #[inline]
+    fn sees_base(&self, tid: impl FnOnce() -> u64, key: impl FnOnce() -> Option<Key>) -> bool {
+        // fast paths: nothing main created since the fork, nothing the world shadows
+        if !self.created_tids.is_empty() || !self.hidden_tids.is_empty() {
+            let tid = tid();
+            if self.created_tids.contains(&tid) || self.hidden_tids.contains(&tid) {
+                return false;
+            }
+        }
+        self.winner.is_empty() || key().map(|k| !self.winner.contains_key(&k)).unwrap_or(true)
+    }
+
+    /// A before-image of a row main changed since the fork: seen when it is the row's first one, unless
+    /// the world's chain shadows its key.
+    #[inline]
+    fn sees_history(&self, hseq: i64, key: impl FnOnce() -> Option<Key>) -> bool {
+        self.hist_pick.contains(&hseq) && (self.winner.is_empty() || key().map(|k| !self.winner.contains_key(&k)).unwrap_or(true))
+    }
+}
+
+// ---- the same tests for the world scan (route/world_scan.rs), on a table with an integer key ----
+
+/// Is this row of main's table part of the world? (`tid` as `tid_of_datum` packs it)
+#[inline]
+pub fn base_row_visible(tabno: i32, tid: u64, key: i64) -> bool {
+    with_cache(tabno, |c| c.sees_base(|| tid, || Some(Key::I(key))))
+}
+
+/// Is this delta row the world's version of its key?
+#[inline]
+pub fn delta_row_visible(tabno: i32, dseq: i64) -> bool {
+    with_cache(tabno, |c| c.delta_pick.contains(&dseq))
+}
+
+/// Is this before-image part of the world (main changed the row since the fork)?
+#[inline]
+pub fn history_row_visible(tabno: i32, hseq: i64, key: i64) -> bool {
+    with_cache(tabno, |c| c.sees_history(hseq, || Some(Key::I(key))))
+}
+
+/// Can the world have rows beyond main's table: (delta rows, before-images)?
+pub fn rows_beyond_main(tabno: i32) -> (bool, bool) {
+    with_cache(tabno, |c| (!c.delta_pick.is_empty(), !c.hist_pick.is_empty()))
+}
+
 // ---- visibility functions, called per row from the overlay views (raw V1 functions: the hot path) ----
 
 unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> Option<Key> {
@@ -735,14 +786,7 @@ unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sy
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let visible = with_cache(tabno, |c| {
-            // fast paths: nothing main created since the fork, nothing the world shadows
-            if !c.created_tids.is_empty() || !c.hidden_tids.is_empty() {
-                let tid = tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1));
-                if c.created_tids.contains(&tid) || c.hidden_tids.contains(&tid) {
-                    return false;
-                }
-            }
-            c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true)
+            c.sees_base(|| tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
         });
         pg_sys::Datum::from(visible)
     }
@@ -787,7 +831,7 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
                     return !c.hidden_tids.contains(&parse_tid(&tid));
                 }
             }
-            c.winner.is_empty() || arg_key(fcinfo, 2, int_key).map(|k| !c.winner.contains_key(&k)).unwrap_or(true)
+            c.sees_history(hseq, || arg_key(fcinfo, 2, int_key))
         });
         pg_sys::Datum::from(visible)
     }

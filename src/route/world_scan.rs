@@ -1,0 +1,637 @@
+//! The world scan: how a SELECT inside a world reads a tracked table (see docs/architecture.md, "The world
+//! scan", where this departs from DESIGN.md's overlay view for reads).
+//!
+//! The router leaves a table a SELECT only reads as the real table and marks its range-table entry (`mark`).
+//! The planner plans that relation exactly as in main (same statistics, indexes, join paths); this hook then
+//! wraps each of its scan paths in a Custom Scan that
+//! - runs main's scan as planned and drops the rows the world doesn't see (the overlay cache's sets: rows
+//!   main created since the fork, by tid; keys the world's chain shadows), and
+//! - adds the rows the world has instead: its chain's delta rows and main's before-images, found through the
+//!   same index keys as main's scan when that scan is on the primary key (else read whole), filtered by the
+//!   relation's quals. With a key-ordered scan the two streams are merged in key order.
+//!
+//! One relation is planned where the overlay view gave a three-branch append: planning was about half the
+//! time of a point read in a world. Used for tables with one integer key column, without row-level
+//! security; other reads, and all writes, go through the overlay views.
+use crate::storage::{self, overlay};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The marker on a range-table entry the world scan reads: `security_barrier`, which Postgres uses only
+/// for sub-query entries (it survives copying, so cached plans keep it).
+pub unsafe fn mark(rte: *mut pg_sys::RangeTblEntry) {
+    unsafe {
+        (*rte).security_barrier = true;
+        (*rte).inh = false;
+    }
+}
+
+unsafe fn marked(rte: *mut pg_sys::RangeTblEntry) -> bool {
+    unsafe { (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && (*rte).security_barrier }
+}
+
+/// Which tables the world scan can read: one integer key column (the visibility sets are probed by it).
+pub fn supports(layout: &storage::Layout) -> bool {
+    layout.key_kind == b'i' && layout.key_attnos.len() == 1 && layout.unsupported.is_none()
+}
+
+struct Methods<T>(T);
+// SAFETY: read-only tables of function pointers and a static name
+unsafe impl<T> Sync for Methods<T> {}
+
+const NAME: &std::ffi::CStr = c"WorldScan";
+
+static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(pg_sys::CustomPathMethods {
+    CustomName: NAME.as_ptr(),
+    PlanCustomPath: Some(plan_path),
+    ReparameterizeCustomPathByChild: None,
+});
+
+static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> =
+    Methods(pg_sys::CustomScanMethods { CustomName: NAME.as_ptr(), CreateCustomScanState: Some(create_state) });
+
+static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::CustomExecMethods {
+    CustomName: NAME.as_ptr(),
+    BeginCustomScan: Some(begin),
+    ExecCustomScan: Some(exec),
+    EndCustomScan: Some(end),
+    ReScanCustomScan: Some(rescan),
+    MarkPosCustomScan: None,
+    RestrPosCustomScan: None,
+    EstimateDSMCustomScan: Some(estimate_dsm),
+    InitializeDSMCustomScan: Some(initialize_dsm),
+    ReInitializeDSMCustomScan: Some(reinitialize_dsm),
+    InitializeWorkerCustomScan: Some(initialize_worker),
+    ShutdownCustomScan: None,
+    ExplainCustomScan: None,
+});
+
+static mut PREV_SET_REL_PATHLIST: pg_sys::set_rel_pathlist_hook_type = None;
+
+pub fn install() {
+    unsafe {
+        // parallel workers find the scan's methods by name when they read the plan
+        pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0);
+        PREV_SET_REL_PATHLIST = pg_sys::set_rel_pathlist_hook;
+        pg_sys::set_rel_pathlist_hook = Some(set_rel_pathlist);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- planning
+
+#[pg_guard]
+unsafe extern "C-unwind" fn set_rel_pathlist(
+    root: *mut pg_sys::PlannerInfo,
+    rel: *mut pg_sys::RelOptInfo,
+    rti: pg_sys::Index,
+    rte: *mut pg_sys::RangeTblEntry,
+) {
+    unsafe {
+        if let Some(prev) = PREV_SET_REL_PATHLIST {
+            prev(root, rel, rti, rte);
+        }
+        if !marked(rte) || (*rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL || pg_sys::is_dummy_rel(rel) {
+            return;
+        }
+        let Some(&tabno) = storage::tracked_tables().get(&(*rte).relid) else { return };
+        let key_attno = storage::relation_layout(tabno).key_attnos[0];
+        let paths = (*rel).pathlist;
+        let partial = (*rel).partial_pathlist;
+        (*rel).pathlist = std::ptr::null_mut();
+        (*rel).partial_pathlist = std::ptr::null_mut();
+        for p in list_items::<pg_sys::Path>(paths) {
+            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, false) {
+                pg_sys::add_path(rel, wrapped);
+            }
+        }
+        for p in list_items::<pg_sys::Path>(partial) {
+            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, true) {
+                pg_sys::add_partial_path(rel, wrapped);
+            }
+        }
+    }
+}
+
+unsafe fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
+    unsafe {
+        if list.is_null() {
+            return Vec::new();
+        }
+        (0..(*list).length).map(|i| pg_sys::list_nth(list, i) as *mut T).collect()
+    }
+}
+
+/// main's scan path under a world scan, or None for a path the world scan can't run under it.
+unsafe fn wrap(
+    rel: *mut pg_sys::RelOptInfo,
+    path: *mut pg_sys::Path,
+    tabno: i32,
+    key_attno: i32,
+    partial: bool,
+) -> Option<*mut pg_sys::Path> {
+    use pg_sys::NodeTag::*;
+    unsafe {
+        let mut child = path;
+        match (*path).pathtype {
+            T_SeqScan | T_IndexScan | T_BitmapHeapScan | T_TidScan | T_TidRangeScan | T_SampleScan => {}
+            T_IndexOnlyScan => {
+                // the world scan needs each row's tid and key from the heap tuple: a plain index scan
+                let copy = pg_sys::palloc(std::mem::size_of::<pg_sys::IndexPath>()) as *mut pg_sys::IndexPath;
+                std::ptr::copy_nonoverlapping(path as *const pg_sys::IndexPath, copy, 1);
+                (*copy).path.pathtype = T_IndexScan;
+                child = copy as *mut pg_sys::Path;
+            }
+            _ => return None,
+        }
+        let order = key_order(rel, child, key_attno);
+        let cp = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()) as *mut pg_sys::CustomPath;
+        (*cp).path.type_ = T_CustomPath;
+        (*cp).path.pathtype = T_CustomScan;
+        (*cp).path.parent = rel;
+        (*cp).path.pathtarget = (*rel).reltarget;
+        (*cp).path.param_info = (*child).param_info;
+        (*cp).path.parallel_aware = partial;
+        (*cp).path.parallel_safe = (*child).parallel_safe;
+        (*cp).path.parallel_workers = (*child).parallel_workers;
+        (*cp).path.rows = (*child).rows;
+        (*cp).path.startup_cost = (*child).startup_cost;
+        (*cp).path.total_cost = (*child).total_cost;
+        (*cp).path.pathkeys = if order != 0 { (*child).pathkeys } else { std::ptr::null_mut() };
+        (*cp).custom_paths = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
+        let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
+        private = pg_sys::lappend(private, pg_sys::makeInteger(order) as *mut std::ffi::c_void);
+        (*cp).custom_private = private;
+        (*cp).methods = &PATH_METHODS.0;
+        Some(cp as *mut pg_sys::Path)
+    }
+}
+
+/// 1 / -1 when main's path returns rows in ascending / descending key order (the world's rows are then
+/// merged in), 0 when in no order the world scan can keep.
+unsafe fn key_order(rel: *mut pg_sys::RelOptInfo, path: *mut pg_sys::Path, key_attno: i32) -> i32 {
+    unsafe {
+        let keys = (*path).pathkeys;
+        if keys.is_null() || (*keys).length != 1 {
+            return 0;
+        }
+        let pk = pg_sys::list_nth(keys, 0) as *mut pg_sys::PathKey;
+        let ec = (*pk).pk_eclass;
+        let on_key = list_items::<pg_sys::EquivalenceMember>((*ec).ec_members).into_iter().any(|em| {
+            let e = (*em).em_expr as *mut pg_sys::Node;
+            !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var && {
+                let v = e as *mut pg_sys::Var;
+                (*v).varno as u32 == (*rel).relid && (*v).varattno as i32 == key_attno && (*v).varlevelsup == 0
+            }
+        });
+        if !on_key {
+            return 0;
+        }
+        match (*pk).pk_strategy as u32 {
+            pg_sys::BTLessStrategyNumber => 1,
+            pg_sys::BTGreaterStrategyNumber => -1,
+            _ => 0,
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn plan_path(
+    _root: *mut pg_sys::PlannerInfo,
+    rel: *mut pg_sys::RelOptInfo,
+    best_path: *mut pg_sys::CustomPath,
+    tlist: *mut pg_sys::List,
+    clauses: *mut pg_sys::List,
+    custom_plans: *mut pg_sys::List,
+) -> *mut pg_sys::Plan {
+    unsafe {
+        let cscan = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()) as *mut pg_sys::CustomScan;
+        (*cscan).scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
+        (*cscan).scan.plan.targetlist = tlist;
+        // main's scan checks the quals on main's rows; the world scan checks them on the world's own rows
+        // only, so they are its expressions, not its filter
+        (*cscan).scan.plan.qual = std::ptr::null_mut();
+        (*cscan).custom_exprs = pg_sys::extract_actual_clauses(clauses, false);
+        (*cscan).scan.scanrelid = (*rel).relid;
+        (*cscan).flags = (*best_path).flags;
+        (*cscan).custom_plans = custom_plans;
+        (*cscan).custom_private = (*best_path).custom_private;
+        (*cscan).methods = &SCAN_METHODS.0;
+        cscan as *mut pg_sys::Plan
+    }
+}
+
+// --------------------------------------------------------------------------------------------- execution
+
+#[repr(C)]
+struct ScanNode {
+    css: pg_sys::CustomScanState,
+    run: *mut Run,
+}
+
+/// A storage relation whose rows the world adds (the delta, or main's history), read as the table's rows.
+struct Side {
+    rel: pg_sys::Relation,
+    /// its index on the key column, when main's scan is an index scan on the key with the same operators
+    key_index: pg_sys::Relation,
+    slot: *mut pg_sys::TupleTableSlot,
+    /// for each attribute of the table: the side's attribute of the same name (0: none, read as NULL)
+    map: Vec<i32>,
+    seq_attno: i32,
+    key_attno: i32,
+    is_delta: bool,
+}
+
+struct Run {
+    tabno: i32,
+    key_attno: i32,
+    /// 1 / -1: main's scan is in ascending / descending key order, and so is the output; 0: no order
+    order: i32,
+    child: *mut pg_sys::PlanState,
+    qual: *mut pg_sys::ExprState,
+    extra_slot: *mut pg_sys::TupleTableSlot,
+    /// holds the world's rows of the current scan
+    cxt: pg_sys::MemoryContext,
+    sides: Option<Vec<Side>>,
+    /// the world's rows that pass the quals, with their keys (sorted when ordered)
+    extras: Vec<(i64, pg_sys::MinimalTuple)>,
+    next_extra: usize,
+    gathered: bool,
+    base_done: bool,
+    /// the key of a base row the world sees, waiting in the child's scan slot
+    pending: Option<i64>,
+    /// a parallel scan: whether a participant has taken the world's rows (they are added once)
+    shared: *const AtomicU32,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    unsafe {
+        let node = pg_sys::palloc0(std::mem::size_of::<ScanNode>()) as *mut ScanNode;
+        (*node).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
+        (*node).css.flags = (*cscan).flags;
+        (*node).css.methods = &EXEC_METHODS.0;
+        node as *mut pg_sys::Node
+    }
+}
+
+unsafe fn run_of<'a>(node: *mut pg_sys::CustomScanState) -> &'a mut Run {
+    unsafe { &mut *(*(node as *mut ScanNode)).run }
+}
+
+unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
+    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn drop_run(arg: *mut std::ffi::c_void) {
+    unsafe { drop(Box::from_raw(arg as *mut Run)) }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: std::ffi::c_int) {
+    unsafe {
+        let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
+        let tabno = int_at((*cscan).custom_private, 0);
+        let order = int_at((*cscan).custom_private, 1);
+        let child = pg_sys::ExecInitNode(pg_sys::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
+        (*node).custom_ps = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
+        let ps = &mut (*node).ss.ps as *mut pg_sys::PlanState;
+        // main's rows are projected from the child's scan slot, the world's from ours: the expressions must
+        // not assume one slot type, so they are built again, and every row is projected
+        (*ps).scanopsfixed = false;
+        let desc = (*(*node).ss.ss_currentRelation).rd_att;
+        (*ps).ps_ProjInfo =
+            pg_sys::ExecBuildProjectionInfo((*cscan).scan.plan.targetlist, (*ps).ps_ExprContext, (*ps).ps_ResultTupleSlot, ps, desc);
+        (*ps).resultopsset = true;
+        (*ps).resultopsfixed = true;
+        (*ps).resultops = &pg_sys::TTSOpsVirtual;
+        let qual = pg_sys::ExecInitQual((*cscan).custom_exprs, ps);
+        let extra_slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, &pg_sys::TTSOpsMinimalTuple);
+        let cxt = pg_sys::AllocSetContextCreateInternal((*estate).es_query_cxt, c"world scan".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
+        let run = Box::into_raw(Box::new(Run {
+            tabno,
+            key_attno: storage::relation_layout(tabno).key_attnos[0],
+            order,
+            child,
+            qual,
+            extra_slot,
+            cxt,
+            sides: None,
+            extras: Vec::new(),
+            next_extra: 0,
+            gathered: false,
+            base_done: false,
+            pending: None,
+            shared: std::ptr::null(),
+        }));
+        (*(node as *mut ScanNode)).run = run;
+        // the Rust state goes with the query's memory, also when the query fails
+        let cb = pg_sys::MemoryContextAlloc((*estate).es_query_cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+            as *mut pg_sys::MemoryContextCallback;
+        (*cb).func = Some(drop_run);
+        (*cb).arg = run as *mut std::ffi::c_void;
+        (*cb).next = std::ptr::null_mut();
+        pg_sys::MemoryContextRegisterResetCallback((*estate).es_query_cxt, cb);
+    }
+}
+
+#[inline]
+unsafe fn tup_is_null(slot: *mut pg_sys::TupleTableSlot) -> bool {
+    unsafe { slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 }
+}
+
+#[inline]
+unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64> {
+    unsafe {
+        let mut isnull = false;
+        let d = pg_sys::slot_getattr(slot, attno, &mut isnull);
+        // int2, int4 and int8 datums all hold the value sign-extended
+        (!isnull).then(|| d.value() as i64)
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let run = run_of(node);
+        let econtext = (*node).ss.ps.ps_ExprContext;
+        if !run.gathered {
+            run.gathered = true;
+            gather(node, run);
+        }
+        if run.pending.is_none() && !run.base_done {
+            next_base_row(run);
+        }
+        let extra = run.extras.get(run.next_extra).map(|e| e.0);
+        let take_base = match (run.pending, extra) {
+            (Some(b), Some(e)) => match run.order {
+                1 => b <= e,
+                -1 => b >= e,
+                _ => true,
+            },
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return pg_sys::ExecClearTuple((*node).ss.ps.ps_ResultTupleSlot),
+        };
+        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        if take_base {
+            run.pending = None;
+            (*econtext).ecxt_scantuple = (*(run.child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
+        } else {
+            let (_, tuple) = run.extras[run.next_extra];
+            run.next_extra += 1;
+            pg_sys::ExecStoreMinimalTuple(tuple, run.extra_slot, false);
+            (*econtext).ecxt_scantuple = run.extra_slot;
+        }
+        pg_sys::ExecProject((*node).ss.ps.ps_ProjInfo)
+    }
+}
+
+/// Advances main's scan to the next row the world sees (left in the child's scan slot).
+unsafe fn next_base_row(run: &mut Run) {
+    unsafe {
+        let scan_slot = (*(run.child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
+        loop {
+            let out = pg_sys::ExecProcNode(run.child);
+            if tup_is_null(out) {
+                run.base_done = true;
+                return;
+            }
+            let Some(key) = attr_i64(scan_slot, run.key_attno) else { continue };
+            if overlay::base_row_visible(run.tabno, overlay::pack_tid(&(*scan_slot).tts_tid), key) {
+                run.pending = Some(key);
+                return;
+            }
+        }
+    }
+}
+
+/// Reads the world's own rows for this scan: those of its delta and main's before-images it sees, that pass
+/// the quals. Through main's index keys when its scan is an index scan on the key, else whole.
+unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
+    unsafe {
+        if !run.shared.is_null() && (*run.shared).swap(1, Ordering::AcqRel) != 0 {
+            return; // another participant of the parallel scan adds them
+        }
+        let (delta, history) = overlay::rows_beyond_main(run.tabno);
+        if !delta && !history {
+            return;
+        }
+        if run.sides.is_none() {
+            run.sides = Some(open_sides(node, run));
+        }
+        let estate = (*node).ss.ps.state;
+        let snapshot = (*estate).es_snapshot;
+        let keys = index_keys(run.child, run.key_attno);
+        let econtext = (*node).ss.ps.ps_ExprContext;
+        let vslot = (*node).ss.ss_ScanTupleSlot;
+        let natts = (*(*vslot).tts_tupleDescriptor).natts as usize;
+        let sides = run.sides.take().unwrap_or_default();
+        for side in sides.iter().filter(|s| if s.is_delta { delta } else { history }) {
+            let mut consider = |slot: *mut pg_sys::TupleTableSlot| {
+                let Some(seq) = attr_i64(slot, side.seq_attno) else { return };
+                let Some(key) = attr_i64(slot, side.key_attno) else { return };
+                let seen = if side.is_delta {
+                    overlay::delta_row_visible(run.tabno, seq)
+                } else {
+                    overlay::history_row_visible(run.tabno, seq, key)
+                };
+                if !seen {
+                    return;
+                }
+                // the row as the table's: a virtual tuple in the node's own scan slot
+                pg_sys::ExecClearTuple(vslot);
+                pg_sys::slot_getsomeattrs(slot, (*(*slot).tts_tupleDescriptor).natts);
+                for (i, &a) in side.map.iter().enumerate().take(natts) {
+                    if a > 0 {
+                        *(*vslot).tts_values.add(i) = *(*slot).tts_values.add(a as usize - 1);
+                        *(*vslot).tts_isnull.add(i) = *(*slot).tts_isnull.add(a as usize - 1);
+                    } else {
+                        *(*vslot).tts_values.add(i) = pg_sys::Datum::from(0usize);
+                        *(*vslot).tts_isnull.add(i) = true;
+                    }
+                }
+                pg_sys::ExecStoreVirtualTuple(vslot);
+                (*econtext).ecxt_scantuple = vslot;
+                if pg_sys::ExecQual(run.qual, econtext) {
+                    let old = pg_sys::MemoryContextSwitchTo(run.cxt);
+                    let tuple = pg_sys::ExecCopySlotMinimalTuple(vslot);
+                    pg_sys::MemoryContextSwitchTo(old);
+                    run.extras.push((key, tuple));
+                }
+                pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+            };
+            match keys {
+                Some((index, scan_keys, n)) if !side.key_index.is_null() && same_operators(index, side.key_index) => {
+                    let scan = pg_sys::index_beginscan(side.rel, side.key_index, snapshot, n, 0);
+                    pg_sys::index_rescan(scan, scan_keys, n, std::ptr::null_mut(), 0);
+                    while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, side.slot) {
+                        consider(side.slot);
+                    }
+                    pg_sys::index_endscan(scan);
+                }
+                _ => {
+                    let scan = pg_sys::table_beginscan(side.rel, snapshot, 0, std::ptr::null_mut());
+                    while pg_sys::table_scan_getnextslot(scan, pg_sys::ScanDirection::ForwardScanDirection, side.slot) {
+                        consider(side.slot);
+                    }
+                    pg_sys::table_endscan(scan);
+                }
+            }
+            pg_sys::ExecClearTuple(side.slot);
+        }
+        run.sides = Some(sides);
+        match run.order {
+            1 => run.extras.sort_by_key(|e| e.0),
+            -1 => run.extras.sort_by_key(|e| std::cmp::Reverse(e.0)),
+            _ => {}
+        }
+    }
+}
+
+/// main's scan keys, when its scan is an index scan on the key column alone: (index, keys, how many).
+unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(pg_sys::Relation, pg_sys::ScanKey, i32)> {
+    unsafe {
+        if (*child).type_ != pg_sys::NodeTag::T_IndexScanState {
+            return None;
+        }
+        let iss = child as *mut pg_sys::IndexScanState;
+        let index = (*iss).iss_RelationDesc;
+        if index.is_null()
+            || (*(*index).rd_index).indnatts != 1
+            || *(*(*index).rd_index).indkey.values.as_ptr() as i32 != key_attno
+            || (*iss).iss_NumOrderByKeys != 0
+        {
+            return None;
+        }
+        // keys computed from parameters (a nested loop's outer row) are filled when the scan (re)starts
+        if (*iss).iss_NumRuntimeKeys != 0 && !(*iss).iss_RuntimeKeysReady {
+            pg_sys::ExecReScan(child);
+        }
+        Some((index, (*iss).iss_ScanKeys, (*iss).iss_NumScanKeys))
+    }
+}
+
+/// Main's index and the side's index on the same column compare with the same operators: main's scan keys
+/// are valid for the side's index.
+unsafe fn same_operators(a: pg_sys::Relation, b: pg_sys::Relation) -> bool {
+    unsafe { *(*a).rd_opfamily == *(*b).rd_opfamily && (*(*a).rd_index).indnatts == 1 && (*(*b).rd_index).indnatts == 1 }
+}
+
+unsafe fn open_sides(node: *mut pg_sys::CustomScanState, run: &Run) -> Vec<Side> {
+    unsafe {
+        let layout = storage::relation_layout(run.tabno);
+        let table_desc = (*(*node).ss.ss_currentRelation).rd_att;
+        let main_index = index_keys(run.child, run.key_attno).map(|k| k.0);
+        let estate = (*node).ss.ps.state;
+        [(layout.delta, true), (layout.history, false)]
+            .into_iter()
+            .map(|(oid, is_delta)| {
+                let rel = pg_sys::table_open(oid, pg_sys::AccessShareLock as i32);
+                let desc = (*rel).rd_att;
+                let attno_of = |name: &std::ffi::CStr| -> i32 {
+                    (0..(*desc).natts as usize)
+                        .find(|&i| {
+                            let a = &*(*desc).attrs.as_ptr().add(i);
+                            !a.attisdropped && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == name
+                        })
+                        .map(|i| i as i32 + 1)
+                        .unwrap_or(0)
+                };
+                let map: Vec<i32> = (0..(*table_desc).natts as usize)
+                    .map(|i| {
+                        let a = &*(*table_desc).attrs.as_ptr().add(i);
+                        if a.attisdropped { 0 } else { attno_of(std::ffi::CStr::from_ptr(a.attname.data.as_ptr())) }
+                    })
+                    .collect();
+                let key_attno = map[run.key_attno as usize - 1];
+                let seq_attno = attno_of(if is_delta { c"_w_dseq" } else { c"_w_hseq" });
+                if key_attno == 0 || seq_attno == 0 {
+                    crate::api::raise("XX000", format!("pg_worlds: storage of table {} is out of step with it", layout.table_name));
+                }
+                let key_index = match main_index {
+                    Some(_) => key_index_of(rel, key_attno),
+                    None => std::ptr::null_mut(),
+                };
+                let slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, pg_sys::table_slot_callbacks(rel));
+                Side { rel, key_index, slot, map, seq_attno, key_attno, is_delta }
+            })
+            .collect()
+    }
+}
+
+/// The relation's btree index on the key column alone, opened (null when it has none).
+unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relation {
+    unsafe {
+        let list = pg_sys::RelationGetIndexList(rel);
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let oid = pg_sys::list_nth_oid(list, i);
+            let index = pg_sys::index_open(oid, pg_sys::AccessShareLock as i32);
+            let ix = (*index).rd_index;
+            if (*ix).indnatts == 1 && *(*ix).indkey.values.as_ptr() as i32 == key_attno && pg_sys::RelationGetIndexPredicate(index).is_null() {
+                return index;
+            }
+            pg_sys::index_close(index, pg_sys::AccessShareLock as i32);
+        }
+        std::ptr::null_mut()
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
+    unsafe {
+        let run = run_of(node);
+        if !(*node).ss.ps.chgParam.is_null() {
+            pg_sys::UpdateChangedParamSet(run.child, (*node).ss.ps.chgParam);
+        }
+        pg_sys::ExecReScan(run.child);
+        run.extras.clear();
+        run.next_extra = 0;
+        run.gathered = false;
+        run.base_done = false;
+        run.pending = None;
+        pg_sys::MemoryContextReset(run.cxt);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    unsafe {
+        let run = run_of(node);
+        pg_sys::ExecEndNode(run.child);
+        for side in run.sides.take().unwrap_or_default() {
+            if !side.key_index.is_null() {
+                pg_sys::index_close(side.key_index, pg_sys::NoLock as i32);
+            }
+            pg_sys::table_close(side.rel, pg_sys::NoLock as i32);
+        }
+    }
+}
+
+// A parallel world scan: each participant runs its share of main's scan; the first to start adds the
+// world's rows.
+
+#[pg_guard]
+unsafe extern "C-unwind" fn estimate_dsm(_node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
+    std::mem::size_of::<AtomicU32>() as pg_sys::Size
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    unsafe {
+        let flag = coordinate as *const AtomicU32;
+        (*flag).store(0, Ordering::Release);
+        run_of(node).shared = flag;
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn reinitialize_dsm(_node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    unsafe { (*(coordinate as *const AtomicU32)).store(0, Ordering::Release) }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::CustomScanState, _toc: *mut pg_sys::shm_toc, coordinate: *mut std::ffi::c_void) {
+    unsafe { run_of(node).shared = coordinate as *const AtomicU32 }
+}
