@@ -248,18 +248,22 @@ struct Run {
     /// 1 / -1: main's scan is in ascending / descending key order, and so is the output; 0: no order
     order: i32,
     child: *mut pg_sys::PlanState,
+    /// the key column in the tuple descriptor of main's scan slot (its cached offset)
+    key_att: *const pg_sys::FormData_pg_attribute,
     qual: *mut pg_sys::ExprState,
     extra_slot: *mut pg_sys::TupleTableSlot,
     /// holds the world's rows of the current scan
     cxt: pg_sys::MemoryContext,
-    sides: Option<Vec<Side>>,
+    /// the delta and history relations, opened when first read
+    sides: [Option<Side>; 2],
     /// the world's rows that pass the quals, with their keys (sorted when ordered)
     extras: Vec<(i64, pg_sys::MinimalTuple)>,
     next_extra: usize,
     gathered: bool,
     base_done: bool,
-    /// the key of a base row the world sees, waiting in the child's scan slot
-    pending: Option<i64>,
+    /// a row of main's the world sees (key, main's output slot), waiting for its turn in the merge
+    pending: Option<(i64, *mut pg_sys::TupleTableSlot)>,
+    cache: overlay::ScanCache,
     /// a parallel scan: whether a participant has taken the world's rows (they are added once)
     shared: *const AtomicU32,
 }
@@ -297,32 +301,35 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let child = pg_sys::ExecInitNode(pg_sys::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
         (*node).custom_ps = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
         let ps = &mut (*node).ss.ps as *mut pg_sys::PlanState;
-        // main's rows are projected from the child's scan slot, the world's from ours: the expressions must
-        // not assume one slot type, so they are built again, and every row is projected
+        // main's rows are returned as main's scan projected them (both project the relation's target list);
+        // the world's are projected here: the result's slot type varies. The projection reads the world's
+        // rows from a minimal-tuple slot, not the virtual scan slot it was first built for: built again
+        (*ps).resultopsfixed = false;
         (*ps).scanopsfixed = false;
         let desc = (*(*node).ss.ss_currentRelation).rd_att;
         (*ps).ps_ProjInfo =
             pg_sys::ExecBuildProjectionInfo((*cscan).scan.plan.targetlist, (*ps).ps_ExprContext, (*ps).ps_ResultTupleSlot, ps, desc);
-        (*ps).resultopsset = true;
-        (*ps).resultopsfixed = true;
-        (*ps).resultops = &pg_sys::TTSOpsVirtual;
         let qual = pg_sys::ExecInitQual((*cscan).custom_exprs, ps);
         let extra_slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, &pg_sys::TTSOpsMinimalTuple);
         let cxt = pg_sys::AllocSetContextCreateInternal((*estate).es_query_cxt, c"world scan".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
+        let key_attno = storage::relation_layout(tabno).key_attnos[0];
+        let child_desc = (*(*(child as *mut pg_sys::ScanState)).ss_ScanTupleSlot).tts_tupleDescriptor;
         let run = Box::into_raw(Box::new(Run {
             tabno,
-            key_attno: storage::relation_layout(tabno).key_attnos[0],
+            key_attno,
             order,
             child,
+            key_att: (*child_desc).attrs.as_ptr().add(key_attno as usize - 1),
             qual,
             extra_slot,
             cxt,
-            sides: None,
+            sides: [None, None],
             extras: Vec::new(),
             next_extra: 0,
             gathered: false,
             base_done: false,
             pending: None,
+            cache: overlay::ScanCache::none(),
             shared: std::ptr::null(),
         }));
         (*(node as *mut ScanNode)).run = run;
@@ -351,57 +358,117 @@ unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64>
     }
 }
 
+/// Postgres functions called per row of main's scan without pgrx's guard (a setjmp per call, a third of
+/// a full scan's cost in a world). An ERROR inside them longjmps over `exec`'s frame, which holds nothing
+/// that needs dropping at those points, as C callers of the executor do.
+mod unguarded {
+    unsafe extern "C-unwind" {
+        pub fn slot_getsomeattrs_int(slot: *mut pgrx::pg_sys::TupleTableSlot, attnum: std::ffi::c_int);
+    }
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let run = run_of(node);
-        let econtext = (*node).ss.ps.ps_ExprContext;
         if !run.gathered {
             run.gathered = true;
             gather(node, run);
         }
+        if run.order == 0 {
+            // main's rows as they come, then the world's
+            if !run.base_done {
+                if let Some((_, out)) = next_base_row(run) {
+                    return out;
+                }
+            }
+            return next_extra(node, run);
+        }
+        // merged in key order
         if run.pending.is_none() && !run.base_done {
-            next_base_row(run);
+            run.pending = next_base_row(run);
         }
         let extra = run.extras.get(run.next_extra).map(|e| e.0);
-        let take_base = match (run.pending, extra) {
-            (Some(b), Some(e)) => match run.order {
-                1 => b <= e,
-                -1 => b >= e,
-                _ => true,
-            },
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return pg_sys::ExecClearTuple((*node).ss.ps.ps_ResultTupleSlot),
-        };
-        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-        if take_base {
-            run.pending = None;
-            (*econtext).ecxt_scantuple = (*(run.child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
-        } else {
-            let (_, tuple) = run.extras[run.next_extra];
-            run.next_extra += 1;
-            pg_sys::ExecStoreMinimalTuple(tuple, run.extra_slot, false);
-            (*econtext).ecxt_scantuple = run.extra_slot;
+        match (run.pending, extra) {
+            (Some((b, out)), Some(e)) if (run.order == 1 && b <= e) || (run.order == -1 && b >= e) => {
+                run.pending = None;
+                out
+            }
+            (Some((_, out)), None) => {
+                run.pending = None;
+                out
+            }
+            _ => next_extra(node, run),
         }
+    }
+}
+
+/// The next of the world's own rows, projected; an empty slot at the end.
+unsafe fn next_extra(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let Some(&(_, tuple)) = run.extras.get(run.next_extra) else {
+            return pg_sys::ExecClearTuple((*node).ss.ps.ps_ResultTupleSlot);
+        };
+        run.next_extra += 1;
+        let econtext = (*node).ss.ps.ps_ExprContext;
+        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        pg_sys::ExecStoreMinimalTuple(tuple, run.extra_slot, false);
+        (*econtext).ecxt_scantuple = run.extra_slot;
         pg_sys::ExecProject((*node).ss.ps.ps_ProjInfo)
     }
 }
 
-/// Advances main's scan to the next row the world sees (left in the child's scan slot).
-unsafe fn next_base_row(run: &mut Run) {
+/// The key of main's row in a scan slot. Read in place from a heap tuple without nulls when the key's
+/// offset is known (always for a first column), as deforming the tuple would, at a fraction of the cost.
+#[inline]
+unsafe fn key_of(slot: *mut pg_sys::TupleTableSlot, key_attno: i32, att: *const pg_sys::FormData_pg_attribute) -> Option<i64> {
     unsafe {
-        let scan_slot = (*(run.child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
+        let ops = (*slot).tts_ops;
+        if ((*slot).tts_nvalid as i32) < key_attno && (ops == &pg_sys::TTSOpsBufferHeapTuple || ops == &pg_sys::TTSOpsHeapTuple) {
+            let tuple = (*(slot as *mut pg_sys::HeapTupleTableSlot)).tuple;
+            let off = (*att).attcacheoff;
+            if !tuple.is_null() && off >= 0 {
+                let hdr = (*tuple).t_data;
+                if ((*hdr).t_infomask as u32 & pg_sys::HEAP_HASNULL) == 0 && ((*hdr).t_infomask2 as u32 & pg_sys::HEAP_NATTS_MASK) as i32 >= key_attno {
+                    let p = (hdr as *const u8).add((*hdr).t_hoff as usize + off as usize);
+                    return match (*att).attlen {
+                        8 => Some(std::ptr::read_unaligned(p as *const i64)),
+                        4 => Some(std::ptr::read_unaligned(p as *const i32) as i64),
+                        2 => Some(std::ptr::read_unaligned(p as *const i16) as i64),
+                        _ => None,
+                    };
+                }
+            }
+        }
+        if ((*slot).tts_nvalid as i32) < key_attno {
+            unguarded::slot_getsomeattrs_int(slot, key_attno);
+        }
+        let i = key_attno as usize - 1;
+        // int2, int4 and int8 datums all hold the value sign-extended
+        (!*(*slot).tts_isnull.add(i)).then(|| (*(*slot).tts_values.add(i)).value() as i64)
+    }
+}
+
+/// Advances main's scan to its next row the world sees: (key, main's output slot, which is the world
+/// scan's output: both project the relation's target list).
+#[inline]
+unsafe fn next_base_row(run: &mut Run) -> Option<(i64, *mut pg_sys::TupleTableSlot)> {
+    unsafe {
+        let child = run.child;
+        let scan_slot = (*(child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
+        let key_attno = run.key_attno;
         loop {
-            let out = pg_sys::ExecProcNode(run.child);
+            if !(*child).chgParam.is_null() {
+                pg_sys::ExecReScan(child);
+            }
+            let out = ((*child).ExecProcNode.unwrap_unchecked())(child);
             if tup_is_null(out) {
                 run.base_done = true;
-                return;
+                return None;
             }
-            let Some(key) = attr_i64(scan_slot, run.key_attno) else { continue };
-            if overlay::base_row_visible(run.tabno, overlay::pack_tid(&(*scan_slot).tts_tid), key) {
-                run.pending = Some(key);
-                return;
+            let Some(key) = key_of(scan_slot, key_attno, run.key_att) else { continue };
+            if run.cache.base_row_visible(run.tabno, overlay::pack_tid(&(*scan_slot).tts_tid), key) {
+                return Some((key, out));
             }
         }
     }
@@ -414,21 +481,29 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         if !run.shared.is_null() && (*run.shared).swap(1, Ordering::AcqRel) != 0 {
             return; // another participant of the parallel scan adds them
         }
-        let (delta, history) = overlay::rows_beyond_main(run.tabno);
+        let (mut delta, history) = overlay::rows_beyond_main(run.tabno);
+        let keys = index_keys(run.child, run.key_attno);
+        // main's scan is on a key range where the world has no version of any key: no delta row can match
+        if let Some((lo, hi)) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
+            if delta && overlay::chain_has_keys_in(run.tabno, lo, hi) == Some(false) {
+                delta = false;
+            }
+        }
         if !delta && !history {
             return;
         }
-        if run.sides.is_none() {
-            run.sides = Some(open_sides(node, run));
+        for (i, wanted) in [delta, history].into_iter().enumerate() {
+            if wanted && run.sides[i].is_none() {
+                run.sides[i] = Some(open_side(node, run, i == 0));
+            }
         }
         let estate = (*node).ss.ps.state;
         let snapshot = (*estate).es_snapshot;
-        let keys = index_keys(run.child, run.key_attno);
         let econtext = (*node).ss.ps.ps_ExprContext;
         let vslot = (*node).ss.ss_ScanTupleSlot;
         let natts = (*(*vslot).tts_tupleDescriptor).natts as usize;
-        let sides = run.sides.take().unwrap_or_default();
-        for side in sides.iter().filter(|s| if s.is_delta { delta } else { history }) {
+        let sides = std::mem::take(&mut run.sides);
+        for side in sides.iter().flatten().filter(|s| if s.is_delta { delta } else { history }) {
             let mut consider = |slot: *mut pg_sys::TupleTableSlot| {
                 let Some(seq) = attr_i64(slot, side.seq_attno) else { return };
                 let Some(key) = attr_i64(slot, side.key_attno) else { return };
@@ -481,7 +556,7 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             }
             pg_sys::ExecClearTuple(side.slot);
         }
-        run.sides = Some(sides);
+        run.sides = sides;
         match run.order {
             1 => run.extras.sort_by_key(|e| e.0),
             -1 => run.extras.sort_by_key(|e| std::cmp::Reverse(e.0)),
@@ -519,45 +594,71 @@ unsafe fn same_operators(a: pg_sys::Relation, b: pg_sys::Relation) -> bool {
     unsafe { *(*a).rd_opfamily == *(*b).rd_opfamily && (*(*a).rd_index).indnatts == 1 && (*(*b).rd_index).indnatts == 1 }
 }
 
-unsafe fn open_sides(node: *mut pg_sys::CustomScanState, run: &Run) -> Vec<Side> {
+unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: bool) -> Side {
     unsafe {
         let layout = storage::relation_layout(run.tabno);
         let table_desc = (*(*node).ss.ss_currentRelation).rd_att;
         let main_index = index_keys(run.child, run.key_attno).map(|k| k.0);
         let estate = (*node).ss.ps.state;
-        [(layout.delta, true), (layout.history, false)]
-            .into_iter()
-            .map(|(oid, is_delta)| {
-                let rel = pg_sys::table_open(oid, pg_sys::AccessShareLock as i32);
-                let desc = (*rel).rd_att;
-                let attno_of = |name: &std::ffi::CStr| -> i32 {
-                    (0..(*desc).natts as usize)
-                        .find(|&i| {
-                            let a = &*(*desc).attrs.as_ptr().add(i);
-                            !a.attisdropped && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == name
-                        })
-                        .map(|i| i as i32 + 1)
-                        .unwrap_or(0)
-                };
-                let map: Vec<i32> = (0..(*table_desc).natts as usize)
-                    .map(|i| {
-                        let a = &*(*table_desc).attrs.as_ptr().add(i);
-                        if a.attisdropped { 0 } else { attno_of(std::ffi::CStr::from_ptr(a.attname.data.as_ptr())) }
-                    })
-                    .collect();
-                let key_attno = map[run.key_attno as usize - 1];
-                let seq_attno = attno_of(if is_delta { c"_w_dseq" } else { c"_w_hseq" });
-                if key_attno == 0 || seq_attno == 0 {
-                    crate::api::raise("XX000", format!("pg_worlds: storage of table {} is out of step with it", layout.table_name));
-                }
-                let key_index = match main_index {
-                    Some(_) => key_index_of(rel, key_attno),
-                    None => std::ptr::null_mut(),
-                };
-                let slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, pg_sys::table_slot_callbacks(rel));
-                Side { rel, key_index, slot, map, seq_attno, key_attno, is_delta }
+        let rel = pg_sys::table_open(if is_delta { layout.delta } else { layout.history }, pg_sys::AccessShareLock as i32);
+        let desc = (*rel).rd_att;
+        let attno_of = |name: &std::ffi::CStr| -> i32 {
+            (0..(*desc).natts as usize)
+                .find(|&i| {
+                    let a = &*(*desc).attrs.as_ptr().add(i);
+                    !a.attisdropped && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == name
+                })
+                .map(|i| i as i32 + 1)
+                .unwrap_or(0)
+        };
+        let map: Vec<i32> = (0..(*table_desc).natts as usize)
+            .map(|i| {
+                let a = &*(*table_desc).attrs.as_ptr().add(i);
+                if a.attisdropped { 0 } else { attno_of(std::ffi::CStr::from_ptr(a.attname.data.as_ptr())) }
             })
-            .collect()
+            .collect();
+        let key_attno = map[run.key_attno as usize - 1];
+        let seq_attno = attno_of(if is_delta { c"_w_dseq" } else { c"_w_hseq" });
+        if key_attno == 0 || seq_attno == 0 {
+            crate::api::raise("XX000", format!("pg_worlds: storage of table {} is out of step with it", layout.table_name));
+        }
+        let key_index = match main_index {
+            Some(_) => key_index_of(rel, key_attno),
+            None => std::ptr::null_mut(),
+        };
+        let slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, pg_sys::table_slot_callbacks(rel));
+        Side { rel, key_index, slot, map, seq_attno, key_attno, is_delta }
+    }
+}
+
+/// The key range [lo, hi] main's index scan keys select, when they are plain comparisons of integers.
+unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> Option<(i64, i64)> {
+    unsafe {
+        if *(*index).rd_opfamily != pg_sys::INTEGER_BTREE_FAM_OID {
+            return None;
+        }
+        let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        for i in 0..n as usize {
+            let k = &*keys.add(i);
+            let odd = pg_sys::SK_ISNULL | pg_sys::SK_ROW_HEADER | pg_sys::SK_SEARCHARRAY | pg_sys::SK_SEARCHNULL | pg_sys::SK_SEARCHNOTNULL;
+            if k.sk_flags as u32 & odd != 0 {
+                return None;
+            }
+            // int2, int4 and int8 datums all hold the value sign-extended
+            let v = k.sk_argument.value() as i64;
+            match k.sk_strategy as u32 {
+                pg_sys::BTLessStrategyNumber => hi = hi.min(v.checked_sub(1)?),
+                pg_sys::BTLessEqualStrategyNumber => hi = hi.min(v),
+                pg_sys::BTEqualStrategyNumber => {
+                    lo = lo.max(v);
+                    hi = hi.min(v);
+                }
+                pg_sys::BTGreaterEqualStrategyNumber => lo = lo.max(v),
+                pg_sys::BTGreaterStrategyNumber => lo = lo.max(v.checked_add(1)?),
+                _ => return None,
+            }
+        }
+        Some((lo, hi))
     }
 }
 
@@ -600,7 +701,7 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
     unsafe {
         let run = run_of(node);
         pg_sys::ExecEndNode(run.child);
-        for side in run.sides.take().unwrap_or_default() {
+        for side in std::mem::take(&mut run.sides).into_iter().flatten() {
             if !side.key_index.is_null() {
                 pg_sys::index_close(side.key_index, pg_sys::NoLock as i32);
             }

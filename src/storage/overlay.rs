@@ -77,6 +77,9 @@ pub(super) struct TableCache {
     main_snapshot: String,
     // world part
     pub(super) winner: FastMap<Key, (i64, bool)>,
+    /// the integer keys of `winner` as a bitmap, when they span a range small enough: a full scan in a world
+    /// probes it once per row of main (a bit test instead of a hash lookup)
+    winner_bits: Option<KeyBits>,
     pub(super) delta_pick: FastSet<i64>,
     /// a table without a key: main's physical rows the chain deleted (base rows and before-images)
     pub(super) hidden_tids: FastSet<u64>,
@@ -106,7 +109,8 @@ impl<T> BackendLocal<T> {
 
 /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
 static EXEC_GEN: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(1));
-pub(super) static CACHES: BackendLocal<RefCell<FastMap<i32, TableCache>>> =
+/// Boxed, so a table's cache keeps its address while others are added (see `ScanCache`).
+pub(super) static CACHES: BackendLocal<RefCell<FastMap<i32, Box<TableCache>>>> =
     BackendLocal::new(RefCell::new(HashMap::with_hasher(FxBuild::new())));
 
 thread_local! {
@@ -129,8 +133,12 @@ pub(super) fn exec_gen() -> u64 {
     EXEC_GEN.with(|g| g.get())
 }
 
+/// Bumped whenever caches are dropped: a `ScanCache` taken before is no longer valid.
+static EPOCH: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+
 /// Forget everything cached (transaction abort: in-place updates from this transaction's writes are gone).
 pub fn forget_all() {
+    EPOCH.with(|e| e.set(e.get() + 1));
     CACHES.with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             c.clear();
@@ -552,7 +560,7 @@ fn validate(tabno: i32, gen: u64) {
         CACHES.with(|c| {
             let mut c = c.borrow_mut();
             let t = c.entry(tabno).or_default();
-            *t = TableCache { checked_gen: gen, ..Default::default() };
+            **t = TableCache { checked_gen: gen, ..Default::default() };
         });
         return;
     };
@@ -606,6 +614,7 @@ pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiTupleTable, ord: usi
 /// The world part: every version of every key in the world's chain, decided in Rust.
 fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.winner.clear();
+    cache.winner_bits = None;
     cache.delta_pick.clear();
     cache.hidden_tids.clear();
     let sql = format!(
@@ -666,6 +675,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         }
         cache.winner.insert(k, (dseq, del));
     }
+    cache.winner_bits = KeyBits::of(&cache.winner);
 }
 
 /// The main part: history entries that became visible since the frontier (and were not visible at the
@@ -717,6 +727,81 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     }
 }
 
+/// A set of integer keys as one bit per value from the smallest.
+pub(super) struct KeyBits {
+    min: i64,
+    words: Vec<u64>,
+}
+
+impl KeyBits {
+    /// The bitmap of a map's integer keys, when it takes at most 1 MiB or 8 bytes per key (the map itself
+    /// takes more than that per key).
+    fn of(winner: &FastMap<Key, (i64, bool)>) -> Option<KeyBits> {
+        let mut ints = winner.keys().map(|k| match k {
+            Key::I(i) => Some(*i),
+            Key::T(_) => None,
+        });
+        let first = ints.next()??;
+        let (mut min, mut max) = (first, first);
+        for k in ints {
+            let k = k?;
+            min = min.min(k);
+            max = max.max(k);
+        }
+        let span = (max as i128 - min as i128 + 1) as u128;
+        if span > (8 * 1024 * 1024u128).max(64 * winner.len() as u128) {
+            return None;
+        }
+        // room for keys the world adds next to the range
+        let mut bits = KeyBits { min, words: vec![0; (span as usize).div_ceil(64) + 16] };
+        for k in winner.keys() {
+            if let Key::I(i) = k {
+                bits.insert(*i);
+            }
+        }
+        Some(bits)
+    }
+
+    #[inline]
+    fn contains(&self, k: i64) -> bool {
+        let d = k.wrapping_sub(self.min) as u64;
+        self.words.get((d >> 6) as usize).is_some_and(|w| w & (1 << (d & 63)) != 0)
+    }
+
+    /// Is any key in lo..=hi set?
+    fn any_in(&self, lo: i64, hi: i64) -> bool {
+        let top = self.min as i128 + self.words.len() as i128 * 64 - 1;
+        let (lo, hi) = ((lo as i128).max(self.min as i128), (hi as i128).min(top));
+        if lo > hi {
+            return false;
+        }
+        let (a, b) = ((lo - self.min as i128) as u64, (hi - self.min as i128) as u64);
+        let (wa, wb) = ((a >> 6) as usize, (b >> 6) as usize);
+        (wa..=wb).any(|w| {
+            let mut word = self.words[w];
+            if w == wa {
+                word &= !0u64 << (a & 63);
+            }
+            if w == wb {
+                word &= !0u64 >> (63 - (b & 63));
+            }
+            word != 0
+        })
+    }
+
+    /// false when the key is outside the bitmap's range
+    fn insert(&mut self, k: i64) -> bool {
+        let d = k.wrapping_sub(self.min) as u64;
+        match self.words.get_mut((d >> 6) as usize) {
+            Some(w) => {
+                *w |= 1 << (d & 63);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl TableCache {
     /// A row of main's table: seen unless main created it since the fork (by tid) or the world's chain
     /// shadows it (by key; by tid for a table without a key). The arguments are read only when needed.
@@ -729,18 +814,75 @@ impl TableCache {
                 return false;
             }
         }
-        self.winner.is_empty() || key().map(|k| !self.winner.contains_key(&k)).unwrap_or(true)
+        self.winner.is_empty() || key().map(|k| !self.shadows(&k)).unwrap_or(true)
+    }
+
+    /// Does the world's chain have a version of this key?
+    #[inline]
+    fn shadows(&self, key: &Key) -> bool {
+        match (&self.winner_bits, key) {
+            (Some(bits), Key::I(k)) => bits.contains(*k),
+            _ => self.winner.contains_key(key),
+        }
+    }
+
+    /// Records the world's latest version of a key (a write in this backend); returns the one it replaces.
+    pub(super) fn set_winner(&mut self, key: Key, version: (i64, bool)) -> Option<(i64, bool)> {
+        if let (Some(bits), Key::I(k)) = (&mut self.winner_bits, &key) {
+            if !bits.insert(*k) {
+                self.winner_bits = None;
+            }
+        }
+        self.winner.insert(key, version)
     }
 
     /// A before-image of a row main changed since the fork: seen when it is the row's first one, unless
     /// the world's chain shadows its key.
     #[inline]
     fn sees_history(&self, hseq: i64, key: impl FnOnce() -> Option<Key>) -> bool {
-        self.hist_pick.contains(&hseq) && (self.winner.is_empty() || key().map(|k| !self.winner.contains_key(&k)).unwrap_or(true))
+        self.hist_pick.contains(&hseq) && (self.winner.is_empty() || key().map(|k| !self.shadows(&k)).unwrap_or(true))
     }
 }
 
 // ---- the same tests for the world scan (route/world_scan.rs), on a table with an integer key ----
+
+/// One table's cache held by a scan across rows: valid while no other statement has started (a statement
+/// may validate it again, or write the world) and no cache was dropped (an aborted subtransaction). Saves
+/// the per-row lookup of `with_cache` on the hot path of a full scan.
+pub struct ScanCache {
+    cache: *const TableCache,
+    gen: u64,
+    epoch: u64,
+}
+
+impl ScanCache {
+    pub const fn none() -> Self {
+        ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0 }
+    }
+
+    /// The table's cache, made current for this statement.
+    pub fn take(tabno: i32) -> Self {
+        let cache = with_cache(tabno, |c| c as *const TableCache);
+        ScanCache { cache, gen: exec_gen(), epoch: EPOCH.with(|e| e.get()) }
+    }
+
+    #[inline]
+    fn get(&self) -> Option<&TableCache> {
+        // SAFETY: the box it points to is neither dropped nor changed while the statement and epoch are
+        // the ones it was taken in (validation and in-place writes happen in other statements)
+        (!self.cache.is_null() && self.gen == exec_gen() && self.epoch == EPOCH.with(|e| e.get())).then(|| unsafe { &*self.cache })
+    }
+
+    /// `base_row_visible`, through the held cache when it is still valid.
+    #[inline]
+    pub fn base_row_visible(&mut self, tabno: i32, tid: u64, key: i64) -> bool {
+        if let Some(c) = self.get() {
+            return c.sees_base(|| tid, || Some(Key::I(key)));
+        }
+        *self = ScanCache::take(tabno);
+        base_row_visible(tabno, tid, key)
+    }
+}
 
 /// Is this row of main's table part of the world? (`tid` as `tid_of_datum` packs it)
 #[inline]
@@ -758,6 +900,16 @@ pub fn delta_row_visible(tabno: i32, dseq: i64) -> bool {
 #[inline]
 pub fn history_row_visible(tabno: i32, hseq: i64, key: i64) -> bool {
     with_cache(tabno, |c| c.sees_history(hseq, || Some(Key::I(key))))
+}
+
+/// Does the world's chain hold a version of any key in lo..=hi? None when the cache can't tell cheaply.
+pub fn chain_has_keys_in(tabno: i32, lo: i64, hi: i64) -> Option<bool> {
+    with_cache(tabno, |c| {
+        if c.winner.is_empty() {
+            return Some(false);
+        }
+        c.winner_bits.as_ref().map(|b| b.any_in(lo, hi))
+    })
 }
 
 /// Can the world have rows beyond main's table: (delta rows, before-images)?

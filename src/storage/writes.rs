@@ -643,7 +643,7 @@ fn write_version_with(
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
             match key {
                 Some(k) => {
-                    if let Some((old, _)) = t.winner.insert(k, (dseq, del)) {
+                    if let Some((old, _)) = t.set_winner(k, (dseq, del)) {
                         t.delta_pick.remove(&old);
                     }
                     if !del {
