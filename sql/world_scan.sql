@@ -30,7 +30,7 @@ SET worlds.world = w2;
 UPDATE big SET v = 'w2 changed' WHERE id IN (500, 501);
 DELETE FROM big WHERE id = 25000;
 RESET worlds.world;
--- a column dropped since the fork, and another added
+-- a column dropped since the fork, and another added (the world's rows get its value, as main's rows do)
 ALTER TABLE big DROP COLUMN gone;
 ALTER TABLE big ADD COLUMN added int DEFAULT 7;
 ANALYZE big;

@@ -439,16 +439,27 @@ BEGIN
                     EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.inserts, a.old_name, a.new_name);
                 END IF;
             END LOOP;
-            -- columns the table has that its history and delta lack (added)
+            -- columns the table has that its history and delta lack (added). The rows they already hold get
+            -- the value main's existing rows got (a constant default, kept as the column's missing value;
+            -- a volatile one rewrote main's rows one by one, and leaves them NULL)
             FOR a IN SELECT c.attname, format_type(c.atttypid, c.atttypmod) AS typ,
-                            CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen
+                            CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen,
+                            CASE WHEN c.atthasmissing THEN format(' DEFAULT (%L::%s[])[1]', c.attmissingval::text, format_type(c.atttypid, c.atttypmod)) ELSE '' END AS missing
                      FROM pg_attribute c LEFT JOIN pg_attrdef d ON d.adrelid = c.attrelid AND d.adnum = c.attnum
                      WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
                        AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
                 PERFORM worlds._drop_changes_view(t);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.history, a.attname, a.typ);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', t.inserts, a.attname, a.typ);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, a.gen);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.history, a.attname, a.typ, a.missing);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.inserts, a.attname, a.typ, a.missing);
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, CASE WHEN a.gen <> '' THEN a.gen ELSE a.missing END);
+                IF a.missing <> '' THEN
+                    -- later rows are written whole: the default served only the rows already there
+                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.history, a.attname);
+                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.inserts, a.attname);
+                    IF a.gen = '' THEN
+                        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, a.attname);
+                    END IF;
+                END IF;
             END LOOP;
             -- a changed column type follows on the delta (history keeps what it had)
             FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
