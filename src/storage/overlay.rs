@@ -912,6 +912,54 @@ pub fn chain_has_keys_in(tabno: i32, lo: i64, hi: i64) -> Option<bool> {
     })
 }
 
+/// What a world scan's parallel workers need of a table's cache, flattened for the query's shared memory:
+/// a worker then skips rebuilding it (a query of every row the world changed) and starts at once.
+/// Layout: world, version, then each set as a count and its members (the chain's keys with their winning
+/// version and tombstone flag; tids main created since the fork; delta versions and before-images shown).
+pub fn export_for_workers(tabno: i32) -> Vec<i64> {
+    with_cache(tabno, |c| {
+        let mut out = Vec::with_capacity(6 + 3 * c.winner.len() + c.created_tids.len() + c.delta_pick.len() + c.hist_pick.len());
+        out.push(c.world_num as i64);
+        out.push(c.world_version);
+        out.push(c.winner.len() as i64);
+        for (k, (dseq, del)) in &c.winner {
+            let Key::I(k) = k else { return Vec::new() }; // integer keys only (the world scan's tables)
+            out.extend([*k, *dseq, *del as i64]);
+        }
+        out.push(c.created_tids.len() as i64);
+        out.extend(c.created_tids.iter().map(|t| *t as i64));
+        out.push(c.delta_pick.len() as i64);
+        out.extend(c.delta_pick.iter().copied());
+        out.push(c.hist_pick.len() as i64);
+        out.extend(c.hist_pick.iter().copied());
+        out
+    })
+}
+
+/// A parallel worker's cache of a table, from `export_for_workers`: current for the worker's statement.
+pub fn import_from_leader(tabno: i32, data: &[i64]) {
+    let mut it = data.iter().copied();
+    let mut next = || it.next().unwrap_or(0);
+    let mut cache = TableCache { world_num: next() as i32, world_version: next(), ..Default::default() };
+    for _ in 0..next() {
+        let (k, dseq, del) = (next(), next(), next() != 0);
+        cache.winner.insert(Key::I(k), (dseq, del));
+    }
+    for _ in 0..next() {
+        cache.created_tids.insert(next() as u64);
+    }
+    for _ in 0..next() {
+        cache.delta_pick.insert(next());
+    }
+    for _ in 0..next() {
+        cache.hist_pick.insert(next());
+    }
+    cache.winner_bits = KeyBits::of(&cache.winner);
+    cache.checked_gen = exec_gen();
+    cache.sig = snapshot_signature();
+    CACHES.with(|c| c.borrow_mut().insert(tabno, Box::new(cache)));
+}
+
 /// Can the world have rows beyond main's table: (delta rows, before-images)?
 pub fn rows_beyond_main(tabno: i32) -> (bool, bool) {
     with_cache(tabno, |c| (!c.delta_pick.is_empty(), !c.hist_pick.is_empty()))
