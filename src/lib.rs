@@ -137,6 +137,50 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_select_in_a_world_reads_through_the_world_scan() {
+        Spi::run("CREATE TABLE t_scan (id int PRIMARY KEY, v text)").unwrap();
+        Spi::run("INSERT INTO t_scan SELECT g, 'main' FROM generate_series(1, 100) g").unwrap();
+        // a world row made directly, forked as if this transaction's rows were committed before it
+        Spi::run(
+            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
+             SELECT 901, 'w901', 'w901', 0, 1, now(), format('%s:%s:', x, x)::pg_snapshot
+             FROM (SELECT pg_current_xact_id()::text::int8 + 1 AS x) s",
+        )
+        .unwrap();
+        Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
+        Spi::run("UPDATE t_scan SET v = 'world' WHERE id IN (5, 50)").unwrap();
+        Spi::run("DELETE FROM t_scan WHERE id = 6").unwrap();
+        let plan = Spi::get_one::<String>("EXPLAIN (COSTS OFF) SELECT v FROM t_scan WHERE id = 5").unwrap().unwrap_or_default();
+        assert!(plan.contains("WorldScan"), "a point read in a world goes through the world scan: {plan}");
+        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_scan WHERE id BETWEEN 4 AND 7").unwrap();
+        assert_eq!(seen.as_deref(), Some("4=main,5=world,7=main"));
+        let ordered = Spi::get_one::<String>("SELECT string_agg(id::text, ',') FROM (SELECT id FROM t_scan WHERE id > 45 ORDER BY id LIMIT 6) s").unwrap();
+        assert_eq!(ordered.as_deref(), Some("46,47,48,49,50,51"), "the world's rows are merged in key order");
+        let count = Spi::get_one::<i64>("SELECT count(*) FROM t_scan").unwrap();
+        assert_eq!(count, Some(99));
+    }
+
+    #[pg_test]
+    fn key_bits_hold_exactly_the_keys_set() {
+        use crate::storage::overlay::{Key, KeyBits};
+        let keys =
+            [100i64, 163, 164, 1000].into_iter().map(|k| (Key::I(k), (k, false))).collect::<crate::storage::overlay::FastMap<_, _>>();
+        let mut bits = KeyBits::of(&keys).expect("a small span makes a bitmap");
+        for k in [100, 163, 164, 1000] {
+            assert!(bits.contains(k));
+        }
+        for k in [99, 101, 162, 165, 999, 1001, i64::MIN, i64::MAX] {
+            assert!(!bits.contains(k), "{k} is not set");
+        }
+        assert!(bits.any_in(101, 163) && bits.any_in(1000, 5000) && bits.any_in(i64::MIN, 100));
+        assert!(!bits.any_in(101, 162) && !bits.any_in(165, 999) && !bits.any_in(1001, i64::MAX) && !bits.any_in(50, 20));
+        assert!(bits.insert(999) && bits.contains(999));
+        assert!(!bits.insert(1 << 40), "a key far outside the range is refused (the caller drops the bitmap)");
+        let sparse = [1i64, 1 << 40].into_iter().map(|k| (Key::I(k), (k, false))).collect::<crate::storage::overlay::FastMap<_, _>>();
+        assert!(KeyBits::of(&sparse).is_none(), "keys spread too far keep the hash set");
+    }
+
+    #[pg_test]
     fn upsert_in_a_world_updates_the_worlds_row_from_excluded() {
         Spi::run("CREATE TABLE t_upsert (id int PRIMARY KEY, n int NOT NULL)").unwrap();
         Spi::run("INSERT INTO t_upsert VALUES (1, 10)").unwrap();

@@ -63,9 +63,9 @@ impl std::hash::Hasher for Fx {
     }
 }
 
-pub(super) type FxBuild = std::hash::BuildHasherDefault<Fx>;
-pub(super) type FastSet<T> = HashSet<T, FxBuild>;
-pub(super) type FastMap<K, V> = HashMap<K, V, FxBuild>;
+pub(crate) type FxBuild = std::hash::BuildHasherDefault<Fx>;
+pub(crate) type FastSet<T> = HashSet<T, FxBuild>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, FxBuild>;
 
 #[derive(Default)]
 pub(super) struct TableCache {
@@ -728,7 +728,7 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
 }
 
 /// A set of integer keys as one bit per value from the smallest.
-pub(super) struct KeyBits {
+pub(crate) struct KeyBits {
     min: i64,
     words: Vec<u64>,
 }
@@ -736,7 +736,7 @@ pub(super) struct KeyBits {
 impl KeyBits {
     /// The bitmap of a map's integer keys, when it takes at most 1 MiB or 8 bytes per key (the map itself
     /// takes more than that per key).
-    fn of(winner: &FastMap<Key, (i64, bool)>) -> Option<KeyBits> {
+    pub(crate) fn of(winner: &FastMap<Key, (i64, bool)>) -> Option<KeyBits> {
         let mut ints = winner.keys().map(|k| match k {
             Key::I(i) => Some(*i),
             Key::T(_) => None,
@@ -763,13 +763,13 @@ impl KeyBits {
     }
 
     #[inline]
-    fn contains(&self, k: i64) -> bool {
+    pub(crate) fn contains(&self, k: i64) -> bool {
         let d = k.wrapping_sub(self.min) as u64;
         self.words.get((d >> 6) as usize).is_some_and(|w| w & (1 << (d & 63)) != 0)
     }
 
     /// Is any key in lo..=hi set?
-    fn any_in(&self, lo: i64, hi: i64) -> bool {
+    pub(crate) fn any_in(&self, lo: i64, hi: i64) -> bool {
         let top = self.min as i128 + self.words.len() as i128 * 64 - 1;
         let (lo, hi) = ((lo as i128).max(self.min as i128), (hi as i128).min(top));
         if lo > hi {
@@ -790,7 +790,7 @@ impl KeyBits {
     }
 
     /// false when the key is outside the bitmap's range
-    fn insert(&mut self, k: i64) -> bool {
+    pub(crate) fn insert(&mut self, k: i64) -> bool {
         let d = k.wrapping_sub(self.min) as u64;
         match self.words.get_mut((d >> 6) as usize) {
             Some(w) => {
