@@ -122,7 +122,7 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
         let tabno = *storage::tracked_tables().get(&(*rte).relid)?;
         let layout = storage::relation_layout(tabno);
         check_target(&layout);
-        let Some(world) = overlay::session_world() else { return None };
+        let world = overlay::session_world()?;
         if world.read_only {
             raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));
         }

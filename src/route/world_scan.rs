@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The marker on a range-table entry the world scan reads: `security_barrier`, which Postgres uses only
 /// for sub-query entries (it survives copying, so cached plans keep it).
+///
+/// # Safety
+/// `rte` is a valid range-table entry of a relation.
 pub unsafe fn mark(rte: *mut pg_sys::RangeTblEntry) {
     unsafe {
         (*rte).security_barrier = true;

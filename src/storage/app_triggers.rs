@@ -37,6 +37,9 @@ pub fn any(relid: pg_sys::Oid, event: Event) -> bool {
 /// rows (the table's attnums, maybe with trailing columns of its own); `old` is the row as the world has
 /// it (UPDATE, DELETE), `new` the proposed one (INSERT, UPDATE). Returns the row to write, in the view's
 /// shape (for DELETE: `old` itself), or None when a trigger skipped it.
+///
+/// # Safety
+/// `view_desc` describes `old` and `new`, which are valid heap tuples (or null where the event has none).
 pub unsafe fn fire_before(
     relid: pg_sys::Oid,
     event: Event,
