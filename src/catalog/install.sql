@@ -24,7 +24,7 @@ DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
-               AND p.proname NOT IN ('as_of', '_as_of_query', '_require_select') LOOP
+               AND p.proname NOT IN ('as_of', '_as_of_query', '_require_select', '_shadow_past', '_unshadow_past') LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
     END LOOP;
 END $$;

@@ -430,3 +430,77 @@ BEGIN
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;
 END $$;
+
+-- A session in 'main@when' reads each table with the columns it had then: temporary views, named as the
+-- tracked tables whose columns changed since and the tables dropped since, found before them by name
+-- (pg_temp comes first in search_path). Made and dropped by the router (src/time/past_schema.rs) when the
+-- session enters or leaves the moment; they run as the session's role. Each reads the table as of the
+-- session's moment, taken anew per statement: `_past_session_moment()`, which also ties the views to
+-- pg_worlds (they are found by their dependency on it) and refuses to read once the session has left.
+CREATE FUNCTION worlds._past_session_moment() RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    s text := current_setting('worlds.world');
+BEGIN
+    IF lower(split_part(s, '@', 1)) <> 'main' OR position('@' IN s) = 0 THEN
+        RAISE EXCEPTION 'this view shows a table as it was in a session in ''main@when'', and the session has left it (it is in %)', s
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The next statement drops such views; run the query again.';
+    END IF;
+    RETURN (SELECT m.at FROM worlds._moment_of(s) m);
+END $$;
+
+-- The session's views of the past (they depend on `_past_session_moment()`).
+CREATE FUNCTION worlds._past_views() RETURNS SETOF regclass
+LANGUAGE sql STABLE AS $$
+    SELECT DISTINCT r.ev_class::regclass
+    FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+    JOIN pg_class c ON c.oid = r.ev_class
+    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = 'worlds._past_session_moment()'::regprocedure
+      AND c.relnamespace = pg_my_temp_schema()
+$$;
+
+CREATE FUNCTION worlds._unshadow_past() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v regclass;
+    n integer := 0;
+BEGIN
+    FOR v IN SELECT * FROM worlds._past_views() LOOP
+        EXECUTE format('DROP VIEW %s', v);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+
+CREATE FUNCTION worlds._shadow_past(setting text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    at timestamptz := (SELECT m.at FROM worlds._moment_of(setting) m);
+    r record;
+    q text;
+    n integer := 0;
+BEGIN
+    PERFORM worlds._unshadow_past();
+    FOR r IN SELECT t.relid::regclass::text AS source, c.relname::text AS name
+             FROM worlds.tables t JOIN pg_class c ON c.oid = t.relid
+             WHERE pg_table_is_visible(t.relid)
+               AND EXISTS (SELECT 1 FROM worlds.column_log l WHERE l.tabno = t.tabno AND (l.added > at OR l.dropped > at))
+             UNION ALL
+             SELECT DISTINCT ON (d.table_name) quote_ident(d.table_name), d.table_name
+             FROM worlds.dropped_table d
+             WHERE d.dropped > at AND to_regclass(quote_ident(d.table_name)) IS NULL
+               AND d.schema_name = ANY (current_schemas(false)) LOOP
+        BEGIN
+            q := worlds._as_of_query(r.source, at, false);
+            -- rows as of the session's moment each statement (the columns are those of `at`)
+            q := replace(q, quote_literal(at::text) || '::timestamptz', '(SELECT worlds._past_session_moment())');
+            EXECUTE format('CREATE TEMPORARY VIEW %I AS %s', r.name, q);
+            n := n + 1;
+        EXCEPTION WHEN insufficient_privilege OR wrong_object_type OR undefined_table OR invalid_parameter_value THEN
+            -- not readable by this role (a dropped table: superusers only), or no columns then: left out
+            NULL;
+        END;
+    END LOOP;
+    RETURN n;
+END $$;

@@ -75,6 +75,34 @@ unsafe extern "C-unwind" fn post_parse_analyze(
         if let Some(prev) = PREV_POST_PARSE_ANALYZE {
             pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
         }
+        if PAST_SYNC.with(|s| s.get()) {
+            // the views' own statements: their definitions read main's tables and storage as written
+            return;
+        }
+        if crate::time::past_schema::out_of_step()
+            && past_schema_can_sync()
+            && pg_sys::ActiveSnapshotSet()
+            // a write's target is open until analysis ends: its view can't be dropped now (and a write in
+            // the past fails anyway)
+            && matches!((*query).commandType, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_UTILITY)
+        {
+            // a session that entered or left 'main@when' since its views were made: make or drop them, then
+            // analyse this statement again (its names may resolve to them, or no longer should)
+            let changed = {
+                PAST_SYNC.with(|s| s.set(true));
+                struct Reset;
+                impl Drop for Reset {
+                    fn drop(&mut self) {
+                        PAST_SYNC.with(|s| s.set(false));
+                    }
+                }
+                let _reset = Reset;
+                crate::time::past_schema::sync()
+            };
+            if changed && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && analyse_again(pstate, query) {
+                return; // the fresh analysis was routed by this hook
+            }
+        }
         if (*query).commandType == pg_sys::CmdType::CMD_UTILITY {
             // DECLARE CURSOR and CREATE TABLE AS / SELECT INTO hold their analysed query inside (other
             // utility statements are analysed without a snapshot: no catalog lookups for them)
@@ -88,6 +116,94 @@ unsafe extern "C-unwind" fn post_parse_analyze(
                 super::merge_command::remember(pstate, query);
             }
             route_query(query);
+        }
+    }
+}
+
+thread_local! {
+    /// Set while the views of a session in the past are made or dropped (their own statements are analysed
+    /// too)
+    static PAST_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Can the views of a session in the past be made now? (A user's statement, not inside a SECURITY DEFINER
+/// function (the views are the session role's, resolved on its search_path), in a transaction, in a
+/// database with pg_worlds.)
+fn past_schema_can_sync() -> bool {
+    let mut user = pg_sys::Oid::INVALID;
+    let mut context = 0;
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
+    !PAST_SYNC.with(|s| s.get())
+        && !storage::internal()
+        && !overlay::override_active()
+        && context & pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 == 0
+        && unsafe { pg_sys::IsTransactionState() && pg_sys::get_namespace_oid(c"worlds".as_ptr(), true) != pg_sys::Oid::INVALID }
+}
+
+/// Makes (or drops) the views of a session in the past now, if they are out of step (after SWITCH WORLD).
+pub fn sync_past_schema() {
+    if crate::time::past_schema::out_of_step() && past_schema_can_sync() {
+        PAST_SYNC.with(|s| s.set(true));
+        // SET runs without a snapshot; the views' statements need one
+        let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+        if pushed {
+            unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+        }
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(crate::time::past_schema::sync));
+        if pushed && done.is_ok() {
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+        PAST_SYNC.with(|s| s.set(false));
+        if let Err(e) = done {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// Analyses the statement behind `query` again from its text and puts the result in its place. Only for
+/// statements without parameters (their types live in the caller's parse state); false when not done.
+unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        if (*pstate).p_paramref_hook.is_some() || (*pstate).p_sourcetext.is_null() || (*query).stmt_location < 0 {
+            return false;
+        }
+        let text = std::ffi::CStr::from_ptr((*pstate).p_sourcetext).to_bytes();
+        let start = (*query).stmt_location as usize;
+        let end = if (*query).stmt_len > 0 { start + (*query).stmt_len as usize } else { text.len() };
+        if end > text.len() || start >= end {
+            return false;
+        }
+        let Ok(statement) = std::ffi::CString::new(&text[start..end]) else { return false };
+        let statement = pg_sys::pstrdup(statement.as_ptr());
+        let raw = pg_sys::raw_parser(statement, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        if raw.is_null() || (*raw).length != 1 {
+            return false;
+        }
+        let fresh = pg_sys::parse_analyze_fixedparams(
+            pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt,
+            statement,
+            std::ptr::null(),
+            0,
+            (*pstate).p_queryEnv,
+        );
+        (*fresh).stmt_location = (*query).stmt_location;
+        (*fresh).stmt_len = (*query).stmt_len;
+        std::ptr::copy_nonoverlapping(fresh, query, 1);
+        true
+    }
+}
+
+/// Does this utility statement change the session's world (SET / RESET worlds.world, RESET ALL, DISCARD)?
+unsafe fn changes_world_setting(stmt: *mut pg_sys::Node) -> bool {
+    unsafe {
+        match (*stmt).type_ {
+            pg_sys::NodeTag::T_DiscardStmt => true,
+            pg_sys::NodeTag::T_VariableSetStmt => {
+                let v = stmt as *mut pg_sys::VariableSetStmt;
+                (*v).kind == pg_sys::VariableSetKind::VAR_RESET_ALL
+                    || (!(*v).name.is_null() && std::ffi::CStr::from_ptr((*v).name).to_bytes().eq_ignore_ascii_case(b"worlds.world"))
+            }
+            _ => false,
         }
     }
 }
@@ -229,6 +345,10 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
             if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains(&(*rte).relid) {
                 if is_result {
+                    if let Some(past) = overlay::routing_world().filter(|w| w.read_only) {
+                        // the views a session in the past reads its tables through (time/past_schema.rs) too
+                        raise("25006", format!("{} is a moment of the past: it can be read, not written", past.name));
+                    }
                     if view_reads_tracked((*rte).relid, ctx) {
                         if !(*query).onConflict.is_null() {
                             raise("0A000", "INSERT ... ON CONFLICT through a view inside a world is not supported yet; write the table itself");
@@ -837,7 +957,7 @@ unsafe fn is_temp_relation(rv: *mut pg_sys::RangeVar) -> bool {
 /// DROP TABLE of the session's own temporary tables only (they live outside every world).
 unsafe fn drops_only_temp_tables(d: *mut pg_sys::DropStmt) -> bool {
     unsafe {
-        if (*d).removeType != pg_sys::ObjectType::OBJECT_TABLE || (*d).objects.is_null() {
+        if !matches!((*d).removeType, pg_sys::ObjectType::OBJECT_TABLE | pg_sys::ObjectType::OBJECT_VIEW) || (*d).objects.is_null() {
             return false;
         }
         (0..(*(*d).objects).length).all(|i| {
@@ -932,6 +1052,14 @@ unsafe extern "C-unwind" fn process_utility(
             None => {
                 pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
             }
+        }
+        if !stmt.is_null() && changes_world_setting(stmt) {
+            if (*stmt).type_ == pg_sys::NodeTag::T_DiscardStmt {
+                crate::time::past_schema::forget(); // DISCARD ALL / TEMP dropped the views
+            }
+            // the views of a session in the past are made (or dropped) at once: the next statement may carry
+            // parameters, and then it can't be analysed again
+            sync_past_schema();
         }
         if dropping_extension {
             // CREATE EXTENSION made schema worlds (the control file names it); it goes too when left empty

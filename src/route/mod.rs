@@ -5,3 +5,5 @@ pub mod upsert;
 mod view_writes;
 pub mod world_scan;
 pub use hooks::{explicit_transaction_block, install_hooks};
+
+pub use hooks::sync_past_schema;

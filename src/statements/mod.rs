@@ -184,6 +184,8 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         ),
         Statement::Switch { name, tag: t } => {
             call_tag("SELECT worlds.switch_world(name => $1)", &[name.into()]);
+            // a session in the past gets its tables' views at once (see time/past_schema.rs)
+            crate::route::sync_past_schema();
             tag(t)
         }
         Statement::ShowWorlds => rows("SELECT * FROM worlds.show_worlds()", &[]),

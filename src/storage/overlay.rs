@@ -155,6 +155,7 @@ pub fn forget_all() {
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
         forget_all();
+        crate::time::past_schema::on_abort();
         // an error may have skipped a guard's reset: nothing of pg_worlds' own work survives the abort
         super::INTERNAL.with(|i| i.set(0));
         OVERRIDE.with(|o| {

@@ -1,6 +1,7 @@
 //! RESTORE WORLD and UNDO MERGE: writing rows back as they were, as ordinary writes (history keeps what
 //! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql); `purge` keeps
 //! history within history_retention.
+pub mod past_schema;
 pub mod purge;
 
 use crate::api::{raise, raise_with};
