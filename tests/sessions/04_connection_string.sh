@@ -99,6 +99,11 @@ expect "main as it was" "$($PGBIN/psql "$PAST" -X -qAt -c "select v from t where
 err=$($PGBIN/psql "$PAST" -X -qAt -v VERBOSITY=verbose -c "update t set v = 'x' where id = 2" 2>&1 || true)
 case "$err" in *25006*) echo "  ok   write in the past = 25006" ;; *) bad "write in the past: expected 25006, got: $err" ;; esac
 
+echo "check: that session reads the tables with the columns they had then, from its first statement on"
+psql_in $CL -d $DB -q -c "alter table t add column extra int default 1" -c "alter table t rename column v to val"
+expect "main's columns now" "$(main_q "select * from t where id = 2")" "2|later|1"
+expect "first statement: *, as it was" "$($PGBIN/psql "$PAST" -X -qAt -c "select * from t where id = 2" -c "select v from t where id = 2" | paste -sd'|')" "2|two|two"
+
 if [ $failures -ne 0 ]; then echo "04_connection_string: $failures check(s) failed" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
 echo "ok: 04_connection_string"
