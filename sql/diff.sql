@@ -48,3 +48,32 @@ SELECT try($$select * from worlds.sql('diff')$$);
 SET worlds.world = 'main@now';
 SELECT try($$select * from worlds.sql('diff')$$);
 RESET worlds.world;
+-- AS SQL for arrays, JSON and a table without a key (one statement per physical row, duplicates too)
+CREATE TABLE shapes (id int PRIMARY KEY, tags text[], pts int[], meta jsonb);
+CREATE TABLE log (msg text, n int);
+INSERT INTO shapes VALUES (1, '{a,"b c"}', '{1,2}', '{"k": 1}'), (2, '{}', NULL, NULL);
+INSERT INTO log VALUES ('dup', 1), ('dup', 1), ('one', NULL);
+SELECT * FROM worlds.sql('create world agent_9');
+SET worlds.world = agent_9;
+UPDATE shapes SET tags = '{x,"y,z"}', pts = '{3}', meta = '{"k": [2]}' WHERE id = 1;
+INSERT INTO shapes VALUES (3, '{"q\"uote"}', '{4,5}', '[1, "two"]');
+DELETE FROM log WHERE msg = 'dup';
+INSERT INTO log VALUES ('dup', 1);
+DELETE FROM log WHERE msg = 'one';
+INSERT INTO log VALUES ('new', 7);
+RESET worlds.world;
+SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world agent_9 as sql') j ORDER BY 1;
+DO $$
+DECLARE s text;
+BEGIN
+    FOR s IN SELECT j ->> 'sql' FROM worlds.sql('diff world agent_9 as sql') j LOOP
+        EXECUTE s;
+    END LOOP;
+END $$;
+SET worlds.world = agent_9;
+CREATE TEMP TABLE shapes_in_world AS SELECT 's' AS t, to_jsonb(s) AS r FROM shapes s UNION ALL SELECT 'l', to_jsonb(l) FROM log l;
+RESET worlds.world;
+SELECT count(*) AS differing FROM (
+    (SELECT * FROM shapes_in_world EXCEPT ALL (SELECT 's', to_jsonb(s) FROM shapes s UNION ALL SELECT 'l', to_jsonb(l) FROM log l))
+    UNION ALL
+    ((SELECT 's', to_jsonb(s) FROM shapes s UNION ALL SELECT 'l', to_jsonb(l) FROM log l) EXCEPT ALL SELECT * FROM shapes_in_world)) x;

@@ -30,6 +30,12 @@ SELECT o.id, o.status, s.v FROM orders o JOIN same s USING (id) ORDER BY o.id;
 INSERT INTO orders VALUES (9, 'x', 'y');
 UPDATE orders SET status = 'x';
 UPDATE same SET v = 'x';
+-- also when the statement would touch no row
+UPDATE same SET v = 'x' WHERE id = -1;
+DELETE FROM same WHERE false;
+INSERT INTO same SELECT 5, 'five' WHERE false;
+COPY same FROM stdin;
+\.
 \set VERBOSITY default
 -- leaving the moment drops the views
 RESET worlds.world;

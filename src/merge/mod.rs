@@ -535,13 +535,19 @@ fn in_table_order(mut cols: Vec<String>, order: &[String]) -> Vec<String> {
 }
 
 fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>, after: &Option<Value>) -> String {
-    let key_where = |row: &Value| {
-        layout
-            .key_columns
-            .iter()
-            .map(|k| format!("{} = {}", quote_ident(k), sql_literal(&row[k])))
-            .collect::<Vec<_>>()
-            .join(" AND ")
+    let value = |row: &Value, c: &str| sql_value(table, layout.relid, c, &row[c]);
+    // the row by its key; a table without a key: one physical row with these values (duplicates are
+    // removed one statement each)
+    let row_where = |row: &Value| {
+        if layout.key_columns.is_empty() {
+            let cols = in_table_order(row.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default(), order);
+            format!(
+                "ctid = (SELECT ctid FROM {table} WHERE {} LIMIT 1)",
+                cols.iter().map(|c| format!("{} IS NOT DISTINCT FROM {}", quote_ident(c), value(row, c))).collect::<Vec<_>>().join(" AND ")
+            )
+        } else {
+            layout.key_columns.iter().map(|k| format!("{} = {}", quote_ident(k), value(row, k))).collect::<Vec<_>>().join(" AND ")
+        }
     };
     match (before, after) {
         (None, Some(a)) => {
@@ -549,19 +555,48 @@ fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>
             format!(
                 "INSERT INTO {table} ({}) VALUES ({});",
                 cols.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
-                cols.iter().map(|k| sql_literal(&a[k])).collect::<Vec<_>>().join(", ")
+                cols.iter().map(|k| value(a, k)).collect::<Vec<_>>().join(", ")
             )
         }
-        (Some(b), None) => format!("DELETE FROM {table} WHERE {};", key_where(b)),
+        (Some(b), None) => format!("DELETE FROM {table} WHERE {};", row_where(b)),
         (Some(b), Some(a)) => {
             let cols = in_table_order(changed_columns(Some(b), Some(a)), order);
             format!(
                 "UPDATE {table} SET {} WHERE {};",
-                cols.iter().map(|c| format!("{} = {}", quote_ident(c), sql_literal(&a[c]))).collect::<Vec<_>>().join(", "),
-                key_where(b)
+                cols.iter().map(|c| format!("{} = {}", quote_ident(c), value(a, c))).collect::<Vec<_>>().join(", "),
+                row_where(b)
             )
         }
         (None, None) => String::new(),
+    }
+}
+
+/// A column's value as a literal of the column's type. Scalars as JSON has them (Postgres's input
+/// functions take them); arrays and composite values in Postgres's own text form, cast to the column's
+/// type (their JSON form is another type's input).
+fn sql_value(table: &str, relid: pg_sys::Oid, column: &str, v: &Value) -> String {
+    if !matches!(v, Value::Array(_) | Value::Object(_)) {
+        return sql_literal(v);
+    }
+    let typ = Spi::get_one_with_args::<String>(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND NOT attisdropped",
+        &[relid.into(), column.into()],
+    )
+    .ok()
+    .flatten();
+    match typ.as_deref() {
+        None | Some("jsonb") => sql_literal(v),
+        Some("json") => format!("{}::json", quote_literal(&v.to_string())),
+        Some(typ) => {
+            let text = Spi::get_one_with_args::<String>(
+                &format!("SELECT (jsonb_populate_record(NULL::{table}, $1)).{}::text", quote_ident(column)),
+                &[pgrx::JsonB(serde_json::json!({ column: v })).into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+            format!("{}::{typ}", quote_literal(&text))
+        }
     }
 }
 

@@ -345,10 +345,8 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
             if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains(&(*rte).relid) {
                 if is_result {
-                    if let Some(past) = overlay::routing_world().filter(|w| w.read_only) {
-                        // the views a session in the past reads its tables through (time/past_schema.rs) too
-                        raise("25006", format!("{} is a moment of the past: it can be read, not written", past.name));
-                    }
+                    // the views a session in the past reads its tables through (time/past_schema.rs) too
+                    refuse_write_in_past();
                     if view_reads_tracked((*rte).relid, ctx) {
                         if !(*query).onConflict.is_null() {
                             raise("0A000", "INSERT ... ON CONFLICT through a view inside a world is not supported yet; write the table itself");
@@ -385,6 +383,10 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 continue;
             }
             let tracked = ctx.tracked.get(&(*rte).relid).copied();
+            if is_result && tracked.is_some() {
+                // a moment is read only, whether or not the statement would touch a row
+                refuse_write_in_past();
+            }
             if tracked.is_none() && is_result {
                 refuse_untracked_write((*rte).relid);
             }
@@ -467,6 +469,13 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
         for copy in perm_copies {
             (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
         }
+    }
+}
+
+/// 25006 in a session in 'name@when' (a moment of the past is read only).
+fn refuse_write_in_past() {
+    if let Some(past) = overlay::routing_world().filter(|w| w.read_only) {
+        raise("25006", format!("{} is a moment of the past: it can be read, not written", past.name));
     }
 }
 
@@ -1267,6 +1276,7 @@ unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::Oid> {
             return None;
         }
         if (*copy).is_from {
+            refuse_write_in_past();
             return Some(relid);
         }
         // build the raw parse tree of SELECT <cols or *> FROM <relation>
