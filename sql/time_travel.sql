@@ -141,6 +141,10 @@ SELECT left(try($$select * from worlds.sql('create world w2 from ''agent@soon'''
 SELECT * FROM worlds.sql('rebase world agent using ours');
 SELECT left(try(format('select * from worlds.sql(%L)', format('create world w2 from %L', 'agent@' || (SELECT at FROM t1)))), 5) AS sqlstate;
 SELECT try($$select * from worlds.sql('drop world ''agent@-1 minute''')$$);
+SELECT left(try($$select * from worlds.sql('merge world ''agent@-1 minute''')$$), 5) AS merge,
+       left(try($$select * from worlds.sql('rebase world ''agent@-1 minute''')$$), 5) AS rebase,
+       left(try($$select * from worlds.sql('restore world ''agent@-1 minute'' to ''-1 minute''')$$), 5) AS restore,
+       left(try($$select * from worlds.sql('undo merge ''agent@-1 minute''')$$), 5) AS undo;
 -- AS OF reads a table with its columns as they were: added since, absent; dropped since, present (from
 -- history, or from the row itself when unchanged since). A table dropped since is read from its history.
 CREATE TABLE shapes (id int PRIMARY KEY, kind text, legacy text);

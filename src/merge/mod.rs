@@ -52,7 +52,15 @@ pub fn resolve_world(name: &str) -> WorldRow {
             })
         })
     });
-    row.unwrap_or_else(|| raise("3D000", format!("world \"{name}\" does not exist")))
+    row.unwrap_or_else(|| {
+        if name.contains('@') {
+            raise(
+                "0A000",
+                format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"),
+            );
+        }
+        raise("3D000", format!("world \"{name}\" does not exist"))
+    })
 }
 
 /// One row the world changed, with the three sides.

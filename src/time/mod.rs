@@ -177,6 +177,9 @@ fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Valu
 /// changed; rows changed again since refuse it (40001, naming up to 10) unless SKIP CHANGED.
 pub fn undo_merge(name: &str, skip_changed: bool) -> String {
     crate::api::refuse_in_transaction("UNDO MERGE");
+    if name.contains('@') {
+        raise("0A000", format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"));
+    }
     as_internal(|| {
         // the merged world is usually gone: its name still works
         let found = Spi::connect(|c| {
