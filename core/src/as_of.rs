@@ -50,6 +50,12 @@ pub fn rewrite_as_of_with(text: &str, mut reference: impl FnMut(&str, &str, &str
                 alias = Some(text[toks[table_start].start..toks[clause - 1].end].to_string());
                 table_start = t;
             }
+        } else if table_start >= 2 && word(&toks, table_start - 1, "as") {
+            // `t AS alias AS OF when`
+            if let Some((t, _)) = name_before(&toks, table_start - 1).filter(|(t, _)| is_from_boundary(&toks, *t)) {
+                alias = Some(text[toks[table_start].start..toks[clause - 1].end].to_string());
+                table_start = t;
+            }
         }
         let table_end = if alias.is_some() { table_start_end(&toks, table_start) } else { clause };
         let table = text[toks[table_start].start..toks[table_end - 1].end].to_string();
@@ -212,6 +218,11 @@ mod tests {
         assert_eq!(rw("select * from orders as of NOW o"), "select * from worlds.as_of(NULL::orders, 'now') AS o");
         assert_eq!(rw("select * from orders o as of '-1 hour'"), "select * from worlds.as_of(NULL::orders, '-1 hour') AS o");
         assert_eq!(rw("select * from orders as of '-1 hour' as o"), "select * from worlds.as_of(NULL::orders, '-1 hour') AS o");
+        assert_eq!(rw("select o.id from orders as o as of '-1 hour'"), "select o.id from worlds.as_of(NULL::orders, '-1 hour') AS o");
+        assert_eq!(
+            rw("select o.id from app.orders AS o FOR SYSTEM_TIME AS OF '-1 hour' join t on true"),
+            "select o.id from worlds.as_of(NULL::app.orders, '-1 hour') AS o join t on true"
+        );
         assert_eq!(
             rw("select * from app.orders o for system_time as of $1 where o.id = 1"),
             "select * from worlds.as_of(NULL::app.orders, $1) AS o where o.id = 1"
