@@ -100,3 +100,27 @@ RESET ROLE;
 SELECT count(*) FROM worlds.tables WHERE relid::text = 'app_items';
 DROP OWNED BY tracking_app;
 DROP ROLE tracking_app;
+-- a column's type changed on main: an ALTER that rewrites the table moves main's rows, which live worlds
+-- read by position: 0A000 while they live. One that needs no rewrite works with worlds live, and the
+-- world's rows follow. Without worlds, history follows a rewriting change too (values converted as a cast
+-- does; capture goes on in the new type)
+CREATE TABLE typed (id int PRIMARY KEY, amount numeric, code text, label varchar(5));
+INSERT INTO typed VALUES (1, 10.4, '7', 'a'), (2, 20, 'x', 'b');
+SELECT * FROM worlds.sql('create world typed_w');
+SET worlds.world = typed_w;
+UPDATE typed SET amount = 99.6, label = 'bb' WHERE id = 2;
+RESET worlds.world;
+UPDATE typed SET code = '8' WHERE id = 1;
+ALTER TABLE typed ALTER COLUMN amount TYPE int;
+ALTER TABLE typed ALTER COLUMN label TYPE varchar(10);
+SET worlds.world = typed_w;
+UPDATE typed SET label = 'long label' WHERE id = 1;
+SELECT * FROM typed ORDER BY id;
+RESET worlds.world;
+SELECT count(*) AS dropped FROM (SELECT worlds.drop_world(name => name, if_exists => true, cascade => true) FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0) d;
+ALTER TABLE typed ALTER COLUMN amount TYPE int;
+ALTER TABLE typed ALTER COLUMN code TYPE int USING (CASE WHEN code ~ '^\d+$' THEN code::int END);
+UPDATE typed SET amount = 12, code = 9 WHERE id = 1;
+SELECT * FROM typed ORDER BY id;
+SELECT history AS typed_history FROM worlds.tables WHERE relid = 'typed'::regclass \gset
+SELECT _w_op, id, amount, code FROM :typed_history ORDER BY _w_hseq;

@@ -401,12 +401,33 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Keeps generated storage in step with DDL on tracked tables (event trigger on ddl_command_end).
+-- An ALTER TABLE that rewrites a tracked table (a type change that isn't binary-coercible, a volatile
+-- default) gives every row of main a new physical position, and worlds see main as of their fork by
+-- position (see docs/architecture.md): refused while live worlds exist, as VACUUM FULL and CLUSTER are.
+CREATE FUNCTION worlds._on_rewrite() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    rel regclass := pg_event_trigger_table_rewrite_oid();
+    live bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM worlds.tables WHERE relid = rel) THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
+    IF live > 0 THEN
+        RAISE EXCEPTION '% would rewrite table %, moving its rows, which the % live world(s) of this database read by position', tg_tag, rel, live
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Merge or drop the worlds first. Changes that need no rewrite (a binary-coercible type, a constant default) work with worlds live.';
+    END IF;
+END $$;
+
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     cmd record;
     t worlds.tables;
     a record;
+    storage regclass;
     pk text[];
 BEGIN
     -- (DDL inside a world is refused by the router before it runs)
@@ -461,12 +482,23 @@ BEGIN
                     END IF;
                 END IF;
             END LOOP;
-            -- a changed column type follows on the delta (history keeps what it had)
+            -- a changed column type follows on the delta and in history (capture writes the table's values
+            -- into them), their values converted as a cast does; when the cast refuses one, the old column
+            -- stays under another name and a new one starts
             FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
-                     JOIN pg_attribute da ON da.attrelid = t.delta AND da.attname = ta.attname AND NOT da.attisdropped
-                     WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped
-                       AND (ta.atttypid, ta.atttypmod) IS DISTINCT FROM (da.atttypid, da.atttypmod) LOOP
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', t.delta, a.attname, a.typ, a.attname, a.typ);
+                     WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped LOOP
+                FOREACH storage IN ARRAY ARRAY[t.delta, t.history, t.inserts] LOOP
+                    CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = storage AND x.attname = a.attname
+                                              AND NOT x.attisdropped AND format_type(x.atttypid, x.atttypmod) <> a.typ);
+                    PERFORM worlds._drop_changes_view(t);
+                    BEGIN
+                        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', storage, a.attname, a.typ, a.attname, a.typ);
+                    EXCEPTION WHEN OTHERS THEN
+                        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', storage, a.attname,
+                                       a.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+                        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', storage, a.attname, a.typ);
+                    END;
+                END LOOP;
             END LOOP;
             PERFORM worlds._log_columns(t);
             UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)

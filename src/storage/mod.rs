@@ -161,9 +161,16 @@ fn load_layout(tabno: i32) -> Layout {
             let rows = client
                 .select(
                     "SELECT relid::oid, history::oid, delta::oid, overlay::oid, sequence::oid, key_kind::text, key_columns, unsupported,
-                            (SELECT array_agg(coalesce(ta.attnum, 0)::int4 ORDER BY ha.attnum)
+                            (SELECT array_agg(coalesce(ta.attnum, dl.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
+                               -- a column dropped since: rows written before the drop still hold its value
+                               LEFT JOIN LATERAL (
+                                   SELECT l.attnum FROM worlds.column_log l
+                                   WHERE l.tabno = t.tabno AND l.attname = ha.attname AND NOT l.renamed AND l.dropped IS NOT NULL
+                                     AND l.typ = format_type(ha.atttypid, ha.atttypmod)
+                                     AND EXISTS (SELECT 1 FROM pg_attribute d WHERE d.attrelid = t.relid AND d.attnum = l.attnum AND d.attisdropped)
+                                   ORDER BY l.dropped DESC LIMIT 1) dl ON ta.attnum IS NULL
                               WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
