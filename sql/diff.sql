@@ -77,3 +77,29 @@ SELECT count(*) AS differing FROM (
     (SELECT * FROM shapes_in_world EXCEPT ALL (SELECT 's', to_jsonb(s) FROM shapes s UNION ALL SELECT 'l', to_jsonb(l) FROM log l))
     UNION ALL
     ((SELECT 's', to_jsonb(s) FROM shapes s UNION ALL SELECT 'l', to_jsonb(l) FROM log l) EXCEPT ALL SELECT * FROM shapes_in_world)) x;
+-- DIFF between moments: the tables' schema changes come first (id null; columns says what changed in the
+-- table), then the rows; AS SQL gives the DDL too, one statement per row
+CREATE TABLE evolving (id int PRIMARY KEY, status text, age int);
+INSERT INTO evolving VALUES (1, 'new', 3);
+CREATE TABLE retired (id int PRIMARY KEY, v text);
+SELECT 'main@' || clock_timestamp() AS before_ddl \gset
+ALTER TABLE evolving ADD COLUMN email text;
+ALTER TABLE evolving DROP COLUMN age;
+ALTER TABLE evolving RENAME COLUMN status TO state;
+CREATE TABLE fresh (id bigint PRIMARY KEY, note text);
+DROP TABLE retired;
+SELECT j ->> 'table' AS "table", j ->> 'change' AS change, j -> 'columns' AS columns
+FROM worlds.sql(format('diff world %L to main', :'before_ddl')) j WHERE j ->> 'id' IS NULL;
+SELECT j ->> 'sql' AS sql FROM worlds.sql(format('diff world %L to main as sql', :'before_ddl')) j;
+-- backwards, the statements undo them: run on main, they give back the schema as it was
+SELECT set_config('test.before_ddl', :'before_ddl', false) IS NOT NULL AS set;
+DO $$
+DECLARE s text;
+BEGIN
+    FOR s IN SELECT j ->> 'sql' FROM worlds.sql(format('diff world main to %L as sql', current_setting('test.before_ddl'))) j LOOP
+        EXECUTE s;
+    END LOOP;
+END $$;
+SELECT c.relname, string_agg(a.attname, ', ' ORDER BY a.attnum) AS columns
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relname IN ('evolving', 'retired', 'fresh') AND c.relnamespace = 'public'::regnamespace GROUP BY c.relname ORDER BY 1;

@@ -44,7 +44,8 @@ CREATE TABLE worlds.tables (
     sequence         regclass NOT NULL,      -- orders history and delta rows
     merge_by_columns boolean NOT NULL DEFAULT false,
     columns          text[],                 -- the table's column names by attnum at the last sync (renames)
-    unsupported      text                    -- why the table can't be used inside a world, or null
+    unsupported      text,                   -- why the table can't be used inside a world, or null
+    tracked_at       timestamptz NOT NULL DEFAULT now()  -- when tracking began (DIFF of moments: create table)
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
 

@@ -504,3 +504,120 @@ BEGIN
     END LOOP;
     RETURN n;
 END $$;
+
+-- DIFF of two moments: the tracked tables' schema changes between them, as DIFF rows (change, columns) and
+-- statements that make them (AS SQL). From `a` to `b`, either order: a later `b` replays what happened,
+-- an earlier one undoes it. Tables created (tracking began), dropped, and columns added, dropped, renamed.
+CREATE FUNCTION worlds._schema_changes(a timestamptz, b timestamptz)
+RETURNS TABLE ("table" text, change text, columns jsonb, sql text[])
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lo timestamptz := least(a, b);
+    hi timestamptz := greatest(a, b);
+    forward boolean := a <= b;
+    r record;
+    l worlds.column_log;
+    cols jsonb;
+    acts text[];
+    later text;
+    defs text;
+BEGIN
+    IF a = b THEN
+        RETURN;
+    END IF;
+    -- tables tracking began for between the two (created then)
+    FOR r IN SELECT t.tabno, t.relid, c.relname::text AS name FROM worlds.tables t JOIN pg_class c ON c.oid = t.relid
+             WHERE t.tracked_at > lo AND t.tracked_at <= hi ORDER BY t.tabno LOOP
+        "table" := r.name;
+        IF forward THEN
+            SELECT jsonb_agg(format('+%s %s', x.attname, format_type(x.atttypid, x.atttypmod)) ORDER BY x.attnum),
+                   string_agg(format('%I %s', x.attname, format_type(x.atttypid, x.atttypmod)), ', ' ORDER BY x.attnum)
+              INTO cols, defs
+              FROM pg_attribute x WHERE x.attrelid = r.relid AND x.attnum > 0 AND NOT x.attisdropped;
+            SELECT defs || coalesce(', ' || pg_get_constraintdef(k.oid), '') INTO defs
+              FROM (SELECT 1) one LEFT JOIN pg_constraint k ON k.conrelid = r.relid AND k.contype = 'p';
+            change := 'create table';
+            columns := cols;
+            sql := ARRAY[format('CREATE TABLE %s (%s);', r.relid::regclass, defs)];
+        ELSE
+            change := 'drop table';
+            columns := NULL;
+            sql := ARRAY[format('DROP TABLE %s;', r.relid::regclass)];
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    -- tables dropped between the two
+    FOR r IN SELECT d.* FROM worlds.dropped_table d WHERE d.dropped > lo AND d.dropped <= hi ORDER BY d.dropped LOOP
+        "table" := r.table_name;
+        IF forward THEN
+            change := 'drop table';
+            columns := NULL;
+            sql := ARRAY[format('DROP TABLE %I.%I;', r.schema_name, r.table_name)];
+        ELSE
+            -- its columns as history kept them
+            SELECT jsonb_agg(format('+%s %s', x.attname, format_type(x.atttypid, x.atttypmod)) ORDER BY x.attnum),
+                   string_agg(format('%I %s', x.attname, format_type(x.atttypid, x.atttypmod)), ', ' ORDER BY x.attnum)
+              INTO cols, defs
+              FROM pg_attribute x WHERE x.attrelid = r.history AND x.attnum > 0 AND NOT x.attisdropped
+               AND x.attname = ANY (r.columns);
+            change := 'create table';
+            columns := cols;
+            sql := ARRAY[format('CREATE TABLE %I.%I (%s);', r.schema_name, r.table_name, defs)];
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    -- columns of tables there at both moments
+    FOR r IN SELECT t.tabno, t.relid, c.relname::text AS name FROM worlds.tables t JOIN pg_class c ON c.oid = t.relid
+             WHERE t.tracked_at <= lo ORDER BY t.tabno LOOP
+        cols := '[]';
+        acts := '{}';
+        FOR l IN SELECT * FROM worlds.column_log x WHERE x.tabno = r.tabno
+                   AND ((x.added > lo AND x.added <= hi) OR (x.dropped > lo AND x.dropped <= hi))
+                 ORDER BY CASE WHEN x.added > lo AND x.added <= hi AND NOT x.renamed THEN x.added ELSE x.dropped END, x.attnum LOOP
+            IF l.renamed THEN
+                IF l.dropped > lo AND l.dropped <= hi THEN
+                    -- renamed at l.dropped: from l.attname to the name it had next
+                    later := worlds._name_at(r.tabno, l.attnum, l.dropped,
+                                 coalesce((SELECT x.attname::text FROM pg_attribute x WHERE x.attrelid = r.relid AND x.attnum = l.attnum AND NOT x.attisdropped),
+                                          (SELECT y.attname FROM worlds.column_log y WHERE y.tabno = r.tabno AND y.attnum = l.attnum AND NOT y.renamed LIMIT 1)));
+                    IF forward THEN
+                        cols := cols || to_jsonb(format('%s -> %s', l.attname, later));
+                        acts := acts || format('RENAME COLUMN %I TO %I', l.attname, later);
+                    ELSE
+                        cols := cols || to_jsonb(format('%s -> %s', later, l.attname));
+                        acts := acts || format('RENAME COLUMN %I TO %I', later, l.attname);
+                    END IF;
+                END IF;
+            ELSIF l.added > lo AND l.added <= hi AND (l.dropped IS NULL OR l.dropped > hi) THEN
+                IF forward THEN
+                    cols := cols || to_jsonb(format('+%s %s', l.attname, l.typ));
+                    acts := acts || format('ADD COLUMN %I %s', l.attname, l.typ);
+                ELSE
+                    cols := cols || to_jsonb(format('-%s', l.attname));
+                    acts := acts || format('DROP COLUMN %I', l.attname);
+                END IF;
+            ELSIF l.dropped > lo AND l.dropped <= hi AND (l.added IS NULL OR l.added <= lo) THEN
+                IF forward THEN
+                    cols := cols || to_jsonb(format('-%s', l.attname));
+                    acts := acts || format('DROP COLUMN %I', l.attname);
+                ELSE
+                    cols := cols || to_jsonb(format('+%s %s', l.attname, l.typ));
+                    acts := acts || format('ADD COLUMN %I %s', l.attname, l.typ);
+                END IF;
+            END IF;
+        END LOOP;
+        IF cardinality(acts) > 0 THEN
+            IF NOT forward THEN
+                -- undone latest first
+                acts := ARRAY(SELECT u.x FROM unnest(acts) WITH ORDINALITY u(x, o) ORDER BY u.o DESC);
+                cols := (SELECT jsonb_agg(u.x ORDER BY u.o DESC) FROM jsonb_array_elements(cols) WITH ORDINALITY u(x, o));
+            END IF;
+            "table" := r.name;
+            change := 'alter table';
+            columns := cols;
+            -- one statement each (RENAME can't share an ALTER TABLE with other actions)
+            sql := ARRAY(SELECT format('ALTER TABLE %s %s;', r.relid::regclass, x) FROM unnest(acts) WITH ORDINALITY u(x, o) ORDER BY o);
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END $$;

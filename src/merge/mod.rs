@@ -471,7 +471,49 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                 tables.push((l.table_name.clone(), l.clone(), rows));
             }
         }
-        render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit)
+        let mut out = schema_changes(from, to, as_sql_out);
+        out.extend(render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit));
+        if let Some(n) = limit {
+            out.truncate(n.max(0) as usize);
+        }
+        out
+    })
+}
+
+/// DIFF between moments: the tables' schema changes between their times (a world's schema is main's
+/// now), before the rows, as DIFF rows (`id` null) or statements.
+fn schema_changes(from: &str, to: &str, as_sql_out: bool) -> Vec<Value> {
+    let time_of = |side: &str| -> Option<String> {
+        side.contains('@').then(|| {
+            Spi::get_one_with_args::<String>("SELECT m.at::text FROM worlds._moment_of($1) m", &[side.into()]).ok().flatten().unwrap_or_default()
+        })
+    };
+    let (a, b) = (time_of(from), time_of(to));
+    if a.is_none() && b.is_none() {
+        return Vec::new();
+    }
+    Spi::connect(|c| {
+        c.select(
+            "SELECT \"table\", change, columns, sql FROM worlds._schema_changes(coalesce($1::timestamptz, now()), coalesce($2::timestamptz, now()))",
+            None,
+            &[a.into(), b.into()],
+        )
+        .map(|rows| {
+            rows.flat_map(|r| {
+                if as_sql_out {
+                    let statements = r.get::<Vec<String>>(4).ok().flatten().unwrap_or_default();
+                    statements.into_iter().map(|s| serde_json::json!({ "sql": s })).collect::<Vec<_>>()
+                } else {
+                    vec![serde_json::json!({
+                        "table": r.get::<String>(1).ok().flatten(), "id": Value::Null, "change": r.get::<String>(2).ok().flatten(),
+                        "before": Value::Null, "after": Value::Null,
+                        "columns": r.get::<pgrx::JsonB>(3).ok().flatten().map(|j| j.0),
+                    })]
+                }
+            })
+            .collect()
+        })
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
     })
 }
 
