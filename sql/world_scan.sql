@@ -36,6 +36,7 @@ ALTER TABLE big ADD COLUMN added int DEFAULT 7;
 ANALYZE big;
 ANALYZE ref;
 CREATE VIEW big_v AS SELECT id, v FROM big WHERE grp = 3;
+CREATE FUNCTION big_v_of(i int) RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN (SELECT v FROM big WHERE id = i); END $$;
 CREATE FUNCTION both_ways(q text, ordered bool DEFAULT false) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     agg text := CASE WHEN ordered THEN 'string_agg(r::text, '' '')' ELSE 'string_agg(r::text, '' '' ORDER BY r::text)' END;
@@ -99,6 +100,14 @@ RESET parallel_setup_cost;
 RESET parallel_tuple_cost;
 RESET min_parallel_table_scan_size;
 RESET max_parallel_workers_per_gather;
+-- lateral joins, sub-plans in the quals, functions that read the world per row (each a statement of its
+-- own), window functions, a CTE read twice, UNION
+SELECT both_ways('SELECT r.id, b.v FROM ref r, LATERAL (SELECT v FROM big WHERE id = r.big_id + 1) b WHERE r.id < 30');
+SELECT both_ways('SELECT id FROM big b WHERE v = (SELECT max(v) FROM big x WHERE x.grp = b.grp AND x.id < 40) AND id < 40');
+SELECT both_ways('SELECT id, big_v_of(id + 1) FROM big WHERE id BETWEEN 5 AND 25');
+SELECT both_ways('SELECT id, v, lag(v) OVER (ORDER BY id) FROM big WHERE id BETWEEN 5 AND 25', true);
+SELECT both_ways('WITH c AS MATERIALIZED (SELECT * FROM big WHERE id < 30) SELECT a.id, b.v FROM c a JOIN c b ON b.id = a.id + 1');
+SELECT both_ways('SELECT id, v FROM big WHERE id < 20 UNION SELECT id, v FROM big WHERE id > 19990');
 -- the nested world: its parent as of the fork, and its own rows
 SET worlds.world = w2;
 SELECT id, v FROM big WHERE id IN (10, 500, 501, 25000) ORDER BY id;
