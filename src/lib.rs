@@ -50,6 +50,17 @@ pub extern "C-unwind" fn _PG_init() {
 mod tests {
     use pgrx::prelude::*;
 
+    /// A world row made directly (CREATE WORLD refuses to run inside the test's transaction), named
+    /// `w<num>`. `sees_this_transaction`: forked as if this transaction's writes so far were committed.
+    fn make_test_world(num: i32, sees_this_transaction: bool) {
+        let snapshot = if sees_this_transaction { "format('%s:%s:', x, x)::pg_snapshot" } else { "pg_current_snapshot()" };
+        Spi::run(&format!(
+            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
+             SELECT {num}, 'w{num}', 'w{num}', 0, 1, now(), {snapshot} FROM (SELECT pg_current_xact_id()::text::int8 + 1 AS x) s"
+        ))
+        .unwrap();
+    }
+
     #[pg_test]
     fn library_is_preloaded_and_hooks_installed() {
         assert!(crate::preloaded());
@@ -118,13 +129,8 @@ mod tests {
     #[pg_test]
     fn a_world_and_main_do_not_see_each_others_writes() {
         Spi::run("CREATE TABLE t_route (id int PRIMARY KEY, v text)").unwrap();
-        // a world row made directly (CREATE WORLD itself refuses to run inside the test's transaction);
-        // main's rows come after its fork, so the world must not see them
-        Spi::run(
-            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
-             VALUES (900, 'w900', 'w900', 0, 1, now(), pg_current_snapshot())",
-        )
-        .unwrap();
+        // main's rows come after the world's fork, so the world must not see them
+        make_test_world(900, false);
         Spi::run("INSERT INTO t_route VALUES (1, 'main'), (2, 'main')").unwrap();
         Spi::run("SET LOCAL worlds.world = 'w900'").unwrap();
         Spi::run("INSERT INTO t_route VALUES (3, 'world')").unwrap();
@@ -140,13 +146,7 @@ mod tests {
     fn a_select_in_a_world_reads_through_the_world_scan() {
         Spi::run("CREATE TABLE t_scan (id int PRIMARY KEY, v text)").unwrap();
         Spi::run("INSERT INTO t_scan SELECT g, 'main' FROM generate_series(1, 100) g").unwrap();
-        // a world row made directly, forked as if this transaction's rows were committed before it
-        Spi::run(
-            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
-             SELECT 901, 'w901', 'w901', 0, 1, now(), format('%s:%s:', x, x)::pg_snapshot
-             FROM (SELECT pg_current_xact_id()::text::int8 + 1 AS x) s",
-        )
-        .unwrap();
+        make_test_world(901, true);
         Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
         Spi::run("UPDATE t_scan SET v = 'world' WHERE id IN (5, 50)").unwrap();
         Spi::run("DELETE FROM t_scan WHERE id = 6").unwrap();
@@ -184,11 +184,7 @@ mod tests {
     fn upsert_in_a_world_updates_the_worlds_row_from_excluded() {
         Spi::run("CREATE TABLE t_upsert (id int PRIMARY KEY, n int NOT NULL)").unwrap();
         Spi::run("INSERT INTO t_upsert VALUES (1, 10)").unwrap();
-        Spi::run(
-            "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
-             VALUES (901, 'w901', 'w901', 0, 1, now(), pg_current_snapshot())",
-        )
-        .unwrap();
+        make_test_world(901, false);
         Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
         // the world sees main's row 1 as of its fork (the insert above is this transaction's own)
         Spi::run("INSERT INTO t_upsert VALUES (2, 5), (3, 7) ON CONFLICT (id) DO UPDATE SET n = t_upsert.n + excluded.n").unwrap();
