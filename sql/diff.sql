@@ -63,6 +63,9 @@ DELETE FROM log WHERE msg = 'one';
 INSERT INTO log VALUES ('new', 7);
 RESET worlds.world;
 SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world agent_9 as sql') j ORDER BY 1;
+-- a table without a key: its rows in the order of their values (a page of LIMIT too)
+SELECT j ->> 'table' AS "table", j ->> 'change' AS change, j -> 'before' AS before, j -> 'after' AS after
+FROM worlds.sql('diff world agent_9 limit 4') j;
 DO $$
 DECLARE s text;
 BEGIN

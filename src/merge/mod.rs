@@ -394,6 +394,17 @@ type DiffTable = (String, std::rc::Rc<Layout>, Vec<DiffRow>);
 /// then the rest, each part in key order; or the statements that make the change (AS SQL).
 fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
     tables.sort_by(|a, b| counts(&b.2).0.cmp(&counts(&a.2).0).then(a.0.cmp(&b.0)));
+    for (_, layout, rows) in tables.iter_mut().filter(|t| t.1.key_columns.is_empty()) {
+        // a table without a key: the whole row is the key, so rows go in the order of their values
+        let order = live_columns(layout.relid);
+        let values = |row: &Option<Value>| {
+            row.as_ref().map(|r| order.iter().map(|c| r[c].clone()).collect::<Vec<_>>()).unwrap_or_default()
+        };
+        rows.sort_by(|x, y| {
+            let (a, b) = (values(if x.2.is_some() { &x.2 } else { &x.1 }), values(if y.2.is_some() { &y.2 } else { &y.1 }));
+            a.iter().zip(b.iter()).map(|(p, q)| compare_value(p, q)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
+        });
+    }
     if !tables.is_empty() {
         let summary = tables
             .iter()
@@ -540,16 +551,15 @@ fn candidate_keys(l: &Layout, worlds: &[i32], snapshots: &[String]) -> Vec<Value
 }
 
 fn compare_keys(a: &Value, b: &Value, cols: &[String]) -> std::cmp::Ordering {
-    for c in cols {
-        let o = match (&a[c], &b[c]) {
-            (Value::Number(x), Value::Number(y)) => x.as_f64().partial_cmp(&y.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
-            (x, y) => x.to_string().cmp(&y.to_string()),
-        };
-        if o != std::cmp::Ordering::Equal {
-            return o;
-        }
+    cols.iter().map(|c| compare_value(&a[c], &b[c])).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
+}
+
+/// JSON values in key order: numbers by value, anything else by its text.
+fn compare_value(a: &Value, b: &Value) -> std::cmp::Ordering {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64().partial_cmp(&y.as_f64()).unwrap_or(std::cmp::Ordering::Equal),
+        (x, y) => x.to_string().cmp(&y.to_string()),
     }
-    std::cmp::Ordering::Equal
 }
 
 /// A key as the spec prints it: `7`, or `(1,abc)` for several columns.
