@@ -106,3 +106,13 @@ SELECT * FROM orders WHERE id = 7;
 ALTER TABLE orders SET (fillfactor = 90, merge_by_columns = false);
 SELECT merge_by_columns, reloptions FROM worlds.tables JOIN pg_class ON oid = relid WHERE relid = 'orders'::regclass;
 ALTER TABLE orders RESET (merge_by_columns);
+-- BY COLUMNS with USING: USING settles only the columns both sides changed; each side's other changes merge
+SELECT * FROM worlds.sql('create world bc');
+SET worlds.world = bc; UPDATE orders SET status = 'bc' WHERE id = 7; RESET worlds.world;
+UPDATE orders SET status = 'main', qty = 71 WHERE id = 7;
+SET client_min_messages = warning;
+SELECT r ->> 'id' AS id, r ->> 'outcome' AS outcome, r -> 'result' AS result
+FROM worlds.sql('merge world bc by columns using ours dry run') r WHERE r ->> 'id' IS NOT NULL;
+RESET client_min_messages;
+SELECT * FROM worlds.sql('merge world bc by columns using ours');
+SELECT * FROM orders WHERE id = 7;

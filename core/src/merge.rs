@@ -116,6 +116,17 @@ pub fn decide(base: Option<&Value>, ours: Option<&Value>, theirs: Option<&Value>
                 }
                 return Decision { outcome: Outcome::ByColumns, result: Some(Value::Object(merged)) };
             }
+            if let Some(use_ours) = settle.using_ours {
+                // USING settles only the columns both changed; each side's other changes still merge
+                let mut merged = t.clone();
+                for c in ours_cols.iter().filter(|c| use_ours || !both.contains(c)) {
+                    if let Some(v) = o.get(c) {
+                        merged.insert(c.clone(), v.clone());
+                    }
+                }
+                let outcome = if use_ours { Outcome::KeptOurs } else { Outcome::KeptTheirs };
+                return Decision { outcome, result: Some(Value::Object(merged)) };
+            }
         }
     }
     match settle.using_ours {
@@ -200,6 +211,18 @@ mod tests {
     }
 
     #[test]
+    fn by_columns_with_using_settles_only_the_clashing_columns() {
+        let base = Some(json!({"id":7,"status":"new","note":"x","qty":1}));
+        let ours = Some(json!({"id":7,"status":"paid","note":"x","qty":2}));
+        let theirs = Some(json!({"id":7,"status":"void","note":"n","qty":1}));
+        let s = |o| Settle { resolve: None, by_columns: true, using_ours: Some(o) };
+        let r = d(base.clone(), ours.clone(), theirs.clone(), s(true));
+        assert_eq!((r.outcome, r.result), (Outcome::KeptOurs, Some(json!({"id":7,"status":"paid","note":"n","qty":2}))));
+        let r = d(base, ours, theirs, s(false));
+        assert_eq!((r.outcome, r.result), (Outcome::KeptTheirs, Some(json!({"id":7,"status":"void","note":"n","qty":2}))));
+    }
+
+    #[test]
     fn resolve_delete_and_row() {
         let s = Settle { resolve: Some(Pick::Delete), ..Default::default() };
         let r = d(Some(json!({"id":1,"s":"a"})), Some(json!({"id":1,"s":"b"})), Some(json!({"id":1,"s":"c"})), s);
@@ -264,6 +287,17 @@ mod tests {
                     }
                 }
                 if ok {
+                    return Some(Value::Object(out));
+                }
+                if let Some(use_ours) = s.using_ours {
+                    // column by column: a column both changed differently goes to the side USING names
+                    let mut out = t.as_object().unwrap().clone();
+                    for (k, bv) in b.as_object().unwrap() {
+                        let (ov, tv) = (&o[k], &t[k]);
+                        if ov != bv && (tv == bv || ov == tv || use_ours) {
+                            out.insert(k.clone(), ov.clone());
+                        }
+                    }
                     return Some(Value::Object(out));
                 }
             }
