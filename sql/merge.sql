@@ -116,3 +116,21 @@ FROM worlds.sql('merge world bc by columns using ours dry run') r WHERE r ->> 'i
 RESET client_min_messages;
 SELECT * FROM worlds.sql('merge world bc by columns using ours');
 SELECT * FROM orders WHERE id = 7;
+-- a table without a key: rows the world removed that main changed since conflict; USING OURS removes
+-- main's current version of each (the row followed through main's updates), THEIRS keeps it
+CREATE TABLE notes_log (body text, k int);
+INSERT INTO notes_log VALUES ('a', 1), ('c', 3), ('d', 4);
+SELECT * FROM worlds.sql('create world kl_ours');
+SELECT * FROM worlds.sql('create world kl_theirs');
+SET worlds.world = kl_ours; DELETE FROM notes_log WHERE k = 1; UPDATE notes_log SET body = 'cx' WHERE k = 3; RESET worlds.world;
+SET worlds.world = kl_theirs; DELETE FROM notes_log WHERE k = 1; RESET worlds.world;
+UPDATE notes_log SET body = 'b' WHERE k = 1;
+UPDATE notes_log SET body = 'cm' WHERE k = 3;
+SET client_min_messages = warning;
+SELECT r ->> 'outcome' AS outcome, r ->> 'detail' AS detail, r -> 'base' AS base, r -> 'theirs' AS theirs
+FROM worlds.sql('merge world kl_ours dry run') r WHERE r ->> 'outcome' <> 'summary';
+RESET client_min_messages;
+SELECT * FROM worlds.sql('merge world kl_theirs using theirs');
+SELECT * FROM notes_log ORDER BY k, body;
+SELECT * FROM worlds.sql('merge world kl_ours using ours');
+SELECT * FROM notes_log ORDER BY k, body;

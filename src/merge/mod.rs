@@ -164,19 +164,25 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
     let snapshot = world.fork_snapshot.clone().unwrap_or_default();
     let rows: Vec<Changed> = if layout.key_kind == b'r' {
         // a table without a key: the rows the world added (less those it removed again), and main's
-        // physical rows it removed (by tid); theirs is main's row at that tid as it is now, or a marker
-        // when main changed that row since the fork (a conflict)
+        // physical rows it removed (by tid); theirs is that row as main has it now, followed through main's
+        // updates since the fork (its current tid is where a merge deletes it), or none when main deleted it
         let row_text = format!("ROW({})", cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "));
         let sql = format!(
             "SELECT {row_text}::text, {dobj}, NULL::text, NULL::jsonb FROM {delta} d
               WHERE d._w_world = $1 AND NOT d._w_del
                 AND NOT EXISTS (SELECT 1 FROM {delta} c WHERE c._w_world = $1 AND c._w_of = d._w_dseq)
              UNION ALL
-             SELECT {row_text}::text, {dobj}, d._w_base_tid::text,
-                    CASE WHEN EXISTS (SELECT 1 FROM {history} h WHERE h._w_old_tid = d._w_base_tid AND {after_fork})
-                         THEN '{{\"_w_changed_in_main\": true}}'::jsonb
-                         ELSE (SELECT {tobj} FROM ONLY {table} t WHERE t.ctid = d._w_base_tid) END
-               FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid IS NOT NULL",
+             SELECT {row_text}::text, {dobj}, cur.tid::text,
+                    CASE WHEN cur.gone THEN NULL ELSE (SELECT {tobj} FROM ONLY {table} t WHERE t.ctid = cur.tid) END
+               FROM {delta} d,
+                    LATERAL (WITH RECURSIVE chain(tid, depth) AS (
+                                 SELECT d._w_base_tid, 0
+                                 UNION ALL
+                                 SELECT h._w_new_tid, c.depth + 1 FROM chain c
+                                   JOIN {history} h ON h._w_old_tid = c.tid AND h._w_op = 'U' AND h._w_new_tid IS NOT NULL AND {after_fork})
+                             SELECT c.tid, EXISTS (SELECT 1 FROM {history} h WHERE h._w_old_tid = c.tid AND h._w_op = 'D' AND {after_fork}) AS gone
+                             FROM chain c ORDER BY c.depth DESC LIMIT 1) cur
+              WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid IS NOT NULL",
             dobj = json_object_expr("d", &cols),
             tobj = json_object_expr("t", &cols),
             after_fork = if snapshot.starts_with('@') {
@@ -1043,14 +1049,14 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
             continue;
         }
         let sql = if layout.key_kind == b'r' {
-            // by physical row, and only while it still holds what the world removed
+            // by physical row (its current tid), and only while it still holds what the plan saw there
             if crate::storage::overlay::override_active() && crate::storage::overlay::routing_world().is_some() {
                 raise("0A000", format!("merging rows of {table} (a table without a primary key) that a world removed into another world is not supported yet"));
             }
             let rows: Vec<Value> = plan
                 .iter()
                 .filter(|p| p.layout.relid == *relid && p.decision.result.is_none() && p.row.theirs.is_some() && p.row.key_obj.get("_w_ctid").is_some())
-                .map(|p| serde_json::json!({ "ctid": p.row.key_obj["_w_ctid"], "row": p.row.base }))
+                .map(|p| serde_json::json!({ "ctid": p.row.key_obj["_w_ctid"], "row": p.row.theirs }))
                 .collect();
             let sql = format!(
                 "DELETE FROM ONLY {table} t USING jsonb_array_elements($1) e WHERE t.ctid = (e->>'ctid')::tid AND {} = e->'row'",
