@@ -84,6 +84,11 @@ SELECT try($$select * from worlds.sql('merge world')$$);
 SELECT try($$select * from worlds.sql('merge world nope')$$);
 SELECT try($$select * from worlds.sql('merge world h into h')$$);
 SELECT try($$select * from worlds.sql('merge world h only keys (''orders'')')$$);
+-- a key of the wrong shape, a RESOLVE row that isn't the row it resolves or names a column the table lacks
+SELECT try($$select * from worlds.sql('merge world h only keys (''orders/abc'')')$$);
+SELECT try($$select * from worlds.sql('merge world h only keys (''orders/(1,2)'')')$$);
+SELECT try($$select * from worlds.sql('merge world h resolve (''orders/20'' = ''{"id": 21, "status": "x"}'')')$$);
+SELECT try($$select * from worlds.sql('merge world h resolve (''orders/20'' = ''{"id": 20, "colour": "x"}'')')$$);
 SELECT try($$select * from worlds.sql('merge world h confirm at version 1')$$);
 BEGIN;
 SELECT try($$select * from worlds.sql('merge world h')$$);
@@ -134,3 +139,8 @@ SELECT * FROM worlds.sql('merge world kl_theirs using theirs');
 SELECT * FROM notes_log ORDER BY k, body;
 SELECT * FROM worlds.sql('merge world kl_ours using ours');
 SELECT * FROM notes_log ORDER BY k, body;
+-- MERGE ... INTO the world's own parent is a whole merge into the parent: it ends the world
+SELECT * FROM worlds.sql('create world into_parent');
+SET worlds.world = into_parent; UPDATE orders SET qty = 5 WHERE id = 8; RESET worlds.world;
+SELECT * FROM worlds.sql('merge world into_parent into main');
+SELECT count(*) AS still_there FROM worlds.world WHERE name = 'into_parent' AND dropped IS NULL;

@@ -483,7 +483,10 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                 .collect();
             rows.sort_by(|x, y| compare_keys(&x.0, &y.0, &l.key_columns));
             let rows: Vec<(String, Option<Value>, Option<Value>)> =
-                rows.into_iter().map(|(k, x, y)| (key_text(&k, &l.key_columns), x, y)).collect();
+                {
+                    let texts = key_texts(l, &rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>());
+                    rows.into_iter().zip(texts).map(|((_, x, y), t)| (t, x, y)).collect()
+                };
             if !rows.is_empty() {
                 tables.push((l.table_name.clone(), l.clone(), rows));
             }
@@ -568,18 +571,22 @@ fn compare_value(a: &Value, b: &Value) -> std::cmp::Ordering {
     }
 }
 
-/// A key as the spec prints it: `7`, or `(1,abc)` for several columns.
-fn key_text(k: &Value, cols: &[String]) -> String {
-    let part = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    };
-    if cols.len() == 1 {
-        part(&k[&cols[0]])
-    } else {
-        format!("({})", cols.iter().map(|c| part(&k[c])).collect::<Vec<_>>().join(","))
+/// Keys as the spec prints them, `7` or `(1,"a b")` for several columns: as Postgres writes them (the
+/// same text DIFF WORLD and MERGE give), one query for all.
+fn key_texts(layout: &Layout, keys: &[Value]) -> Vec<String> {
+    if keys.is_empty() {
+        return Vec::new();
     }
+    let sql = format!(
+        "SELECT {} FROM jsonb_populate_recordset(NULL::{}, $1) WITH ORDINALITY AS r ORDER BY r.ordinality",
+        key_text_expr(layout, "r"),
+        layout.table_name
+    );
+    Spi::connect(|c| {
+        c.select(&sql, None, &[pgrx::JsonB(Value::Array(keys.to_vec())).into()])
+            .map(|rows| rows.map(|r| r.get::<String>(1).ok().flatten().unwrap_or_default()).collect())
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+    })
 }
 
 fn sql_literal(v: &Value) -> String {
@@ -700,15 +707,68 @@ fn regclass_of(name: &str) -> pg_sys::Oid {
         .unwrap_or_else(|| raise("42P01", format!("relation \"{name}\" does not exist")))
 }
 
-/// 't/1' or 't/(1,abc)' -> (table oid, key text)
+/// 't/1' or 't/(1,abc)' -> (table oid, key text). The key must have the table's key's shape: as many
+/// parts as key columns (a value of an integer column must be an integer).
 fn parse_row_ref(r: &str) -> (pg_sys::Oid, String) {
-    let Some((t, k)) = r.split_once('/') else {
-        raise("22023", format!("'{r}' is not a row: write 'table/id', or 'table/(a,b)' for a key of several columns"));
-    };
+    let not_a_row = || -> ! { raise("22023", format!("'{r}' is not a row: write 'table/id', or 'table/(a,b)' for a key of several columns")) };
+    let Some((t, k)) = r.split_once('/') else { not_a_row() };
     if t.is_empty() || k.is_empty() {
-        raise("22023", format!("'{r}' is not a row: write 'table/id', or 'table/(a,b)' for a key of several columns"));
+        not_a_row();
     }
-    (regclass_of(t), k.to_string())
+    let relid = regclass_of(t);
+    if let Some(&tabno) = crate::storage::tracked_tables().get(&relid) {
+        let layout = relation_layout(tabno);
+        let n = layout.key_columns.len();
+        let parts = if n > 1 { record_parts(k) } else { Some(vec![k.to_string()]) };
+        let fits = parts.is_some_and(|p| {
+            p.len() == n && (layout.key_kind != b'i' || p.iter().all(|v| v.trim().parse::<i64>().is_ok()))
+        });
+        if n > 0 && !fits {
+            raise(
+                "22023",
+                format!("'{r}' is not a row of {t}: its key is {}", if n == 1 { layout.key_columns[0].clone() } else { format!("({})", layout.key_columns.join(", ")) }),
+            );
+        }
+    }
+    (relid, k.to_string())
+}
+
+/// A row given to RESOLVE: an object of the table's columns, carrying the key it resolves (22023 otherwise).
+fn check_resolve_row(relid: pg_sys::Oid, key: &str, row: &Value) {
+    let Some(obj) = row.as_object() else {
+        raise("22023", format!("RESOLVE of row {key}: the row must be a JSON object of the table's columns"));
+    };
+    let columns = live_columns(relid);
+    if let Some(unknown) = obj.keys().find(|c| !columns.contains(c)) {
+        raise("22023", format!("RESOLVE of row {key}: the table has no column \"{unknown}\""));
+    }
+    if let Some(&tabno) = crate::storage::tracked_tables().get(&relid) {
+        let layout = relation_layout(tabno);
+        let given = key_texts(&layout, std::slice::from_ref(row)).pop().unwrap_or_default();
+        if !layout.key_columns.is_empty() && given != key {
+            raise("22023", format!("RESOLVE of row {key}: the row given has key {given} (a row resolves its own key)"));
+        }
+    }
+}
+
+/// The parts of a key written as a record, `(1,"a,b")`: None when it isn't one.
+fn record_parts(k: &str) -> Option<Vec<String>> {
+    let inner = k.strip_prefix('(')?.strip_suffix(')')?;
+    let (mut parts, mut cur, mut quoted, mut chars) = (Vec::new(), String::new(), false, inner.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            '\\' => cur.extend(chars.next()),
+            ',' if !quoted => parts.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    parts.push(cur);
+    (!quoted).then_some(parts)
 }
 
 fn target_fingerprint(plan: &[Planned]) -> i64 {
@@ -785,6 +845,11 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         let resolve: HashMap<(pg_sys::Oid, String), Pick> =
             req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
+        for ((relid, key), pick) in &resolve {
+            if let Pick::Row(row) = pick {
+                check_resolve_row(*relid, key, row);
+            }
+        }
         let mut plan: Vec<Planned> = Vec::new();
         let base_world = world_by_num(world.num).and_then(|w| base_of(&w));
         for l in &layouts {
@@ -858,8 +923,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 .ok();
             }
         });
-        if !partial && into.is_none() {
-            // a whole merge into the parent ends the world (unless worlds were forked from it)
+        if !partial && target_num == world.parent.unwrap_or(0) {
+            // a whole merge into the parent (named with INTO or not) ends the world (unless worlds were
+            // forked from it)
             Spi::connect_mut(|c| {
                 c.update(
                     "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
@@ -1151,6 +1217,11 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         }
         let resolve: HashMap<(pg_sys::Oid, String), Pick> =
             req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
+        for ((relid, key), pick) in &resolve {
+            if let Pick::Row(row) = pick {
+                check_resolve_row(*relid, key, row);
+            }
+        }
         let layouts = tracked_layouts();
         let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
         let mut conflicts = Vec::new();
