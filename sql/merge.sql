@@ -144,3 +144,12 @@ SELECT * FROM worlds.sql('create world into_parent');
 SET worlds.world = into_parent; UPDATE orders SET qty = 5 WHERE id = 8; RESET worlds.world;
 SELECT * FROM worlds.sql('merge world into_parent into main');
 SELECT count(*) AS still_there FROM worlds.world WHERE name = 'into_parent' AND dropped IS NULL;
+-- ONLY that leaves out a row another one merged is tied to (by a reference, or one unique value): 22023
+CREATE TABLE tie_parent (id int PRIMARY KEY);
+CREATE TABLE tie_child (id int PRIMARY KEY, parent int REFERENCES tie_parent);
+SELECT * FROM worlds.sql('create world tie');
+SET worlds.world = tie; INSERT INTO tie_parent VALUES (50); INSERT INTO tie_child VALUES (1, 50); RESET worlds.world;
+SELECT try($$select * from worlds.sql('merge world tie only tables (tie_child)')$$);
+SELECT try($$select * from worlds.sql('merge world tie only keys (''tie_child/1'')')$$);
+SELECT * FROM worlds.sql('merge world tie');
+SELECT * FROM tie_child;

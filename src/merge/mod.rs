@@ -899,11 +899,29 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS, or REBASE WORLD first.".into()),
             );
         }
-        let applied = match &target_world {
+        let partial = only_tables.is_some() || only_keys.is_some();
+        let run = || match &target_world {
             None => apply(&plan, &world),
             Some(t) => with_world(Some(t.clone()), || crate::storage::writes::as_merge_writes(|| apply(&plan, &world))),
         };
-        let partial = only_tables.is_some() || only_keys.is_some();
+        let applied = if partial {
+            // a row merged with ONLY that references (or shares a unique value with) a row left out
+            let tied = |e: pgrx::pg_sys::panic::CaughtError| match &e {
+                pgrx::pg_sys::panic::CaughtError::PostgresError(r) => raise_with(
+                    "22023",
+                    format!("a row merged is tied to a row ONLY leaves out: {}; nothing was merged", r.message()),
+                    r.detail().map(|d| d.to_string()),
+                    Some("Include the rows it is tied to in ONLY TABLES / ONLY KEYS, or merge the whole world.".into()),
+                ),
+                _ => e.rethrow(),
+            };
+            pgrx::PgTryBuilder::new(run)
+                .catch_when(PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION, tied)
+                .catch_when(PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION, tied)
+                .execute()
+        } else {
+            run()
+        };
         let target_name = target_name.as_str();
         Spi::connect_mut(|c| {
             if partial {
