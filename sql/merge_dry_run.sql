@@ -30,3 +30,31 @@ ROLLBACK;
 -- TARGET n pins what the dry run saw (55000 when main changed since)
 CREATE TEMP TABLE seen AS SELECT 1;
 SELECT try($$select * from worlds.sql('merge world agent_7 by columns resolve (''orders/2'' = theirs) target 1')$$);
+-- a last row, blocked (null table), when a constraint would refuse the merge; the dry run still changes
+-- nothing (the merge is tried and rolled back)
+CREATE TABLE people (id int PRIMARY KEY, email text UNIQUE);
+CREATE TABLE pets (id int PRIMARY KEY, owner int REFERENCES people);
+INSERT INTO people VALUES (1, 'a@x'), (2, 'b@x');
+SELECT * FROM worlds.sql('create world adds');
+SET worlds.world = adds;
+INSERT INTO people VALUES (3, 'c@x');
+INSERT INTO pets VALUES (1, 2);
+RESET worlds.world;
+INSERT INTO people VALUES (4, 'c@x');
+SET client_min_messages = warning;
+SELECT r ->> 'table' AS "table", r ->> 'outcome' AS outcome, r ->> 'detail' AS detail, r -> 'postgres' AS postgres
+FROM worlds.sql('merge world adds dry run') r;
+SELECT "table", outcome, detail FROM worlds.merge_dry_run('adds') WHERE outcome = 'blocked';
+RESET client_min_messages;
+SELECT count(*) AS people, (SELECT count(*) FROM pets) AS pets FROM people;
+DELETE FROM people WHERE id = 4;
+DELETE FROM people WHERE id = 2;
+SET client_min_messages = warning;
+SELECT outcome, detail FROM worlds.merge_dry_run('adds') WHERE outcome = 'blocked';
+RESET client_min_messages;
+INSERT INTO people VALUES (2, 'b@x');
+SET client_min_messages = warning;
+SELECT count(*) AS blocked FROM worlds.merge_dry_run('adds') WHERE outcome = 'blocked';
+RESET client_min_messages;
+SELECT * FROM worlds.sql('merge world adds');
+SELECT * FROM pets;

@@ -877,7 +877,24 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 "{}: version {}; to merge exactly what this dry run saw, add AT VERSION {} TARGET {}",
                 world.name, world.version, world.version, fingerprint
             );
-            return dry_run_rows(&plan);
+            let mut rows = dry_run_rows(&plan);
+            // with no conflict, the merge is tried and rolled back: a constraint that would refuse it shows
+            // as a last row, blocked
+            if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) {
+                let why = trial(|| {
+                    match &target_world {
+                        None => apply(&plan, &world),
+                        Some(t) => with_world(Some(t.clone()), || crate::storage::writes::as_merge_writes(|| apply(&plan, &world))),
+                    };
+                });
+                if let Some(why) = why {
+                    rows.push(serde_json::json!({
+                        "table": null, "id": null, "outcome": "blocked", "detail": why,
+                        "base": null, "ours": null, "theirs": null, "result": null, "postgres": null,
+                    }));
+                }
+            }
+            return rows;
         }
         if let Some(t) = req.target {
             if t != fingerprint {
@@ -1038,7 +1055,7 @@ fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
         out.push(serde_json::json!({
             "table": t, "id": null, "outcome": "summary",
             "detail": format!("{} deleted, {} updated, {} inserted", fmt_count(d), fmt_count(u), fmt_count(i)),
-            "base": null, "ours": null, "theirs": null, "result": null,
+            "base": null, "ours": null, "theirs": null, "result": null, "postgres": null,
         }));
     }
     let order: Vec<String> = per_table.iter().map(|(t, _)| t.clone()).collect();
@@ -1069,7 +1086,54 @@ fn plan_row(p: &Planned, detail: String) -> Value {
         "table": short_name(&p.table), "id": p.row.key, "outcome": p.decision.outcome.label(), "detail": detail,
         "base": p.row.base, "ours": p.row.ours, "theirs": p.row.theirs,
         "result": if conflict { Value::Null } else { p.decision.result.clone().unwrap_or(Value::Null) },
+        // the spec's row in an attached folder; pg_worlds is Postgres itself: no separate copy to show
+        "postgres": null,
     })
+}
+
+/// Runs f in a subtransaction that is always rolled back: None when it succeeds, the reason when a
+/// constraint refuses it (class 23). Other errors are raised as they are.
+fn trial(f: impl FnOnce()) -> Option<String> {
+    unsafe {
+        let cxt = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = pgrx::PgTryBuilder::new(move || {
+            f();
+            Ok(())
+        })
+        .catch_others(Err)
+        .execute();
+        pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        pg_sys::MemoryContextSwitchTo(cxt);
+        pg_sys::CurrentResourceOwner = owner;
+        match outcome {
+            Ok(()) => None,
+            Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r)) if is_constraint(&r) => {
+                Some(match r.detail() {
+                    Some(d) => format!("{} ({d})", r.message()),
+                    None => r.message().to_string(),
+                })
+            }
+            Err(e) => e.rethrow(),
+        }
+    }
+}
+
+/// An error of class 23 (integrity constraint violation).
+fn is_constraint(r: &pgrx::pg_sys::panic::ErrorReportWithLevel) -> bool {
+    use PgSqlErrorCode::*;
+    matches!(
+        r.sql_error_code(),
+        ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION
+            | ERRCODE_RESTRICT_VIOLATION
+            | ERRCODE_NOT_NULL_VIOLATION
+            | ERRCODE_FOREIGN_KEY_VIOLATION
+            | ERRCODE_UNIQUE_VIOLATION
+            | ERRCODE_CHECK_VIOLATION
+            | ERRCODE_EXCLUSION_VIOLATION
+    )
 }
 
 /// Foreign-key depth of each table among the tracked ones: referenced tables first.

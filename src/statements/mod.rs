@@ -383,10 +383,10 @@ $$;
 CREATE FUNCTION worlds.merge_dry_run(world text DEFAULT NULL, "into" text DEFAULT NULL, only_tables text[] DEFAULT NULL,
                                      only_keys text[] DEFAULT NULL, "using" text DEFAULT NULL, by_columns boolean DEFAULT false,
                                      resolve jsonb DEFAULT NULL)
-RETURNS TABLE ("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb)
+RETURNS TABLE ("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb, postgres jsonb)
 LANGUAGE sql AS $$
     SELECT r.* FROM worlds._merge(world, "into", only_tables, only_keys, "using", by_columns, resolve, false, NULL, NULL, NULL, true) j,
-         jsonb_to_record(j) AS r("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb)
+         jsonb_to_record(j) AS r("table" text, id text, outcome text, detail text, base jsonb, ours jsonb, theirs jsonb, result jsonb, postgres jsonb)
 $$;
 
 -- REBASE WORLD [world] [USING OURS|THEIRS] [BY COLUMNS] [RESOLVE (...)] [AT VERSION n]: returns REBASE n.
