@@ -60,3 +60,14 @@ SELECT * FROM worlds.sql('merge world c');
 SET worlds.world = p;
 SELECT * FROM n ORDER BY id;
 RESET worlds.world;
+-- rows both sides added under one unique value: refused (23505), nothing changed
+CREATE TABLE customers (id int PRIMARY KEY, email text UNIQUE);
+INSERT INTO customers VALUES (1, 'a@x');
+SELECT * FROM worlds.sql('create world dup');
+SET worlds.world = dup; INSERT INTO customers VALUES (10, 'z@x'); RESET worlds.world;
+INSERT INTO customers VALUES (11, 'z@x');
+SELECT try($$select * from worlds.sql('rebase world dup')$$);
+SET worlds.world = dup;
+SELECT * FROM customers ORDER BY id;
+RESET worlds.world;
+SELECT version FROM worlds.world WHERE name = 'dup';

@@ -1269,6 +1269,42 @@ pub struct RebaseRequest {
 
 /// REBASE: the fork point moves up to main as it is now; the world's own rows stay on top, settled as a
 /// merge would settle them (a row settled to main's value is dropped from the world's delta).
+/// After a rebase, in the same transaction: a row the world added (or changed) whose unique value another
+/// row now has in the rebased world — both sides added it — refuses the rebase (23505; the error undoes it).
+fn refuse_duplicates_after_rebase(world: &WorldRow, layouts: &[std::rc::Rc<Layout>]) {
+    let rebased = world_by_num(world.num);
+    for l in layouts.iter().filter(|l| l.key_kind != b'r' && !l.uniques.is_empty() && world_touched(l, world)) {
+        let kcols = l.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+        for (name, cols) in &l.uniques {
+            let on = |a: &str, b: &str| cols.iter().map(|c| format!("{a}.{c} = {b}.{c}", c = quote_ident(c))).collect::<Vec<_>>().join(" AND ");
+            let sql = format!(
+                "SELECT {ktext} FROM (SELECT DISTINCT ON ({kcols}) * FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC) d
+                 WHERE NOT d._w_del AND {not_null}
+                   AND EXISTS (SELECT 1 FROM {table} t WHERE {same} AND NOT ({same_key}))
+                 LIMIT 1",
+                ktext = key_text_expr(l, "d"),
+                delta = l.delta_name,
+                table = l.table_name,
+                not_null = cols.iter().map(|c| format!("d.{} IS NOT NULL", quote_ident(c))).collect::<Vec<_>>().join(" AND "),
+                same = on("t", "d"),
+                same_key = key_match(l, "t", "d"),
+            );
+            let hit = with_world(rebased.clone(), || Spi::get_one_with_args::<String>(&sql, &[world.num.into()]).ok().flatten());
+            if let Some(key) = hit {
+                raise(
+                    "23505",
+                    format!(
+                        "rebasing {}: both sides added rows under one unique value of {} ({}, unique index {name}): row {key} of the world and another; nothing was changed",
+                        world.name,
+                        short_name(&l.table_name),
+                        cols.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+}
+
 pub fn rebase(req: RebaseRequest) -> Vec<Value> {
     crate::api::refuse_in_transaction("REBASE WORLD");
     let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
@@ -1401,6 +1437,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             .ok();
         });
         crate::storage::overlay::forget_all();
+        refuse_duplicates_after_rebase(&world, &layouts);
         vec![serde_json::json!({ "tag": format!("REBASE {taken}") })]
     })
 }
