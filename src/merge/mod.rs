@@ -1423,10 +1423,25 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             let sql = format!(
                 "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
             );
-            Spi::connect_mut(|c| {
-                c.update(&sql, None, &[world.num.into(), l.sequence_name.clone().into(), (*del).into(), JsonB(v.clone()).into()])
-                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-            });
+            let write = || {
+                Spi::connect_mut(|c| {
+                    c.update(&sql, None, &[world.num.into(), l.sequence_name.clone().into(), (*del).into(), JsonB(v.clone()).into()])
+                        .map(|_| ())
+                })
+            };
+            // the table's CHECK constraints hold on the world's rows (copied onto the delta): say them as the table's
+            let as_table = |e: pgrx::pg_sys::panic::CaughtError| match &e {
+                pgrx::pg_sys::panic::CaughtError::PostgresError(r) => {
+                    let delta_rel = l.delta_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
+                    let table_rel = l.table_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
+                    raise("23514", format!("rebasing {}: {}", world.name, r.message().replace(&format!("\"{delta_rel}\""), &format!("\"{table_rel}\""))))
+                }
+                _ => e.rethrow(),
+            };
+            pgrx::PgTryBuilder::new(write)
+                .catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, as_table)
+                .execute()
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }
         Spi::connect_mut(|c| {
             c.update(
