@@ -90,6 +90,7 @@ SELECT try($$select * from worlds.sql('merge world h only keys (''orders/(1,2)''
 SELECT try($$select * from worlds.sql('merge world h resolve (''orders/20'' = ''{"id": 21, "status": "x"}'')')$$);
 SELECT try($$select * from worlds.sql('merge world h resolve (''orders/20'' = ''{"id": 20, "colour": "x"}'')')$$);
 SELECT try($$select * from worlds.sql('merge world h confirm at version 1')$$);
+SELECT try($$select * from worlds.sql('merge world h confirm deletes -1')$$);
 BEGIN;
 SELECT try($$select * from worlds.sql('merge world h')$$);
 ROLLBACK;

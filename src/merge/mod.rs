@@ -790,6 +790,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
     if req.confirm && req.at_version.is_some() {
         raise("42601", "AT VERSION can't be given with CONFIRM");
     }
+    if let Some(n) = req.confirm_deletes.filter(|n| *n < 0) {
+        raise("22023", format!("CONFIRM DELETES {n}: a count of deleted rows can't be negative"));
+    }
     let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
     as_internal(|| {
         let name = match &req.world {
