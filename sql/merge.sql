@@ -154,3 +154,12 @@ SELECT try($$select * from worlds.sql('merge world tie only tables (tie_child)')
 SELECT try($$select * from worlds.sql('merge world tie only keys (''tie_child/1'')')$$);
 SELECT * FROM worlds.sql('merge world tie');
 SELECT * FROM tie_child;
+-- values keep every digit through DIFF and MERGE (numeric beyond a double's precision, scale kept)
+CREATE TABLE acct (id int PRIMARY KEY, bal numeric(30,2), big bigint);
+INSERT INTO acct VALUES (1, 1.50, 1);
+SELECT * FROM worlds.sql('create world digits');
+SET worlds.world = digits; UPDATE acct SET bal = 123456789012345678.91, big = 9007199254740993 WHERE id = 1; RESET worlds.world;
+SELECT j -> 'before' AS before, j -> 'after' AS after FROM worlds.sql('diff world digits') j;
+SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world digits as sql') j;
+SELECT * FROM worlds.sql('merge world digits');
+SELECT * FROM acct;
