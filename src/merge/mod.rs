@@ -1106,12 +1106,12 @@ fn trial(f: impl FnOnce()) -> Option<String> {
             f();
             Ok(())
         })
-        .catch_others(Err)
+        .catch_others(|e| Err(Box::new(e)))
         .execute();
         pg_sys::RollbackAndReleaseCurrentSubTransaction();
         pg_sys::MemoryContextSwitchTo(cxt);
         pg_sys::CurrentResourceOwner = owner;
-        match outcome {
+        match outcome.map_err(|e| *e) {
             Ok(()) => None,
             Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r)) if is_constraint(&r) => {
                 Some(match r.detail() {
