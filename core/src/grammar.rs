@@ -256,6 +256,13 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
                 if b.get(i) == Some(&b'.') && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
                     i = digits(b, i + 1);
                 }
+                // an exponent, as SQL writes numbers: 1e3, 2.5E-4
+                if matches!(b.get(i), Some(b'e' | b'E')) {
+                    let sign = usize::from(matches!(b.get(i + 1), Some(b'+' | b'-')));
+                    if b.get(i + 1 + sign).is_some_and(u8::is_ascii_digit) {
+                        i = digits(b, i + 1 + sign);
+                    }
+                }
                 Tok::Num(text[start..i].to_string())
             }
             c if is_word_start(c) => {
@@ -1087,6 +1094,12 @@ mod tests {
     }
 
     // ---- the spec's examples, verbatim ----
+
+    #[test]
+    fn with_numbers_take_exponents() {
+        assert_eq!(ok("create world a with (n = 1e3)"), create("a", None, with(&[("n", num("1e3"))])));
+        assert_eq!(ok("create world a with (n = 2.5E-4)"), create("a", None, with(&[("n", num("2.5E-4"))])));
+    }
 
     #[test]
     fn spec_opening_example() {
