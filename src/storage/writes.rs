@@ -458,7 +458,7 @@ fn serialize_key(
     world: &World,
     names: &[String],
     args: &[pgrx::datum::DatumWithOid],
-) -> (Option<i64>, Option<(i64, bool)>) {
+) -> (Option<i64>, Option<(i64, bool, Option<super::overlay::Key>)>) {
     let key_args: Vec<pgrx::datum::DatumWithOid> = layout
         .key_columns
         .iter()
@@ -475,7 +475,8 @@ fn serialize_key(
         .collect::<Vec<_>>()
         .join(" AND ");
     let latest = format!(
-        "SELECT d._w_dseq, d._w_del FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
+        "SELECT d._w_dseq, d._w_del, {} FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
+        key_expr(layout, "d"),
         layout.delta_name
     );
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
@@ -486,10 +487,16 @@ fn serialize_key(
     as_internal(|| {
         Spi::connect_mut(|c| {
             // read-write: a fresh snapshot, taken after the lock
-            let now = c
-                .update(&latest, None, &all)
-                .ok()
-                .and_then(|r| r.into_iter().next().map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<bool>(2).ok().flatten().unwrap_or(false))));
+            let now = c.update(&latest, None, &all).ok().and_then(|r| {
+                r.into_iter().next().map(|r| {
+                    let key = match layout.key_kind {
+                        b'i' => r.get::<i64>(3).ok().flatten().map(super::overlay::Key::I),
+                        b't' => r.get::<String>(3).ok().flatten().map(super::overlay::Key::T),
+                        _ => None,
+                    };
+                    (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<bool>(2).ok().flatten().unwrap_or(false), key)
+                })
+            });
             (seen, now)
         })
     })
@@ -567,17 +574,29 @@ fn write_version_with(
         if check == KeyCheck::New {
             // a new key must not be visible in the world already, nor written by a concurrent session
             // that committed since this statement began (23505, as Postgres words it)
-            if key_visible(layout, &names, &args) || latest.is_some_and(|(_, del)| !del) {
+            if key_visible(layout, &names, &args) || latest.as_ref().is_some_and(|(_, del, _)| !del) {
                 let constraint = as_internal(|| primary_key_name(layout));
                 raise_duplicate(&constraint, &layout.key_columns, &names, &args);
             }
-        } else if check == KeyCheck::Unchanged && seen != latest.map(|(dseq, _)| dseq) {
+        } else if check == KeyCheck::Unchanged && seen != latest.as_ref().map(|(dseq, _, _)| *dseq) {
             // the row this statement read was changed by a concurrent session in the same world since:
             // like REPEATABLE READ, refuse rather than lose that update (retry the transaction)
             raise(
                 "40001",
                 format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
             );
+        } else if check == KeyCheck::Unchanged {
+            // and the version this backend's cache showed the statement is that latest one: a cache behind
+            // the world (seen under concurrent writers) must fail the statement, not lose an update
+            if let Some((now, _, Some(key))) = &latest {
+                let shown = with_cache(layout.tabno, |c| c.winner.get(key).map(|v| v.0));
+                if shown != Some(*now) {
+                    raise(
+                        "40001",
+                        format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+                    );
+                }
+            }
         }
     }
     if !del {
