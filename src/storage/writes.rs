@@ -2,7 +2,7 @@
 //! INSERT ... ON CONFLICT). A write is a new version of the row in the table's delta, checked as the
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
-use super::overlay::{forget_all, key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
+use super::overlay::{key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
 use super::{app_triggers, snapshot_spi};
 use super::{as_internal, relation_layout, Layout};
 use crate::api::raise;
@@ -502,6 +502,9 @@ fn serialize_key(
     })
 }
 
+/// A world version no world has: a cache marked with it is rebuilt by the next statement.
+const STALE_VERSION: i64 = -1;
+
 /// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
 /// serialize on it (a lock per key would fill the lock table on bulk updates).
 pub fn lock_world(world: &World) {
@@ -878,8 +881,23 @@ fn bump_version(world: &World) {
         })
     });
     if new_version != Some(world.version + 1) {
-        // another session wrote the world since this statement's cache was built: start over
-        forget_all();
+        // another session wrote the world since this statement's cache was built: the next statement
+        // rebuilds it. Not now: a rebuild within this statement reads on its snapshot, which doesn't see
+        // this statement's own writes, and would keep a cache without them under the new version
+        CACHES.with(|c| {
+            for t in c.borrow_mut().values_mut() {
+                if t.world_num == world.num && t.world_version == world.version {
+                    t.world_version = STALE_VERSION;
+                }
+            }
+        });
+        WORLD.with(|w| {
+            if let Some((_, _, w)) = w.borrow_mut().as_mut() {
+                if w.num == world.num {
+                    w.version = STALE_VERSION;
+                }
+            }
+        });
         return;
     }
     if let Some(v) = new_version {
