@@ -189,3 +189,13 @@ RESET ROLE;
 DROP OWNED BY trunc_reader;
 DROP ROLE trunc_reader;
 SELECT (SELECT count(*) FROM trunc_a) AS a, (SELECT count(*) FROM trunc_log) AS log;
+-- a unique value is checked against the statement's own earlier rows too (23505, as Postgres)
+CREATE TABLE uniq_people (id serial PRIMARY KEY, email text UNIQUE, name text);
+INSERT INTO uniq_people (email, name) VALUES ('a@x', 'a'), ('b@x', 'b');
+SELECT * FROM worlds.sql('create world uniq_w');
+SET worlds.world = uniq_w;
+INSERT INTO uniq_people (email, name) VALUES ('same@x', 'a'), ('same@x', 'b');
+UPDATE uniq_people SET email = 'both@x' WHERE id IN (1, 2);
+UPDATE uniq_people SET name = 'renamed' WHERE id IN (1, 2);
+SELECT id, email, name FROM uniq_people ORDER BY id;
+RESET worlds.world;

@@ -764,7 +764,11 @@ fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::D
             conds.push(format!("NOT ({same_row})"));
         }
         let sql = format!("SELECT 1 FROM {overlay} v WHERE {} LIMIT 1", conds.join(" AND "));
-        if as_internal(|| !snapshot_query(&sql, args).is_empty()) {
+        // on a fresh snapshot, seeing this statement's own earlier rows too (two rows of one INSERT with
+        // one value clash, as in Postgres), and what committed since (the world's writers are serialized)
+        let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+        let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+        if as_internal(|| !snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
             return Some((index, cols));
         }
     }
