@@ -199,3 +199,17 @@ UPDATE uniq_people SET email = 'both@x' WHERE id IN (1, 2);
 UPDATE uniq_people SET name = 'renamed' WHERE id IN (1, 2);
 SELECT id, email, name FROM uniq_people ORDER BY id;
 RESET worlds.world;
+-- generated columns and identity columns GENERATED ALWAYS refuse a value in a world as in main (428C9)
+CREATE TABLE gen_items (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, qty int, price int, amount int GENERATED ALWAYS AS (qty * price) STORED);
+INSERT INTO gen_items (qty, price) VALUES (2, 5);
+SELECT * FROM worlds.sql('create world gen_w');
+SET worlds.world = gen_w;
+\set VERBOSITY default
+INSERT INTO gen_items (qty, price, amount) VALUES (1, 1, 99);
+INSERT INTO gen_items (id, qty, price) VALUES (50, 1, 1);
+UPDATE gen_items SET amount = 5;
+UPDATE gen_items SET id = 9;
+INSERT INTO gen_items (qty, price, amount) VALUES (3, 3, DEFAULT), (4, 4, DEFAULT) RETURNING qty, amount;
+INSERT INTO gen_items (id, qty, price) OVERRIDING SYSTEM VALUE VALUES (60, 1, 7) RETURNING *;
+UPDATE gen_items SET qty = 3, amount = DEFAULT WHERE id = 1 RETURNING *;
+RESET worlds.world;

@@ -403,6 +403,9 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
                 }
+                if is_result && matches!((*query).commandType, pg_sys::CmdType::CMD_INSERT | pg_sys::CmdType::CMD_UPDATE) {
+                    refuse_generated_values(query, (*rte).relid);
+                }
                 // the overlay reads the table with its owner's rights: the role's row-level security
                 // policies for this command, as Postgres would apply them to the table, go onto the
                 // swapped entry (see apply_row_security)
@@ -476,6 +479,75 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
 fn refuse_write_in_past() {
     if let Some(past) = overlay::routing_world().filter(|w| w.read_only) {
         raise("25006", format!("{} is a moment of the past: it can be read, not written", past.name));
+    }
+}
+
+/// Postgres refuses a value for a generated column, and for an identity column GENERATED ALWAYS (unless
+/// INSERT ... OVERRIDING SYSTEM VALUE), when it rewrites the statement; a write in a world targets the
+/// overlay, which has neither kind of column, so the same check is made here (428C9, Postgres's words).
+unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: pg_sys::Oid) {
+    unsafe {
+        let insert = (*query).commandType == pg_sys::CmdType::CMD_INSERT;
+        let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
+        let desc = (*rel).rd_att;
+        let tlist = (*query).targetList;
+        let mut refused: Option<(String, bool)> = None;
+        for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
+            let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+            let attno = (*tle).resno as i32;
+            if (*tle).resjunk || attno <= 0 || attno > (*desc).natts {
+                continue;
+            }
+            let att = &*(*desc).attrs.as_ptr().add(attno as usize - 1);
+            let generated = att.attgenerated != 0;
+            let always = att.attidentity == pg_sys::ATTRIBUTE_IDENTITY_ALWAYS as std::ffi::c_char;
+            if !(generated || always) || (always && !generated && insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_SYSTEM_VALUE) {
+                continue;
+            }
+            if !is_default(query, (*tle).expr as *mut pg_sys::Node) {
+                refused = Some((std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned(), generated));
+                break;
+            }
+        }
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        if let Some((name, generated)) = refused {
+            let detail = if generated {
+                format!("Column \"{name}\" is a generated column.")
+            } else {
+                format!("Column \"{name}\" is an identity column defined as GENERATED ALWAYS.")
+            };
+            if insert {
+                let hint = (!generated).then(|| "Use OVERRIDING SYSTEM VALUE to override.".to_string());
+                crate::api::raise_with("428C9", format!("cannot insert a non-DEFAULT value into column \"{name}\""), Some(detail), hint);
+            }
+            crate::api::raise_with("428C9", format!("column \"{name}\" can only be updated to DEFAULT"), Some(detail), None);
+        }
+    }
+}
+
+/// Is this target value DEFAULT (also in every row of a multi-row VALUES)?
+unsafe fn is_default(query: *mut pg_sys::Query, expr: *mut pg_sys::Node) -> bool {
+    unsafe {
+        if expr.is_null() {
+            return false;
+        }
+        match (*expr).type_ {
+            pg_sys::NodeTag::T_SetToDefault => true,
+            pg_sys::NodeTag::T_Var => {
+                let var = expr as *mut pg_sys::Var;
+                let rte = pg_sys::list_nth((*query).rtable, (*var).varno - 1) as *mut pg_sys::RangeTblEntry;
+                if (*var).varlevelsup != 0 || (*rte).rtekind != pg_sys::RTEKind::RTE_VALUES {
+                    return false;
+                }
+                let rows = (*rte).values_lists;
+                (0..(*rows).length).all(|r| {
+                    let row = pg_sys::list_nth(rows, r) as *mut pg_sys::List;
+                    let v = pg_sys::list_nth(row, (*var).varattno as i32 - 1) as *mut pg_sys::Node;
+                    !v.is_null() && (*v).type_ == pg_sys::NodeTag::T_SetToDefault
+                })
+            }
+            _ => false,
+        }
     }
 }
 
