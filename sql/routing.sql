@@ -213,3 +213,12 @@ INSERT INTO gen_items (qty, price, amount) VALUES (3, 3, DEFAULT), (4, 4, DEFAUL
 INSERT INTO gen_items (id, qty, price) OVERRIDING SYSTEM VALUE VALUES (60, 1, 7) RETURNING *;
 UPDATE gen_items SET qty = 3, amount = DEFAULT WHERE id = 1 RETURNING *;
 RESET worlds.world;
+-- lastval() after an INSERT in a world is the id just inserted (drivers read it: PDO's lastInsertId)
+CREATE TABLE lv (id serial PRIMARY KEY, v text);
+SELECT * FROM worlds.sql('create world lv_w');
+SET worlds.world = lv_w;
+INSERT INTO lv (v) VALUES ('a') RETURNING id;
+SELECT lastval() = currval('lv_id_seq') AS lastval_is_the_id;
+UPDATE lv SET v = 'b';
+SELECT lastval() = currval('lv_id_seq') AS still;
+RESET worlds.world;

@@ -7,6 +7,9 @@ FROM pg_class c
 WHERE c.relkind = 'r' AND worlds._trackable(c.oid::regclass)
 ORDER BY c.oid;
 
+-- events are numbered without a sequence (see worlds._next_seq)
+ALTER TABLE worlds.event ALTER COLUMN seq SET DEFAULT worlds._next_seq();
+
 CREATE EVENT TRIGGER worlds_ddl ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE')
     EXECUTE FUNCTION worlds._on_ddl();

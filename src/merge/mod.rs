@@ -1424,11 +1424,11 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             let table = &l.table_name;
             let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
             let sql = format!(
-                "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, nextval($2::regclass), $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
+                "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, $2::int8, $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
             );
             let write = || {
                 Spi::connect_mut(|c| {
-                    c.update(&sql, None, &[world.num.into(), l.sequence_name.clone().into(), (*del).into(), JsonB(v.clone()).into()])
+                    c.update(&sql, None, &[world.num.into(), crate::storage::capture::next_hseq().into(), (*del).into(), JsonB(v.clone()).into()])
                         .map(|_| ())
                 })
             };

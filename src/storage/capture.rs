@@ -43,6 +43,13 @@ pub fn next_hseq() -> i64 {
     })
 }
 
+/// The number of an event (worlds.event.seq's default): ordered as history's changes are, and taken
+/// without a sequence, since nextval would move the session's lastval() on every write in a world.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _next_seq() -> i64 {
+    next_hseq()
+}
+
 #[pg_trigger]
 fn _capture<'a>(
     trigger: &'a pgrx::PgTrigger<'a>,

@@ -616,11 +616,14 @@ fn write_version_with(
         args.push(a);
     }
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
-    // $1 world, $2 deleted, $3 the delta's sequence (a value, so passed as one); the row's columns follow
+    // $1 world, $2 deleted, $3 the version's number; the row's columns follow. The number is taken as
+    // history's are (capture::next_hseq: increasing per backend, and across the world's writers, who
+    // serialize on its lock), not from a sequence: nextval would move the session's lastval(), which
+    // drivers read as the id just inserted (PDO's lastInsertId)
     let placeholders: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
     let delta = &layout.delta_name;
     let sql = format!(
-        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, nextval($3::text::regclass), $2{}{}) RETURNING _w_dseq, {}{}",
+        "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, $3::int8, $2{}{}) RETURNING _w_dseq, {}{}",
         if cols.is_empty() { "" } else { ", " },
         cols.join(", "),
         if placeholders.is_empty() { "" } else { ", " },
@@ -630,7 +633,7 @@ fn write_version_with(
         layout.generated.iter().map(|c| format!(", d.{}", quote_ident(c))).collect::<String>()
     );
     let upper = unsafe { pg_sys::CurrentMemoryContext };
-    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), layout.sequence_name.as_str().into()];
+    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), super::capture::next_hseq().into()];
     all_args.extend(args);
     let insert = std::panic::AssertUnwindSafe(|| {
         as_internal(|| {
