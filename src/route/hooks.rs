@@ -501,7 +501,8 @@ unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: pg_sys::Oid)
             let att = &*(*desc).attrs.as_ptr().add(attno as usize - 1);
             let generated = att.attgenerated != 0;
             let always = att.attidentity == pg_sys::ATTRIBUTE_IDENTITY_ALWAYS as std::ffi::c_char;
-            if !(generated || always) || (always && !generated && insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_SYSTEM_VALUE) {
+            // neither kind, or an identity column an INSERT ... OVERRIDING SYSTEM VALUE may set
+            if !generated && (!always || (insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_SYSTEM_VALUE)) {
                 continue;
             }
             if !is_default(query, (*tle).expr as *mut pg_sys::Node) {

@@ -453,12 +453,15 @@ fn key_exists(layout: &Layout, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple
 
 /// Serializes writers of one key in one world (a transaction-level advisory lock), then returns the
 /// world's own latest version of the key as this statement saw it and as committed now.
+/// The world's latest version of a key: (its number, a tombstone?, the key as the cache keeps it).
+type LatestVersion = (i64, bool, Option<super::overlay::Key>);
+
 fn serialize_key(
     layout: &Layout,
     world: &World,
     names: &[String],
     args: &[pgrx::datum::DatumWithOid],
-) -> (Option<i64>, Option<(i64, bool, Option<super::overlay::Key>)>) {
+) -> (Option<i64>, Option<LatestVersion>) {
     let key_args: Vec<pgrx::datum::DatumWithOid> = layout
         .key_columns
         .iter()
@@ -891,37 +894,30 @@ fn bump_version(world: &World) {
         // another session wrote the world since this statement's cache was built: the next statement
         // rebuilds it. Not now: a rebuild within this statement reads on its snapshot, which doesn't see
         // this statement's own writes, and would keep a cache without them under the new version
-        CACHES.with(|c| {
-            for t in c.borrow_mut().values_mut() {
-                if t.world_num == world.num && t.world_version == world.version {
-                    t.world_version = STALE_VERSION;
-                }
-            }
-        });
-        WORLD.with(|w| {
-            if let Some((_, _, w)) = w.borrow_mut().as_mut() {
-                if w.num == world.num {
-                    w.version = STALE_VERSION;
-                }
-            }
-        });
+        move_cached_version(world, STALE_VERSION);
         return;
     }
     if let Some(v) = new_version {
         // caches of this world were brought up to date in place: they stay valid at the new version
-        CACHES.with(|c| {
-            for t in c.borrow_mut().values_mut() {
-                if t.world_num == world.num && t.world_version == world.version {
-                    t.world_version = v;
-                }
-            }
-        });
-        WORLD.with(|w| {
-            if let Some((_, _, w)) = w.borrow_mut().as_mut() {
-                if w.num == world.num {
-                    w.version = v;
-                }
-            }
-        });
+        move_cached_version(world, v);
     }
+}
+
+/// Moves this backend's caches of the world, and the session's resolved world, from the version the
+/// statement started at to `v`.
+fn move_cached_version(world: &World, v: i64) {
+    CACHES.with(|c| {
+        for t in c.borrow_mut().values_mut() {
+            if t.world_num == world.num && t.world_version == world.version {
+                t.world_version = v;
+            }
+        }
+    });
+    WORLD.with(|w| {
+        if let Some((_, _, w)) = w.borrow_mut().as_mut() {
+            if w.num == world.num {
+                w.version = v;
+            }
+        }
+    });
 }
