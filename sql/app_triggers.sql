@@ -39,6 +39,9 @@ UPDATE items SET price = 12 WHERE id = 1 RETURNING id, name, price;
 UPDATE items SET price = 12 WHERE id = 1 RETURNING id, name, price;
 DELETE FROM items WHERE id = 2;
 INSERT INTO items (id, name, price) VALUES (5, 'Upserted', 1) ON CONFLICT DO NOTHING RETURNING slug;
+-- ON CONFLICT DO UPDATE: BEFORE INSERT on the proposed row, BEFORE UPDATE on the row it updates
+INSERT INTO items (id, name, price) VALUES (3, 'Conflict Name', 20), (6, 'Fresh One', 2)
+  ON CONFLICT (id) DO UPDATE SET name = excluded.name || ' again', price = excluded.price RETURNING id, name, slug, price;
 SELECT * FROM items ORDER BY id;
 RESET worlds.world;
 -- the same statements in main
@@ -49,6 +52,8 @@ UPDATE items_main SET price = 12 WHERE id = 1 RETURNING id, name, price;
 UPDATE items_main SET price = 12 WHERE id = 1 RETURNING id, name, price;
 DELETE FROM items_main WHERE id = 2;
 INSERT INTO items_main (id, name, price) VALUES (5, 'Upserted', 1) ON CONFLICT DO NOTHING RETURNING slug;
+INSERT INTO items_main (id, name, price) VALUES (3, 'Conflict Name', 20), (6, 'Fresh One', 2)
+  ON CONFLICT (id) DO UPDATE SET name = excluded.name || ' again', price = excluded.price RETURNING id, name, slug, price;
 SET worlds.world = t1;
 CREATE TEMP TABLE in_world AS SELECT * FROM items;
 RESET worlds.world;

@@ -46,7 +46,11 @@ fn _overlay_write<'a>(
         pg_sys::TRIGGER_EVENT_INSERT => {
             if on_conflict_nothing {
                 if let Some(action) = unsafe { upsert_action(view_desc, old) } {
-                    return Ok(upsert(&layout, &world, view_desc, old, &action)
+                    // as in Postgres: BEFORE INSERT triggers on the proposed row, and BEFORE UPDATE ones on
+                    // the row DO UPDATE makes
+                    let Some(proposed) = fire(app_triggers::Event::Insert, std::ptr::null_mut(), old) else { return Ok(None) };
+                    let fire_update = |existing, new| fire(app_triggers::Event::Update, existing, new);
+                    return Ok(upsert(&layout, &world, view_desc, proposed, &action, &fire_update)
                         .map(|t| unsafe { PgHeapTuple::from_heap_tuple(pgrx::PgTupleDesc::from_pg_unchecked(view_desc), t) }));
                 }
             }
@@ -124,7 +128,16 @@ unsafe fn upsert_action(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Op
 /// INSERT ... ON CONFLICT DO UPDATE of one proposed row: the new row when the world has no row with its
 /// key, otherwise the updated row (when DO UPDATE's WHERE holds). Returns what RETURNING shows, or None
 /// when nothing was written.
-fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_sys::HeapTuple, action: &str) -> Option<pg_sys::HeapTuple> {
+/// INSERT ... ON CONFLICT DO UPDATE of one proposed row (BEFORE INSERT triggers already fired on it):
+/// an insert, or the DO UPDATE of the world's row (after the BEFORE UPDATE triggers, `fire_update`).
+fn upsert(
+    layout: &Layout,
+    world: &World,
+    desc: pg_sys::TupleDesc,
+    proposed: pg_sys::HeapTuple,
+    action: &str,
+    fire_update: &dyn Fn(pg_sys::HeapTuple, pg_sys::HeapTuple) -> Option<pg_sys::HeapTuple>,
+) -> Option<pg_sys::HeapTuple> {
     // the statement's command id: versions this statement writes come at or after it
     let statement_cid = unsafe { (*pg_sys::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
@@ -206,7 +219,7 @@ fn upsert(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_
             Some("Ensure that no rows proposed for insertion within the same command have duplicate constrained values.".into()),
         );
     }
-    let new = new?;
+    let new = fire_update(existing, new?)?;
     check_not_null(layout, desc, new);
     let changed = unsafe { key_differs(layout, desc, existing, new) };
     if changed {
