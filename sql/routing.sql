@@ -222,3 +222,10 @@ SELECT lastval() = currval('lv_id_seq') AS lastval_is_the_id;
 UPDATE lv SET v = 'b';
 SELECT lastval() = currval('lv_id_seq') AS still;
 RESET worlds.world;
+-- NOT NULL in a world: Postgres's message and DETAIL
+CREATE TABLE nn (id int PRIMARY KEY, v text NOT NULL, w int);
+SELECT * FROM worlds.sql('create world nn_w');
+SET worlds.world = nn_w;
+INSERT INTO nn VALUES (1, NULL, 5);
+RESET worlds.world;
+INSERT INTO nn VALUES (1, NULL, 5);

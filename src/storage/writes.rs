@@ -414,10 +414,12 @@ fn check_not_null(layout: &Layout, view_desc: pg_sys::TupleDesc, tuple: pg_sys::
                 let col = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned();
                 let relname = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
                 pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+                // Postgres's DETAIL: the row's values (generated columns aren't computed yet: null here)
+                let (_, values) = row_args(view_desc, tuple);
                 crate::api::raise_with(
                     "23502",
                     format!("null value in column \"{col}\" of relation \"{relname}\" violates not-null constraint"),
-                    None,
+                    Some(format!("Failing row contains ({}).", output_values(&values).join(", "))),
                     None,
                 );
             }
