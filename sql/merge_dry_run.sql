@@ -30,6 +30,9 @@ ROLLBACK;
 -- TARGET n pins what the dry run saw (55000 when main changed since)
 CREATE TEMP TABLE seen AS SELECT 1;
 SELECT try($$select * from worlds.sql('merge world agent_7 by columns resolve (''orders/2'' = theirs) target 1')$$);
+-- a DRY RUN with a TARGET main no longer matches shows the merge blocked
+SELECT r ->> 'outcome' AS outcome, left(r ->> 'detail', 45) AS detail
+FROM worlds.sql('merge world agent_7 by columns resolve (''orders/2'' = theirs) target 1 dry run') r WHERE r ->> 'outcome' = 'blocked';
 -- a last row, blocked (null table), when a constraint would refuse the merge; the dry run still changes
 -- nothing (the merge is tried and rolled back)
 CREATE TABLE people (id int PRIMARY KEY, email text UNIQUE);

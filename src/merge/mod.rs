@@ -881,6 +881,17 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 world.name, world.version, world.version, fingerprint
             );
             let mut rows = dry_run_rows(&plan);
+            let blocked = |why: String| {
+                serde_json::json!({
+                    "table": null, "id": null, "outcome": "blocked", "detail": why,
+                    "base": null, "ours": null, "theirs": null, "result": null, "postgres": null,
+                })
+            };
+            if let Some(t) = req.target.filter(|t| *t != fingerprint) {
+                // the merge itself would refuse (55000): so does the plan
+                rows.push(blocked(format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint})")));
+                return rows;
+            }
             // with no conflict, the merge is tried and rolled back: a constraint that would refuse it shows
             // as a last row, blocked
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) {
@@ -891,10 +902,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     };
                 });
                 if let Some(why) = why {
-                    rows.push(serde_json::json!({
-                        "table": null, "id": null, "outcome": "blocked", "detail": why,
-                        "base": null, "ours": null, "theirs": null, "result": null, "postgres": null,
-                    }));
+                    rows.push(blocked(why));
                 }
             }
             return rows;
