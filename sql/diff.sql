@@ -106,3 +106,20 @@ END $$;
 SELECT c.relname, string_agg(a.attname, ', ' ORDER BY a.attnum) AS columns
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE c.relname IN ('evolving', 'retired', 'fresh') AND c.relnamespace = 'public'::regnamespace GROUP BY c.relname ORDER BY 1;
+-- DIFF a TO b of a table without a key: the rows as multisets (pgbench_history-like), both ways
+CREATE TABLE ledger (who text, amount int);
+INSERT INTO ledger VALUES ('ann', 5), ('ann', 5), ('bo', 7);
+SELECT 'main@' || clock_timestamp() AS before_ledger \gset
+INSERT INTO ledger VALUES ('cy', 1), ('ann', 5);
+DELETE FROM ledger WHERE who = 'bo';
+SET client_min_messages = warning;  -- the NOTICE names the moment, a time that differs each run
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'change' AS change
+FROM worlds.sql(format('diff world %L to main', :'before_ledger')) j WHERE j ->> 'table' = 'ledger';
+SELECT j ->> 'sql' AS sql FROM worlds.sql(format('diff world main to %L as sql', :'before_ledger')) j WHERE j ->> 'sql' LIKE '%ledger%';
+RESET client_min_messages;
+SELECT * FROM worlds.sql('create world ledger_w');
+SET worlds.world = ledger_w;
+DELETE FROM ledger WHERE who = 'cy';
+INSERT INTO ledger VALUES ('dee', 2);
+RESET worlds.world;
+SELECT j ->> 'id' AS id, j ->> 'change' AS change FROM worlds.sql('diff world ledger_w to main') j WHERE j ->> 'table' = 'ledger';

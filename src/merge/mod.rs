@@ -491,6 +491,12 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                 tables.push((l.table_name.clone(), l.clone(), rows));
             }
         }
+        for l in tracked_layouts().iter().filter(|l| l.key_kind == b'r') {
+            let rows = keyless_difference(l, &a, &b, &worlds);
+            if !rows.is_empty() {
+                tables.push((l.table_name.clone(), l.clone(), rows));
+            }
+        }
         let mut out = schema_changes(from, to, as_sql_out);
         out.extend(render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit));
         if let Some(n) = limit {
@@ -498,6 +504,53 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         }
         out
     })
+}
+
+/// DIFF a TO b of a table without a key: the rows as multisets, each side read whole and counted by value
+/// (O(table): such a table has no key to find the changed rows by). One row of output per copy more or
+/// less. Skipped when neither side's chain wrote the table and main never changed it.
+fn keyless_difference(l: &Layout, a: &Option<World>, b: &Option<World>, worlds: &[i32]) -> Vec<DiffRow> {
+    let touched = Spi::get_one_with_args::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM {} d WHERE d._w_world = ANY($1)) OR EXISTS (SELECT 1 FROM {} h)",
+            l.delta_name, l.history_name
+        ),
+        &[worlds.to_vec().into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(true);
+    if !touched {
+        return Vec::new();
+    }
+    let sql = format!("SELECT r::text, to_jsonb(r), count(*) FROM {} r GROUP BY 1, 2", l.table_name);
+    let count = |side: &Option<World>| -> HashMap<String, (Value, i64)> {
+        with_world(side.clone(), || {
+            Spi::connect(|c| {
+                c.select(&sql, None, &[])
+                    .map(|rows| {
+                        rows.filter_map(|r| {
+                            let text = r.get::<String>(1).ok().flatten()?;
+                            let row = r.get::<JsonB>(2).ok().flatten()?.0;
+                            Some((text, (row, r.get::<i64>(3).ok().flatten().unwrap_or(0))))
+                        })
+                        .collect()
+                    })
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            })
+        })
+    };
+    let (before, after) = (count(a), count(b));
+    let mut out = Vec::new();
+    for (text, (row, n)) in &before {
+        let m = after.get(text).map(|x| x.1).unwrap_or(0);
+        out.extend((m..*n).map(|_| (text.clone(), Some(row.clone()), None)));
+    }
+    for (text, (row, m)) in &after {
+        let n = before.get(text).map(|x| x.1).unwrap_or(0);
+        out.extend((n..*m).map(|_| (text.clone(), None, Some(row.clone()))));
+    }
+    out
 }
 
 /// DIFF between moments: the tables' schema changes between their times (a world's schema is main's
