@@ -53,11 +53,13 @@ mod tests {
     /// A world row made directly (CREATE WORLD refuses to run inside the test's transaction), named
     /// `w<num>`. `sees_this_transaction`: forked as if this transaction's writes so far were committed.
     fn make_test_world(num: i32, sees_this_transaction: bool) {
-        let snapshot = if sees_this_transaction { "format('%s:%s:', x, x)::pg_snapshot" } else { "pg_current_snapshot()" };
-        Spi::run(&format!(
+        Spi::run_with_args(
             "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
-             SELECT {num}, 'w{num}', 'w{num}', 0, 1, now(), {snapshot} FROM (SELECT pg_current_xact_id()::text::int8 + 1 AS x) s"
-        ))
+             SELECT $1, 'w' || $1, 'w' || $1, 0, 1, now(),
+                    CASE WHEN $2 THEN format('%s:%s:', x, x)::pg_snapshot ELSE pg_current_snapshot() END
+             FROM (SELECT pg_current_xact_id()::text::int8 + 1 AS x) s",
+            &[num.into(), sees_this_transaction.into()],
+        )
         .unwrap();
     }
 

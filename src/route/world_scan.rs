@@ -36,7 +36,7 @@ unsafe fn marked(rte: *mut pg_sys::RangeTblEntry) -> bool {
 
 /// Which tables the world scan can read: one integer key column (the visibility sets are probed by it).
 pub fn supports(layout: &storage::Layout) -> bool {
-    layout.key_kind == b'i' && layout.key_attnos.len() == 1 && layout.unsupported.is_none()
+    layout.key_kind == b'i' && layout.key_attnos.len() == 1
 }
 
 struct Methods<T>(T);
