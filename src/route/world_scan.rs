@@ -164,6 +164,8 @@ unsafe fn wrap(
         (*cp).custom_paths = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
         let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
         private = pg_sys::lappend(private, pg_sys::makeInteger(order) as *mut std::ffi::c_void);
+        // in the plan, so a parallel worker's begin needn't load the table's layout (SPI, on its cold caches)
+        private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno) as *mut std::ffi::c_void);
         (*cp).custom_private = private;
         (*cp).methods = &PATH_METHODS.0;
         Some(cp as *mut pg_sys::Path)
@@ -271,6 +273,48 @@ struct Run {
     shared: *const AtomicU32,
     /// the leader's cache of the table, between sizing the shared memory and filling it
     export: Vec<i64>,
+    /// how main's rows leave the node (see `Output`)
+    output: Output,
+    /// a row of main's taken by the unguarded path whose test needs the cache made current first
+    unchecked: Option<(i64, u64, *mut pg_sys::TupleTableSlot)>,
+    /// main's scan is a sequential scan of a heap: its rows are prefetched (see `prefetch_ahead`)
+    heap_seq: bool,
+}
+
+/// How the node returns main's rows.
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    /// as main's scan projected them (its output slot)
+    Projected,
+    /// main's scan slot itself: the node's target list is the table's row as stored
+    Stored,
+    /// an empty row: the node's target list is empty (`count(*)`)
+    Empty,
+}
+
+/// How the node can return main's rows given its target list (see `Output`).
+unsafe fn output_for(tlist: *mut pg_sys::List, scanrelid: pg_sys::Index, desc: pg_sys::TupleDesc) -> Output {
+    unsafe {
+        let entries = list_items::<pg_sys::TargetEntry>(tlist);
+        if entries.is_empty() {
+            return Output::Empty;
+        }
+        // every column of the table, in order, as plain references (what Postgres calls a physical tlist)
+        let natts = (*desc).natts as usize;
+        let stored = entries.len() == natts
+            && entries.iter().enumerate().all(|(i, &te)| {
+                let e = (*te).expr as *mut pg_sys::Node;
+                let att = &*(*desc).attrs.as_ptr().add(i);
+                !att.attisdropped
+                    && !e.is_null()
+                    && (*e).type_ == pg_sys::NodeTag::T_Var
+                    && {
+                        let v = e as *mut pg_sys::Var;
+                        (*v).varno as pg_sys::Index == scanrelid && (*v).varattno as usize == i + 1 && (*v).varlevelsup == 0 && (*v).vartype == att.atttypid
+                    }
+            });
+        if stored { Output::Stored } else { Output::Projected }
+    }
 }
 
 #[pg_guard]
@@ -304,6 +348,14 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let tabno = int_at((*cscan).custom_private, 0);
         let order = int_at((*cscan).custom_private, 1);
         let child = pg_sys::ExecInitNode(pg_sys::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
+        // Main's plan reads a table's tuples as stored when its parent needs no particular columns; a custom
+        // scan's child never gets that physical target list, so it would project every row (a full scan's
+        // largest cost in a world). When the node's output is the stored row or no columns, the child's
+        // projection is dropped and its scan slot used as is.
+        let output = output_for((*cscan).scan.plan.targetlist, (*cscan).scan.scanrelid, (*(*node).ss.ss_currentRelation).rd_att);
+        if output != Output::Projected {
+            (*child).ps_ProjInfo = std::ptr::null_mut();
+        }
         (*node).custom_ps = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
         let ps = &mut (*node).ss.ps as *mut pg_sys::PlanState;
         // main's rows are returned as main's scan projected them (both project the relation's target list);
@@ -317,7 +369,7 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let qual = pg_sys::ExecInitQual((*cscan).custom_exprs, ps);
         let extra_slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, &pg_sys::TTSOpsMinimalTuple);
         let cxt = pg_sys::AllocSetContextCreateInternal((*estate).es_query_cxt, c"world scan".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
-        let key_attno = storage::relation_layout(tabno).key_attnos[0];
+        let key_attno = int_at((*cscan).custom_private, 2);
         let child_desc = (*(*(child as *mut pg_sys::ScanState)).ss_ScanTupleSlot).tts_tupleDescriptor;
         let run = Box::into_raw(Box::new(Run {
             tabno,
@@ -337,6 +389,10 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
             cache: overlay::ScanCache::none(),
             shared: std::ptr::null(),
             export: Vec::new(),
+            output,
+            unchecked: None,
+            heap_seq: (*child).type_ == pg_sys::NodeTag::T_SeqScanState
+                && (*(*(*node).ss.ss_currentRelation).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID,
         }));
         (*(node as *mut ScanNode)).run = run;
         // the Rust state goes with the query's memory, also when the query fails
@@ -370,11 +426,28 @@ unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64>
 mod unguarded {
     unsafe extern "C-unwind" {
         pub fn slot_getsomeattrs_int(slot: *mut pgrx::pg_sys::TupleTableSlot, attnum: std::ffi::c_int);
+        pub fn ExecStoreVirtualTuple(slot: *mut pgrx::pg_sys::TupleTableSlot) -> *mut pgrx::pg_sys::TupleTableSlot;
+    }
+}
+
+/// The hot path of a full scan, without pgrx's guard (a setjmp per row, 5% of a full scan in a world): main's
+/// next row the world sees, while the cache is current. It neither panics nor holds anything that needs
+/// dropping when main's scan raises an ERROR (a longjmp over this frame, as over a C caller's); everything
+/// else goes through `exec_guarded`.
+unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let run = run_of(node);
+        if run.gathered && run.order == 0 && !run.base_done && run.unchecked.is_none() {
+            if let Base::Row(_, out) = next_base_row::<true>(run) {
+                return emit(node, run, out);
+            }
+        }
+        exec_guarded(node)
     }
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let run = run_of(node);
         if !run.gathered {
@@ -384,28 +457,46 @@ unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_
         if run.order == 0 {
             // main's rows as they come, then the world's
             if !run.base_done {
-                if let Some((_, out)) = next_base_row(run) {
-                    return out;
+                if let Base::Row(_, out) = next_base_row::<false>(run) {
+                    return emit(node, run, out);
                 }
             }
             return next_extra(node, run);
         }
         // merged in key order
         if run.pending.is_none() && !run.base_done {
-            run.pending = next_base_row(run);
+            if let Base::Row(key, out) = next_base_row::<false>(run) {
+                run.pending = Some((key, out));
+            }
         }
         let extra = run.extras.get(run.next_extra).map(|e| e.0);
         match (run.pending, extra) {
             (Some((b, out)), Some(e)) if (run.order == 1 && b <= e) || (run.order == -1 && b >= e) => {
                 run.pending = None;
-                out
+                emit(node, run, out)
             }
             (Some((_, out)), None) => {
                 run.pending = None;
-                out
+                emit(node, run, out)
             }
             _ => next_extra(node, run),
         }
+    }
+}
+
+/// A row of main's as the node returns it (see `Output`).
+#[inline(always)]
+unsafe fn emit(node: *mut pg_sys::CustomScanState, run: &Run, out: *mut pg_sys::TupleTableSlot) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        if run.output != Output::Empty {
+            return out;
+        }
+        // a virtual row of no columns, stored once (pgrx's wrappers of Postgres calls cost a setjmp each)
+        let result = (*node).ss.ps.ps_ResultTupleSlot;
+        if tup_is_null(result) {
+            unguarded::ExecStoreVirtualTuple(result);
+        }
+        result
     }
 }
 
@@ -455,11 +546,60 @@ unsafe fn key_of(slot: *mut pg_sys::TupleTableSlot, key_attno: i32, att: *const 
     }
 }
 
-/// Advances main's scan to its next row the world sees: (key, main's output slot, which is the world
-/// scan's output: both project the relation's target list).
-#[inline]
-unsafe fn next_base_row(run: &mut Run) -> Option<(i64, *mut pg_sys::TupleTableSlot)> {
+/// Main's sequential scan reads a page's rows in order without touching them (`count(*)` reads the line
+/// pointers only); the world scan reads each row's key, and that first touch of the row was a third of the
+/// node's time (a cache miss). So the row a few places ahead on the page is fetched into the cache now.
+/// Reads the heap scan's page-at-a-time state; a prefetch never faults, and the page is pinned by the scan.
+#[inline(always)]
+unsafe fn prefetch_ahead(child: *mut pg_sys::PlanState) {
+    #[cfg(target_arch = "x86_64")]
     unsafe {
+        const AHEAD: i32 = 4;
+        let scan = (*(child as *mut pg_sys::ScanState)).ss_currentScanDesc as *mut pg_sys::HeapScanDescData;
+        if scan.is_null() {
+            return;
+        }
+        let (i, buf) = ((*scan).rs_cindex + AHEAD, (*scan).rs_cbuf);
+        if i >= (*scan).rs_ntuples || i < 0 || buf <= 0 {
+            return;
+        }
+        let Some(&off) = (*scan).rs_vistuples.get(i as usize) else { return };
+        if off == 0 {
+            return;
+        }
+        let page = pg_sys::BufferBlocks.add((buf as usize - 1) * pg_sys::BLCKSZ as usize);
+        // the line pointer: lp_off is its low 15 bits
+        let lp = std::ptr::read(page.add(std::mem::offset_of!(pg_sys::PageHeaderData, pd_linp) + (off as usize - 1) * 4) as *const u32);
+        let lp_off = (lp & 0x7fff) as usize;
+        if lp_off != 0 && lp_off < pg_sys::BLCKSZ as usize {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(page.add(lp_off) as *const i8);
+        }
+    }
+}
+
+/// What advancing main's scan gave.
+enum Base {
+    /// a row of main's the world sees: its key and main's output slot (the node's output: both project
+    /// the relation's target list, or `Output` says how it is returned)
+    Row(i64, *mut pg_sys::TupleTableSlot),
+    /// main's scan is done
+    Done,
+    /// (the unguarded path) a row whose test needs the cache made current: held in `Run::unchecked`
+    Unchecked,
+}
+
+/// Advances main's scan to its next row the world sees. `FAST`: the unguarded path, which stops at a row
+/// it can't test without making the cache current (SPI).
+#[inline(always)]
+unsafe fn next_base_row<const FAST: bool>(run: &mut Run) -> Base {
+    unsafe {
+        if !FAST {
+            if let Some((key, tid, out)) = run.unchecked.take() {
+                if run.cache.base_row_visible(run.tabno, tid, key) {
+                    return Base::Row(key, out);
+                }
+            }
+        }
         let child = run.child;
         let scan_slot = (*(child as *mut pg_sys::ScanState)).ss_ScanTupleSlot;
         let key_attno = run.key_attno;
@@ -470,11 +610,26 @@ unsafe fn next_base_row(run: &mut Run) -> Option<(i64, *mut pg_sys::TupleTableSl
             let out = ((*child).ExecProcNode.unwrap_unchecked())(child);
             if tup_is_null(out) {
                 run.base_done = true;
-                return None;
+                return Base::Done;
+            }
+            if run.heap_seq {
+                prefetch_ahead(child);
             }
             let Some(key) = key_of(scan_slot, key_attno, run.key_att) else { continue };
-            if run.cache.base_row_visible(run.tabno, overlay::pack_tid(&(*scan_slot).tts_tid), key) {
-                return Some((key, out));
+            let tid = overlay::pack_tid(&(*scan_slot).tts_tid);
+            let seen = if FAST {
+                match run.cache.try_base_row_visible(tid, key) {
+                    Some(seen) => seen,
+                    None => {
+                        run.unchecked = Some((key, tid, out));
+                        return Base::Unchecked;
+                    }
+                }
+            } else {
+                run.cache.base_row_visible(run.tabno, tid, key)
+            };
+            if seen {
+                return Base::Row(key, out);
             }
         }
     }
@@ -698,6 +853,7 @@ unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
         run.gathered = false;
         run.base_done = false;
         run.pending = None;
+        run.unchecked = None;
         pg_sys::MemoryContextReset(run.cxt);
     }
 }
