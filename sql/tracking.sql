@@ -124,3 +124,32 @@ UPDATE typed SET amount = 12, code = 9 WHERE id = 1;
 SELECT * FROM typed ORDER BY id;
 SELECT history AS typed_history FROM worlds.tables WHERE relid = 'typed'::regclass \gset
 SELECT _w_op, id, amount, code FROM :typed_history ORDER BY _w_hseq;
+-- capture keeps its storage open for the transaction: a savepoint rolled back, DDL on the table (its
+-- history gains the column), an insert and a delete, all after writes in one transaction
+CREATE TABLE cap (id int PRIMARY KEY, v text);
+INSERT INTO cap VALUES (1, 'a'), (2, 'b');
+SELECT * FROM worlds.sql('create world cap_w');
+BEGIN;
+UPDATE cap SET v = 'a1' WHERE id = 1;
+SAVEPOINT s;
+UPDATE cap SET v = 'b1' WHERE id = 2;
+ROLLBACK TO s;
+UPDATE cap SET v = 'b2' WHERE id = 2;
+ALTER TABLE cap ADD COLUMN n int;
+UPDATE cap SET n = 5 WHERE id = 1;
+INSERT INTO cap VALUES (3, 'c', 7);
+DELETE FROM cap WHERE id = 2;
+COMMIT;
+SELECT history AS cap_history FROM worlds.tables WHERE relid = 'cap'::regclass \gset
+SELECT _w_op, id, v, n FROM :cap_history ORDER BY _w_hseq;
+SET worlds.world = cap_w;
+SELECT * FROM cap ORDER BY id;
+RESET worlds.world;
+-- an aborted transaction leaves no history, and the next one captures as before
+BEGIN;
+UPDATE cap SET v = 'gone' WHERE id = 1;
+SELECT 1 / 0;
+ROLLBACK;
+UPDATE cap SET v = 'a2' WHERE id = 1;
+SELECT _w_op, id, v, n FROM :cap_history ORDER BY _w_hseq;
+SELECT worlds.untrack('cap');

@@ -8,6 +8,7 @@
 use super::{relation_layout, Layout};
 use pgrx::prelude::*;
 use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Fixed leading columns of a history table (1-based attnums).
 pub const H_HSEQ: usize = 0;
@@ -122,8 +123,7 @@ unsafe fn write_entry(
 ) {
     unsafe {
         // inserts go apart from before-images: a world's scans read only the latter
-        let target = if op == b'I' { layout.inserts } else { layout.history };
-        let hist = pg_sys::table_open(target, pg_sys::RowExclusiveLock as i32);
+        let (hist, indexes) = open_target(if op == b'I' { layout.inserts } else { layout.history });
         let hdesc = (*hist).rd_att;
         let natts = (*hdesc).natts as usize;
         let mut values = vec![pg_sys::Datum::from(0usize); natts];
@@ -165,8 +165,127 @@ unsafe fn write_entry(
             nulls[H_FIXED + i] = isnull;
         }
         let tup = pg_sys::heap_form_tuple(hdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        pg_sys::CatalogTupleInsert(hist, tup);
+        pg_sys::simple_heap_insert(hist, tup);
+        // the storage's indexes are on plain columns (the key, _w_xid): their values are the row's
+        let mut ivalues = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
+        let mut inulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
+        for &(index, info) in indexes.iter() {
+            for j in 0..(*info).ii_NumIndexAttrs as usize {
+                let attno = (*info).ii_IndexAttrNumbers[j] as usize;
+                ivalues[j] = values[attno - 1];
+                inulls[j] = nulls[attno - 1];
+            }
+            pg_sys::index_insert(
+                index,
+                ivalues.as_mut_ptr(),
+                inulls.as_mut_ptr(),
+                &mut (*tup).t_self,
+                hist,
+                pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO,
+                false,
+                info,
+            );
+        }
         pg_sys::heap_freetuple(tup);
-        pg_sys::table_close(hist, pg_sys::NoLock as i32);
     }
+}
+
+/// A storage relation capture inserts into, open with its indexes for the rest of the transaction: opening
+/// and closing them for every captured row (as CatalogTupleInsert does) was a fifth of capture's cost.
+/// They belong to the top transaction's resource owner (an aborted subtransaction doesn't close them), and
+/// are closed before commit and before any utility statement (DDL refuses a table the session holds open);
+/// at abort Postgres closes them and they are only forgotten here.
+struct Target {
+    relid: pg_sys::Oid,
+    rel: pg_sys::Relation,
+    /// the indexes ready for inserts, each with its IndexInfo
+    indexes: Rc<Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>>,
+}
+
+thread_local! {
+    static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
+    /// a relcache invalidation arrived since they were opened: an index may have been added
+    static TARGETS_STALE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+type IndexList = Rc<Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>>;
+
+unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
+    unsafe {
+        if TARGETS_STALE.with(|s| s.replace(false)) {
+            close_targets();
+        }
+        if let Some(found) = TARGETS.with(|t| t.borrow().iter().find(|t| t.relid == relid).map(|t| (t.rel, t.indexes.clone()))) {
+            return found;
+        }
+        // (the trigger runs in a per-row memory context: the IndexInfos must outlive it)
+        let cxt = pg_sys::MemoryContextSwitchTo(pg_sys::TopTransactionContext);
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
+        let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
+        let mut indexes = Vec::new();
+        let list = pg_sys::RelationGetIndexList(rel);
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::RowExclusiveLock as i32);
+            let info = pg_sys::BuildIndexInfo(index);
+            if !(*info).ii_Expressions.is_null() || !(*info).ii_Predicate.is_null() {
+                pg_sys::CurrentResourceOwner = owner;
+                pg_sys::MemoryContextSwitchTo(cxt);
+                crate::api::raise(
+                    "0A000",
+                    format!("pg_worlds: an index on expressions or with a predicate on history storage {} is not supported; drop it", relid.to_u32()),
+                );
+            }
+            if (*info).ii_ReadyForInserts {
+                indexes.push((index, info));
+            } else {
+                pg_sys::index_close(index, pg_sys::NoLock as i32);
+            }
+        }
+        pg_sys::CurrentResourceOwner = owner;
+        pg_sys::MemoryContextSwitchTo(cxt);
+        let indexes = Rc::new(indexes);
+        TARGETS.with(|t| t.borrow_mut().push(Target { relid, rel, indexes: indexes.clone() }));
+        (rel, indexes)
+    }
+}
+
+/// Closes the relations capture holds open (before commit, prepare, or a utility statement).
+pub fn close_targets() {
+    let targets = TARGETS.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    if targets.is_empty() {
+        return;
+    }
+    unsafe {
+        // released by the owner that holds them
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
+        for t in targets {
+            for &(index, _) in t.indexes.iter() {
+                pg_sys::index_close(index, pg_sys::NoLock as i32);
+            }
+            pg_sys::table_close(t.rel, pg_sys::NoLock as i32);
+        }
+        pg_sys::CurrentResourceOwner = owner;
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => close_targets(),
+        // the transaction's resource owner closes them
+        XACT_EVENT_ABORT | XACT_EVENT_COMMIT | XACT_EVENT_PREPARE => TARGETS.with(|t| t.borrow_mut().clear()),
+        _ => {}
+    }
+}
+
+/// An index may have been added to a storage relation: reopen before the next insert.
+pub fn on_relcache_invalidation() {
+    TARGETS_STALE.with(|s| s.set(true));
+}
+
+pub fn register_callbacks() {
+    unsafe { pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut()) }
 }

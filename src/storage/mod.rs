@@ -277,6 +277,7 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
 #[pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
     // Cheap: the maps are rebuilt on next use. Any relcache invalidation may be DDL on a tracked table.
+    capture::on_relcache_invalidation();
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             m.clear();
@@ -294,6 +295,7 @@ pub fn register_callbacks() {
         pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0usize));
     }
     overlay::register_xact_callbacks();
+    capture::register_callbacks();
 }
 
 /// Sets a setting for this transaction's current nesting level; undo it with `pop_setting(level)` (as
