@@ -153,3 +153,38 @@ ROLLBACK;
 UPDATE cap SET v = 'a2' WHERE id = 1;
 SELECT _w_op, id, v, n FROM :cap_history ORDER BY _w_hseq;
 SELECT worlds.untrack('cap');
+-- storage made inside a subtransaction that aborts after capture wrote to it (a key added in a
+-- savepoint gives history a key index): no relcache entry stays referenced
+CREATE TABLE np2 (id int NOT NULL, v text);
+INSERT INTO np2 SELECT g, 'v' || g FROM generate_series(1, 20) g;
+BEGIN;
+UPDATE np2 SET v = 'a' WHERE id = 1;
+SAVEPOINT s;
+ALTER TABLE np2 ADD PRIMARY KEY (id);
+UPDATE np2 SET v = 'b' WHERE id = 2;
+SELECT 1 / 0;
+ROLLBACK TO s;
+UPDATE np2 SET v = 'c' WHERE id = 3;
+COMMIT;
+SELECT history AS np2_history FROM worlds.tables WHERE relid = 'np2'::regclass \gset
+SELECT _w_op, id, v FROM :np2_history ORDER BY _w_hseq;
+-- capture fails while opening the storage (an index it can't fill) inside a savepoint: nothing leaks
+CREATE TABLE lk (id int PRIMARY KEY, v int);
+INSERT INTO lk VALUES (1, 1);
+SELECT history AS lk_history FROM worlds.tables WHERE relid = 'lk'::regclass \gset
+CREATE INDEX lk_bad ON :lk_history ((_w_xid::text));
+BEGIN;
+SAVEPOINT s;
+UPDATE lk SET v = 2 WHERE id = 1;
+ROLLBACK TO s;
+COMMIT;
+DROP INDEX worlds_data.lk_bad;
+UPDATE lk SET v = 3 WHERE id = 1;
+SELECT _w_op, id, v FROM :lk_history ORDER BY _w_hseq;
+-- writes between utility statements in one transaction: what capture holds is freed each time
+BEGIN;
+DO $$ BEGIN FOR i IN 1..3000 LOOP UPDATE lk SET v = v + 1 WHERE id = 1; EXECUTE 'LOCK TABLE lk IN ROW EXCLUSIVE MODE'; END LOOP; END $$;
+SELECT total_bytes < 1000000 AS small FROM pg_backend_memory_contexts WHERE name = 'TopTransactionContext';
+COMMIT;
+SELECT count(*) FROM :lk_history;
+SELECT worlds.untrack('np2'), worlds.untrack('lk');

@@ -110,6 +110,20 @@ SELECT both_ways('SELECT id FROM big b WHERE v = (SELECT max(v) FROM big x WHERE
 SELECT both_ways('SELECT id, big_v_of(id + 1) FROM big WHERE id BETWEEN 5 AND 25');
 SELECT both_ways('SELECT id, v FROM big WHERE id % 1000 = 10 AND big_v_of(id) IS NOT DISTINCT FROM v');
 SELECT both_ways('SELECT count(*) FROM (VALUES (1), (2)) x(n), ref');
+-- a column added with a default before the rows' fork holds its value only in the table's descriptor:
+-- rows copied by a parent (sort, materialized CTE, CREATE TABLE AS) keep it
+RESET worlds.world;
+CREATE TABLE fd (id int PRIMARY KEY, v text);
+INSERT INTO fd SELECT g, 'v' || g FROM generate_series(1, 1000) g;
+ALTER TABLE fd ADD COLUMN c int DEFAULT 7;
+SELECT * FROM worlds.sql('create world fdw');
+SET worlds.world = fdw;
+UPDATE fd SET v = 'fdw' WHERE id = 2;
+SELECT * FROM fd ORDER BY v LIMIT 2;
+SELECT both_ways('WITH m AS MATERIALIZED (SELECT * FROM fd) SELECT * FROM m');
+CREATE TEMP TABLE fx AS SELECT * FROM fd;
+SELECT count(c), sum(c) FROM fx;
+SET worlds.world = w;
 SELECT both_ways('SELECT r.* FROM ref r');
 SELECT both_ways('SELECT id, v, lag(v) OVER (ORDER BY id) FROM big WHERE id BETWEEN 5 AND 25', true);
 SELECT both_ways('WITH c AS MATERIALIZED (SELECT * FROM big WHERE id < 30) SELECT a.id, b.v FROM c a JOIN c b ON b.id = a.id + 1');

@@ -1066,8 +1066,13 @@ unsafe extern "C-unwind" fn process_utility(
         let mut pstmt = pstmt;
         let mut read_only_tree = read_only_tree;
         let stmt = (*pstmt).utilityStmt;
-        // DDL refuses a table the session holds open: capture's storage relations among them
-        storage::capture::close_targets();
+        // DDL refuses a table the session holds open: capture's storage relations among them (transaction
+        // control and settings close them, or need not)
+        if stmt.is_null()
+            || !matches!((*stmt).type_, pg_sys::NodeTag::T_TransactionStmt | pg_sys::NodeTag::T_VariableSetStmt | pg_sys::NodeTag::T_VariableShowStmt)
+        {
+            storage::capture::close_targets();
+        }
         if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_TransactionStmt {
             let kind = (*(stmt as *mut pg_sys::TransactionStmt)).kind;
             if kind == pg_sys::TransactionStmtKind::TRANS_STMT_BEGIN || kind == pg_sys::TransactionStmtKind::TRANS_STMT_START {

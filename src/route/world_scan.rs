@@ -305,7 +305,10 @@ unsafe fn output_for(tlist: *mut pg_sys::List, scanrelid: pg_sys::Index, desc: p
             && entries.iter().enumerate().all(|(i, &te)| {
                 let e = (*te).expr as *mut pg_sys::Node;
                 let att = &*(*desc).attrs.as_ptr().add(i);
+                // (a column added with a default since the rows were stored reads its value through the
+                // table's descriptor only: a parent copying the row would read NULL)
                 !att.attisdropped
+                    && !att.atthasmissing
                     && !e.is_null()
                     && (*e).type_ == pg_sys::NodeTag::T_Var
                     && {

@@ -190,84 +190,130 @@ unsafe fn write_entry(
     }
 }
 
-/// A storage relation capture inserts into, open with its indexes for the rest of the transaction: opening
-/// and closing them for every captured row (as CatalogTupleInsert does) was a fifth of capture's cost.
-/// They belong to the top transaction's resource owner (an aborted subtransaction doesn't close them), and
-/// are closed before commit and before any utility statement (DDL refuses a table the session holds open);
-/// at abort Postgres closes them and they are only forgotten here.
+/// A storage relation capture inserts into, open with its indexes across the transaction's rows: opening
+/// and closing them for every captured row (as CatalogTupleInsert does) was a fifth of capture's cost. They
+/// belong to the top transaction's resource owner and are closed before commit and prepare, when a
+/// subtransaction aborts (a relation it created would otherwise stay referenced), and before a utility
+/// statement (DDL refuses a table the session holds open); at a top-level abort Postgres closes them and
+/// they are only forgotten here. Their IndexInfos live in a memory context deleted when they are closed.
 struct Target {
     relid: pg_sys::Oid,
     rel: pg_sys::Relation,
     /// the indexes ready for inserts, each with its IndexInfo
-    indexes: Rc<Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>>,
-}
-
-thread_local! {
-    static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
-    /// a relcache invalidation arrived since they were opened: an index may have been added
-    static TARGETS_STALE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    indexes: IndexList,
 }
 
 type IndexList = Rc<Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>>;
+
+struct Held {
+    targets: Vec<Target>,
+    /// relations opened by an `open_target` that hasn't finished (an error may stop it halfway)
+    opening: Vec<pg_sys::Relation>,
+    /// holds the IndexInfos and index lists (a child of the transaction's context)
+    cxt: pg_sys::MemoryContext,
+}
+
+thread_local! {
+    static HELD: RefCell<Held> = const { RefCell::new(Held { targets: Vec::new(), opening: Vec::new(), cxt: std::ptr::null_mut() }) };
+    /// a relcache invalidation arrived since they were opened: an index may have been added
+    static TARGETS_STALE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
     unsafe {
         if TARGETS_STALE.with(|s| s.replace(false)) {
             close_targets();
         }
-        if let Some(found) = TARGETS.with(|t| t.borrow().iter().find(|t| t.relid == relid).map(|t| (t.rel, t.indexes.clone()))) {
+        if let Some(found) = HELD.with(|h| h.borrow().targets.iter().find(|t| t.relid == relid).map(|t| (t.rel, t.indexes.clone()))) {
             return found;
         }
-        // (the trigger runs in a per-row memory context: the IndexInfos must outlive it)
-        let cxt = pg_sys::MemoryContextSwitchTo(pg_sys::TopTransactionContext);
+        let mut cxt = HELD.with(|h| h.borrow().cxt);
+        if cxt.is_null() {
+            cxt = pg_sys::AllocSetContextCreateInternal(pg_sys::TopTransactionContext, c"pg_worlds capture".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
+            HELD.with(|h| h.borrow_mut().cxt = cxt);
+        }
+        let old_cxt = pg_sys::MemoryContextSwitchTo(cxt);
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
+        let restore = || {
+            pg_sys::CurrentResourceOwner = owner;
+            pg_sys::MemoryContextSwitchTo(old_cxt);
+        };
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
+        HELD.with(|h| h.borrow_mut().opening.push(rel));
         let mut indexes = Vec::new();
         let list = pg_sys::RelationGetIndexList(rel);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
             let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::RowExclusiveLock as i32);
+            HELD.with(|h| h.borrow_mut().opening.push(index));
             let info = pg_sys::BuildIndexInfo(index);
             if !(*info).ii_Expressions.is_null() || !(*info).ii_Predicate.is_null() {
-                pg_sys::CurrentResourceOwner = owner;
-                pg_sys::MemoryContextSwitchTo(cxt);
+                restore();
+                let name = std::ffi::CStr::from_ptr((*(*index).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
                 crate::api::raise(
                     "0A000",
-                    format!("pg_worlds: an index on expressions or with a predicate on history storage {} is not supported; drop it", relid.to_u32()),
+                    format!("pg_worlds: capture can't fill index \"{name}\" of history storage (on expressions or with a predicate); drop it"),
                 );
             }
             if (*info).ii_ReadyForInserts {
                 indexes.push((index, info));
-            } else {
-                pg_sys::index_close(index, pg_sys::NoLock as i32);
             }
         }
-        pg_sys::CurrentResourceOwner = owner;
-        pg_sys::MemoryContextSwitchTo(cxt);
+        restore();
         let indexes = Rc::new(indexes);
-        TARGETS.with(|t| t.borrow_mut().push(Target { relid, rel, indexes: indexes.clone() }));
+        let opening = HELD.with(|h| std::mem::take(&mut h.borrow_mut().opening));
+        // indexes not ready for inserts (being built concurrently) are not kept
+        for r in opening {
+            if r != rel && !indexes.iter().any(|&(i, _)| i == r) {
+                close_held(r);
+            }
+        }
+        HELD.with(|h| h.borrow_mut().targets.push(Target { relid, rel, indexes: indexes.clone() }));
         (rel, indexes)
     }
 }
 
-/// Closes the relations capture holds open (before commit, prepare, or a utility statement).
-pub fn close_targets() {
-    let targets = TARGETS.with(|t| std::mem::take(&mut *t.borrow_mut()));
-    if targets.is_empty() {
-        return;
-    }
+/// Closes a relation capture opened, under the owner that holds it.
+unsafe fn close_held(rel: pg_sys::Relation) {
     unsafe {
-        // released by the owner that holds them
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
-        for t in targets {
-            for &(index, _) in t.indexes.iter() {
-                pg_sys::index_close(index, pg_sys::NoLock as i32);
-            }
-            pg_sys::table_close(t.rel, pg_sys::NoLock as i32);
-        }
+        pg_sys::RelationClose(rel);
         pg_sys::CurrentResourceOwner = owner;
     }
+}
+
+/// Closes the relations capture holds open and frees what described them (before commit, prepare, a
+/// utility statement, or when a subtransaction aborts).
+pub fn close_targets() {
+    let (targets, opening, cxt) = HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        (std::mem::take(&mut h.targets), std::mem::take(&mut h.opening), std::mem::replace(&mut h.cxt, std::ptr::null_mut()))
+    });
+    unsafe {
+        for t in targets {
+            for &(index, _) in t.indexes.iter() {
+                close_held(index);
+            }
+            close_held(t.rel);
+        }
+        for r in opening {
+            close_held(r);
+        }
+        if !cxt.is_null() {
+            pg_sys::MemoryContextDelete(cxt);
+        }
+    }
+}
+
+/// Forgets them: the transaction's end closes them and frees its memory.
+fn forget_targets() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        h.targets.clear();
+        h.opening.clear();
+        h.cxt = std::ptr::null_mut();
+    });
 }
 
 #[pg_guard]
@@ -275,9 +321,21 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => close_targets(),
-        // the transaction's resource owner closes them
-        XACT_EVENT_ABORT | XACT_EVENT_COMMIT | XACT_EVENT_PREPARE => TARGETS.with(|t| t.borrow_mut().clear()),
+        XACT_EVENT_ABORT | XACT_EVENT_COMMIT | XACT_EVENT_PREPARE => forget_targets(),
         _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    // before the subtransaction's relations leave the relcache (those it created are removed)
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        close_targets();
     }
 }
 
@@ -287,5 +345,8 @@ pub fn on_relcache_invalidation() {
 }
 
 pub fn register_callbacks() {
-    unsafe { pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut()) }
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
+    }
 }
