@@ -229,3 +229,17 @@ SET worlds.world = nn_w;
 INSERT INTO nn VALUES (1, NULL, 5);
 RESET worlds.world;
 INSERT INTO nn VALUES (1, NULL, 5);
+-- TABLESAMPLE inside a world: sampled through main's own scan for a table with an integer key (the
+-- world's own rows come whole); refused for others, whose rows come through a view that can't sample
+CREATE TABLE ts_i (id int PRIMARY KEY, v text);
+CREATE TABLE ts_t (code text PRIMARY KEY, v text);
+INSERT INTO ts_i SELECT g, 'v' FROM generate_series(1, 100) g;
+INSERT INTO ts_t SELECT 'c' || g, 'v' FROM generate_series(1, 100) g;
+SELECT * FROM worlds.sql('create world ts_w');
+SET worlds.world = ts_w;
+INSERT INTO ts_i VALUES (101, 'w');
+DELETE FROM ts_i WHERE id = 1;
+SELECT count(*) FROM ts_i TABLESAMPLE SYSTEM (100);
+SELECT count(*) FROM ts_i TABLESAMPLE BERNOULLI (0);
+SELECT count(*) FROM ts_t TABLESAMPLE SYSTEM (100);
+RESET worlds.world;

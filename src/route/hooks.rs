@@ -451,6 +451,16 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                     (*query).onConflict = std::ptr::null_mut();
                 }
                 refuse_system_columns(query, i + 1);
+                if !(*rte).tablesample.is_null() {
+                    // the overlay is a view: the sample would be dropped and every row read
+                    raise(
+                        "0A000",
+                        format!(
+                            "TABLESAMPLE of table {} is not supported inside a world: only tables with one integer key column are sampled there",
+                            layout.table_name
+                        ),
+                    );
+                }
                 // the permission check stays on the real table: a copy of the entry, outside the join tree
                 let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
                 (*copy).inFromCl = false;
