@@ -243,3 +243,22 @@ SELECT count(*) FROM ts_i TABLESAMPLE SYSTEM (100);
 SELECT count(*) FROM ts_i TABLESAMPLE BERNOULLI (0);
 SELECT count(*) FROM ts_t TABLESAMPLE SYSTEM (100);
 RESET worlds.world;
+-- a view's INSTEAD OF INSERT trigger runs inside a world as in main (its own writes are routed); UPDATE
+-- and DELETE through such a view, and writes to a table or view with rules, are refused
+CREATE TABLE acct (id int PRIMARY KEY, name text);
+CREATE VIEW acct_v AS SELECT id, name FROM acct;
+CREATE FUNCTION acct_v_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO acct VALUES (NEW.id, upper(NEW.name)); RETURN NEW; END $$;
+CREATE TRIGGER acct_v_ins INSTEAD OF INSERT OR UPDATE ON acct_v FOR EACH ROW EXECUTE FUNCTION acct_v_ins();
+CREATE TABLE ruled (id int PRIMARY KEY, v text);
+CREATE TABLE ruled_log (v text);
+CREATE RULE ruled_ins AS ON INSERT TO ruled DO ALSO INSERT INTO ruled_log VALUES (NEW.v);
+SELECT * FROM worlds.sql('create world iot_w');
+SET worlds.world = iot_w;
+INSERT INTO acct_v VALUES (1, 'abc');
+SELECT * FROM acct;
+UPDATE acct_v SET name = 'x' WHERE id = 1;
+INSERT INTO ruled VALUES (1, 'a');
+SELECT * FROM ruled;
+RESET worlds.world;
+SELECT count(*) AS main_acct FROM acct;

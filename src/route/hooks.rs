@@ -111,7 +111,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
                     route_query(inner);
                 }
             }
-        } else if routing_active() && overlay::routing_world().is_some() {
+        } else if reads_relations(query) && routing_active() && overlay::routing_world().is_some() {
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 super::merge_command::remember(pstate, query);
             }
@@ -348,6 +348,22 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                     // the views a session in the past reads its tables through (time/past_schema.rs) too
                     refuse_write_in_past();
                     if view_reads_tracked((*rte).relid, ctx) {
+                        let (instead_of, rules) = write_actions((*rte).relid, (*query).commandType);
+                        if instead_of && (*query).commandType == pg_sys::CmdType::CMD_INSERT {
+                            // the view's INSTEAD OF trigger runs as in main: its own statements are routed
+                            continue;
+                        }
+                        if instead_of || rules {
+                            raise(
+                                "0A000",
+                                format!(
+                                    "{} through view {} inside a world is not supported yet: it has {}; write its tables directly",
+                                    command_word((*query).commandType),
+                                    relation_name((*rte).relid),
+                                    if instead_of { "an INSTEAD OF trigger" } else { "rules" }
+                                ),
+                            );
+                        }
                         if !(*query).onConflict.is_null() {
                             raise("0A000", "INSERT ... ON CONFLICT through a view inside a world is not supported yet; write the table itself");
                         }
@@ -389,6 +405,17 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             }
             if tracked.is_none() && is_result {
                 refuse_untracked_write((*rte).relid);
+            }
+            if is_result && write_actions((*rte).relid, (*query).commandType).1 {
+                // rules rewrite the statement against the table itself, which a world's write doesn't reach
+                raise(
+                    "0A000",
+                    format!(
+                        "{} into table {} inside a world is not supported: it has rules for it",
+                        command_word((*query).commandType),
+                        relation_name((*rte).relid)
+                    ),
+                );
             }
             if tracked.is_none() && (*rte).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char {
                 raise("0A000", format!("partitioned table {} can't be used inside a world yet", relation_name((*rte).relid)));
@@ -764,6 +791,54 @@ unsafe fn view_owner(view: pg_sys::Oid) -> pg_sys::Oid {
         let owner = (*(*rel).rd_rel).relowner;
         pg_sys::relation_close(rel, pg_sys::NoLock as i32);
         owner
+    }
+}
+
+/// Can the statement touch a table at all? (`SELECT 1`, `SELECT worlds.switch_world('main')` can't: they
+/// need no world resolved, so they still run when the session's world is gone or never existed.)
+unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        if (*query).hasSubLinks || !(*query).cteList.is_null() || (*query).resultRelation != 0 {
+            return true;
+        }
+        let rtable = (*query).rtable;
+        (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
+            let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            matches!((*rte).rtekind, pg_sys::RTEKind::RTE_RELATION | pg_sys::RTEKind::RTE_SUBQUERY | pg_sys::RTEKind::RTE_JOIN)
+        })
+    }
+}
+
+/// For a write of this kind to a relation: does it have an INSTEAD OF row trigger, and rules (other than a
+/// view's own SELECT rule)?
+unsafe fn write_actions(relid: pg_sys::Oid, cmd: pg_sys::CmdType::Type) -> (bool, bool) {
+    unsafe {
+        let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
+        let td = (*rel).trigdesc;
+        let instead_of = !td.is_null()
+            && match cmd {
+                pg_sys::CmdType::CMD_INSERT => (*td).trig_insert_instead_row,
+                pg_sys::CmdType::CMD_UPDATE => (*td).trig_update_instead_row,
+                pg_sys::CmdType::CMD_DELETE => (*td).trig_delete_instead_row,
+                _ => false,
+            };
+        let locks = (*rel).rd_rules;
+        let rules = !locks.is_null()
+            && (0..(*locks).numLocks as usize).any(|i| {
+                let r = *(*locks).rules.add(i);
+                (*r).event == cmd && (*r).enabled as u8 != b'D'
+            });
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        (instead_of, rules)
+    }
+}
+
+fn command_word(cmd: pg_sys::CmdType::Type) -> &'static str {
+    match cmd {
+        pg_sys::CmdType::CMD_INSERT => "INSERT",
+        pg_sys::CmdType::CMD_UPDATE => "UPDATE",
+        pg_sys::CmdType::CMD_DELETE => "DELETE",
+        _ => "MERGE",
     }
 }
 

@@ -241,6 +241,13 @@ pub fn session_world() -> Option<World> {
             WORLD_SIG.with(|s| s.set(sig));
             return Some(w);
         }
+        if current.is_none() && w.num != 0 {
+            // the session's world was dropped: it carries on from the nearest live ancestor, not from
+            // whatever world now has the name
+            let chain = as_internal(|| load_chain(w.num));
+            let (_, lname) = chain.iter().find(|c| !c.4).map(|c| (c.0, c.1.clone())).unwrap_or((0, "main".to_string()));
+            set_session_world(&lname);
+        }
     }
     let sig = snapshot_signature();
     let setting = guc::current_world_setting().to_string_lossy().into_owned();

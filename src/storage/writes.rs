@@ -25,7 +25,14 @@ fn _overlay_write<'a>(
         raise("0A000", why.clone());
     }
     let Some(world) = session_world() else {
-        raise("0A000", "the overlay views of pg_worlds are written only from inside a world");
+        // (or the statement was planned for a world another session dropped since: the session carries on
+        // from the world's parent, and the statement must run again)
+        crate::api::raise_with(
+            "0A000",
+            "the overlay views of pg_worlds are written only from inside a world",
+            None,
+            Some("If the session's world was just dropped, the session now works in its parent: run the statement again.".into()),
+        );
     };
     if world.read_only {
         raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));

@@ -194,6 +194,22 @@ SQL
   expect "kv in main (untouched by wk)" "$(q main "select string_agg(k || ':' || world || ':' || coalesce(seq, 0), ',' order by k) from kv")" "a:main:1,b:main:2"
 else bad "creating table kv in main failed: $out"; fi
 
+echo "check: a session whose world another session drops carries on from its parent, not in a new world of that name"
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('rx')" >/dev/null
+mkfifo "$OUT/rx.in"
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 <"$OUT/rx.in" >"$OUT/rx.out" 2>&1 &
+rx_pid=$!
+exec 7>"$OUT/rx.in"
+echo "set worlds.world = rx; update acct set v = -1 where id = 1;" >&7
+sleep 1
+psql_in $CL -d $DB -qAt -c "select worlds.drop_world('rx')" -c "select worlds.create_world('rx')" >/dev/null
+# the next statement may find it planned for the dropped world (refused, nothing written); the one after runs in main
+echo "select 1 from acct limit 1; select 'now in ' || current_setting('worlds.world');" >&7
+exec 7>&-
+wait $rx_pid
+expect "session after its world was dropped" "$(grep '^now in' "$OUT/rx.out")" "now in main"
+expect "the new rx has no write from that session" "$(q main "select version from worlds.world where name = 'rx' and dropped is null")" 0
+
 if [ $failures -ne 0 ]; then echo "03_isolation: $failures check(s) failed (session outputs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
 echo "ok: 03_isolation"
