@@ -156,3 +156,32 @@ SELECT ctid FROM big WHERE id = 1;
 RESET worlds.world;
 SELECT id, v FROM big WHERE id IN (10, 11, 14, 15, 25000, 30000) ORDER BY id;
 EXPLAIN (COSTS OFF) SELECT * FROM big WHERE id = 10;
+-- a cursor reads the world as of its start while later statements write it (as a cursor over a table does)
+RESET worlds.world;
+CREATE TABLE cur (id int PRIMARY KEY, v int);
+INSERT INTO cur SELECT g, 0 FROM generate_series(1, 100) g;
+SELECT * FROM worlds.sql('create world cur_w');
+SET worlds.world = cur_w;
+UPDATE cur SET v = 1 WHERE id = 3;
+BEGIN;
+DECLARE c CURSOR FOR SELECT * FROM cur WHERE id <= 5 ORDER BY id;
+UPDATE cur SET v = v + 10 WHERE id IN (1, 3);
+DELETE FROM cur WHERE id = 2;
+INSERT INTO cur VALUES (0, 99);
+FETCH ALL FROM c;
+CLOSE c;
+SELECT * FROM cur WHERE id <= 5 ORDER BY id;
+COMMIT;
+-- a plpgsql FOR loop over a query that the loop's body writes (it fetches in batches)
+RESET worlds.world;
+CREATE TABLE seen (id int);
+SET worlds.world = cur_w;
+DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT id FROM cur WHERE id BETWEEN 1 AND 100 ORDER BY id LOOP
+    INSERT INTO seen VALUES (r.id);
+    UPDATE cur SET v = v + 1 WHERE id = r.id + 1;
+  END LOOP;
+END $$;
+SELECT count(*) AS iterations FROM seen;
+SELECT sum(v) AS total FROM cur WHERE id BETWEEN 1 AND 100;
+RESET worlds.world;

@@ -389,7 +389,9 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
             gathered: false,
             base_done: false,
             pending: None,
-            cache: overlay::ScanCache::none(),
+            // the world as of the scan's start, kept while later statements write it (a cursor's rows);
+            // a parallel worker takes the leader's (initialize_worker)
+            cache: if pg_sys::ParallelWorkerNumber >= 0 { overlay::ScanCache::none() } else { overlay::ScanCache::freeze(tabno) },
             shared: std::ptr::null(),
             export: Vec::new(),
             output,
@@ -645,11 +647,11 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         if !run.shared.is_null() && (*run.shared).swap(1, Ordering::AcqRel) != 0 {
             return; // another participant of the parallel scan adds them
         }
-        let (mut delta, history) = overlay::rows_beyond_main(run.tabno);
+        let (mut delta, history) = run.cache.rows_beyond_main(run.tabno);
         let keys = index_keys(run.child, run.key_attno);
         // main's scan is on a key range where the world has no version of any key: no delta row can match
         if let Some((lo, hi)) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
-            if delta && overlay::chain_has_keys_in(run.tabno, lo, hi) == Some(false) {
+            if delta && run.cache.chain_has_keys_in(run.tabno, lo, hi) == Some(false) {
                 delta = false;
             }
         }
@@ -672,9 +674,9 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                 let Some(seq) = attr_i64(slot, side.seq_attno) else { return };
                 let Some(key) = attr_i64(slot, side.key_attno) else { return };
                 let seen = if side.is_delta {
-                    overlay::delta_row_visible(run.tabno, seq)
+                    run.cache.delta_row_visible(run.tabno, seq)
                 } else {
-                    overlay::history_row_visible(run.tabno, seq, key)
+                    run.cache.history_row_visible(run.tabno, seq, key)
                 };
                 if !seen {
                     return;
@@ -886,7 +888,7 @@ const MAX_SHARED_CACHE: usize = 8 << 20;
 unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
     unsafe {
         let run = run_of(node);
-        let mut export = overlay::export_for_workers(run.tabno);
+        let mut export = overlay::export_for_workers(run.tabno, &run.cache);
         if export.len() > MAX_SHARED_CACHE {
             export.clear();
         }

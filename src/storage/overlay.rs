@@ -18,6 +18,7 @@ use super::{as_internal, relation_layout, Layout};
 use crate::api::raise;
 use crate::guc;
 use pgrx::prelude::*;
+use std::rc::Rc;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
@@ -78,7 +79,21 @@ pub(super) struct TableCache {
     pub(super) world_num: i32,
     pub(super) world_version: i64,
     main_snapshot: String,
-    // world part
+    /// what the world's chain has, shared with the scans that started before a later write changed it
+    /// (copied on write, see `WorldPart`)
+    pub(super) world: Rc<WorldPart>,
+    // main part
+    frontier: String,
+    created_tids: FastSet<u64>,
+    hist_pick: FastSet<i64>,
+}
+
+/// The world part of a table's cache: the chain's version of each key. A scan holds the one that was current
+/// when it started (a cursor, or a plpgsql FOR loop's query, reads on while later statements write the
+/// world): a write copies it first when a scan still holds it (`Rc::make_mut`), so the scan keeps seeing the
+/// world as of its snapshot, as a cursor over a table does.
+#[derive(Default, Clone)]
+pub(super) struct WorldPart {
     pub(super) winner: FastMap<Key, (i64, bool)>,
     /// the integer keys of `winner` as a bitmap, when they span a range small enough: a full scan in a world
     /// probes it once per row of main (a bit test instead of a hash lookup)
@@ -86,10 +101,6 @@ pub(super) struct TableCache {
     pub(super) delta_pick: FastSet<i64>,
     /// a table without a key: main's physical rows the chain deleted (base rows and before-images)
     pub(super) hidden_tids: FastSet<u64>,
-    // main part
-    frontier: String,
-    created_tids: FastSet<u64>,
-    hist_pick: FastSet<i64>,
 }
 
 /// Backend-local state without thread-local storage: a Postgres backend is single-threaded, and in a
@@ -624,10 +635,8 @@ pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiTupleTable, ord: usi
 
 /// The world part: every version of every key in the world's chain, decided in Rust.
 fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
-    cache.winner.clear();
-    cache.winner_bits = None;
-    cache.delta_pick.clear();
-    cache.hidden_tids.clear();
+    // a new part: scans holding the old one keep it
+    let mut part = WorldPart::default();
     let sql = format!(
         "SELECT d._w_world, d._w_dseq, d._w_del, {}, d._w_base_tid::text, d._w_of FROM {} d JOIN unnest($1::int4[], $2::text[]) AS c(w, snap) ON d._w_world = c.w
          WHERE c.snap IS NULL
@@ -667,26 +676,27 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
             // a table without a key: every added row of the chain is seen, but those a tombstone removes
             // (a row of main by its tid, or a row the chain added by its dseq)
             None if !del => {
-                cache.delta_pick.insert(dseq);
+                part.delta_pick.insert(dseq);
             }
             None => {
                 if let Some(tid) = base_tid {
-                    cache.hidden_tids.insert(parse_tid(&tid));
+                    part.hidden_tids.insert(parse_tid(&tid));
                 }
                 cancelled.extend(of);
             }
         }
     }
     for of in cancelled {
-        cache.delta_pick.remove(&of);
+        part.delta_pick.remove(&of);
     }
     for (k, (_, dseq, del)) in best {
         if !del {
-            cache.delta_pick.insert(dseq);
+            part.delta_pick.insert(dseq);
         }
-        cache.winner.insert(k, (dseq, del));
+        part.winner.insert(k, (dseq, del));
     }
-    cache.winner_bits = KeyBits::of(&cache.winner);
+    part.winner_bits = KeyBits::of(&part.winner);
+    cache.world = Rc::new(part);
 }
 
 /// The main part: history entries that became visible since the frontier (and were not visible at the
@@ -739,6 +749,7 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
 }
 
 /// A set of integer keys as one bit per value from the smallest.
+#[derive(Clone)]
 pub(crate) struct KeyBits {
     min: i64,
     words: Vec<u64>,
@@ -813,21 +824,7 @@ impl KeyBits {
     }
 }
 
-impl TableCache {
-    /// A row of main's table: seen unless main created it since the fork (by tid) or the world's chain
-    /// shadows it (by key; by tid for a table without a key). The arguments are read only when needed.
-    #[inline]
-    fn sees_base(&self, tid: impl FnOnce() -> u64, key: impl FnOnce() -> Option<Key>) -> bool {
-        // fast paths: nothing main created since the fork, nothing the world shadows
-        if !self.created_tids.is_empty() || !self.hidden_tids.is_empty() {
-            let tid = tid();
-            if self.created_tids.contains(&tid) || self.hidden_tids.contains(&tid) {
-                return false;
-            }
-        }
-        self.winner.is_empty() || key().map(|k| !self.shadows(&k)).unwrap_or(true)
-    }
-
+impl WorldPart {
     /// Does the world's chain have a version of this key?
     #[inline]
     fn shadows(&self, key: &Key) -> bool {
@@ -846,35 +843,72 @@ impl TableCache {
         }
         self.winner.insert(key, version)
     }
+}
 
-    /// A before-image of a row main changed since the fork: seen when it is the row's first one, unless
-    /// the world's chain shadows its key.
+/// A row of main's table: seen unless main created it since the fork (by tid) or the world's chain shadows
+/// it (by key; by tid for a table without a key). The arguments are read only when needed.
+#[inline]
+fn sees_base(created_tids: &FastSet<u64>, world: &WorldPart, tid: impl FnOnce() -> u64, key: impl FnOnce() -> Option<Key>) -> bool {
+    // fast paths: nothing main created since the fork, nothing the world shadows
+    if !created_tids.is_empty() || !world.hidden_tids.is_empty() {
+        let tid = tid();
+        if created_tids.contains(&tid) || world.hidden_tids.contains(&tid) {
+            return false;
+        }
+    }
+    world.winner.is_empty() || key().map(|k| !world.shadows(&k)).unwrap_or(true)
+}
+
+/// A before-image of a row main changed since the fork: seen when it is the row's first one, unless the
+/// world's chain shadows its key.
+#[inline]
+fn sees_history(hist_pick: &FastSet<i64>, world: &WorldPart, hseq: i64, key: impl FnOnce() -> Option<Key>) -> bool {
+    hist_pick.contains(&hseq) && (world.winner.is_empty() || key().map(|k| !world.shadows(&k)).unwrap_or(true))
+}
+
+impl TableCache {
+    #[inline]
+    fn sees_base(&self, tid: impl FnOnce() -> u64, key: impl FnOnce() -> Option<Key>) -> bool {
+        sees_base(&self.created_tids, &self.world, tid, key)
+    }
+
     #[inline]
     fn sees_history(&self, hseq: i64, key: impl FnOnce() -> Option<Key>) -> bool {
-        self.hist_pick.contains(&hseq) && (self.winner.is_empty() || key().map(|k| !self.shadows(&k)).unwrap_or(true))
+        sees_history(&self.hist_pick, &self.world, hseq, key)
     }
 }
 
 // ---- the same tests for the world scan (route/world_scan.rs), on a table with an integer key ----
 
-/// One table's cache held by a scan across rows: valid while no other statement has started (a statement
-/// may validate it again, or write the world) and no cache was dropped (an aborted subtransaction). Saves
-/// the per-row lookup of `with_cache` on the hot path of a full scan.
+/// One table's cache held by a scan across rows. Its main part is used while no other statement has
+/// started (a statement may validate it again) and no cache was dropped (an aborted subtransaction): saves
+/// the per-row lookup of `with_cache` on the hot path of a full scan. Its world part is the one current when
+/// the scan started (`freeze`), kept for the scan's life: the world as of the scan's snapshot.
 pub struct ScanCache {
     cache: *const TableCache,
     gen: u64,
     epoch: u64,
+    world: Option<Rc<WorldPart>>,
 }
 
 impl ScanCache {
     pub const fn none() -> Self {
-        ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0 }
+        ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0, world: None }
     }
 
-    /// The table's cache, made current for this statement.
-    pub fn take(tabno: i32) -> Self {
-        let cache = with_cache(tabno, |c| c as *const TableCache);
-        ScanCache { cache, gen: exec_gen(), epoch: EPOCH.with(|e| e.get()) }
+    /// The table's cache made current for this statement, its world part kept from now on.
+    pub fn freeze(tabno: i32) -> Self {
+        let mut held = ScanCache::none();
+        held.world = Some(with_cache(tabno, |c| c.world.clone()));
+        held.retake(tabno);
+        held
+    }
+
+    /// The main part, made current for this statement.
+    fn retake(&mut self, tabno: i32) {
+        self.cache = with_cache(tabno, |c| c as *const TableCache);
+        self.gen = exec_gen();
+        self.epoch = EPOCH.with(|e| e.get());
     }
 
     #[inline]
@@ -884,69 +918,78 @@ impl ScanCache {
         (!self.cache.is_null() && self.gen == exec_gen() && self.epoch == EPOCH.with(|e| e.get())).then(|| unsafe { &*self.cache })
     }
 
+    /// The world part the scan reads: the frozen one, else the cache's.
+    #[inline(always)]
+    fn world_of<'a>(&'a self, c: &'a TableCache) -> &'a WorldPart {
+        self.world.as_deref().unwrap_or(&c.world)
+    }
+
     /// `base_row_visible` through the held cache; None when it is no longer valid (taking it again runs SPI).
     #[inline(always)]
     pub fn try_base_row_visible(&self, tid: u64, key: i64) -> Option<bool> {
-        self.get().map(|c| c.sees_base(|| tid, || Some(Key::I(key))))
+        self.get().map(|c| sees_base(&c.created_tids, self.world_of(c), || tid, || Some(Key::I(key))))
     }
 
-    /// `base_row_visible`, through the held cache when it is still valid.
+    /// Is this row of main's table part of the world? (`tid` as `pack_tid` packs it)
     #[inline]
     pub fn base_row_visible(&mut self, tabno: i32, tid: u64, key: i64) -> bool {
-        if let Some(c) = self.get() {
-            return c.sees_base(|| tid, || Some(Key::I(key)));
+        if self.get().is_none() {
+            self.retake(tabno);
         }
-        *self = ScanCache::take(tabno);
-        base_row_visible(tabno, tid, key)
+        let c = self.get().expect("just taken");
+        sees_base(&c.created_tids, self.world_of(c), || tid, || Some(Key::I(key)))
     }
-}
 
-/// Is this row of main's table part of the world? (`tid` as `tid_of_datum` packs it)
-#[inline]
-pub fn base_row_visible(tabno: i32, tid: u64, key: i64) -> bool {
-    with_cache(tabno, |c| c.sees_base(|| tid, || Some(Key::I(key))))
-}
-
-/// Is this delta row the world's version of its key?
-#[inline]
-pub fn delta_row_visible(tabno: i32, dseq: i64) -> bool {
-    with_cache(tabno, |c| c.delta_pick.contains(&dseq))
-}
-
-/// Is this before-image part of the world (main changed the row since the fork)?
-#[inline]
-pub fn history_row_visible(tabno: i32, hseq: i64, key: i64) -> bool {
-    with_cache(tabno, |c| c.sees_history(hseq, || Some(Key::I(key))))
-}
-
-/// Does the world's chain hold a version of any key in lo..=hi? None when the cache can't tell cheaply.
-pub fn chain_has_keys_in(tabno: i32, lo: i64, hi: i64) -> Option<bool> {
-    with_cache(tabno, |c| {
-        if c.winner.is_empty() {
-            return Some(false);
+    /// Is this delta row the world's version of its key?
+    pub fn delta_row_visible(&self, tabno: i32, dseq: i64) -> bool {
+        match &self.world {
+            Some(w) => w.delta_pick.contains(&dseq),
+            None => with_cache(tabno, |c| c.world.delta_pick.contains(&dseq)),
         }
-        c.winner_bits.as_ref().map(|b| b.any_in(lo, hi))
-    })
+    }
+
+    /// Is this before-image part of the world (main changed the row since the fork)?
+    pub fn history_row_visible(&self, tabno: i32, hseq: i64, key: i64) -> bool {
+        with_cache(tabno, |c| sees_history(&c.hist_pick, self.world_of(c), hseq, || Some(Key::I(key))))
+    }
+
+    /// Does the world's chain hold a version of any key in lo..=hi? None when the cache can't tell cheaply.
+    pub fn chain_has_keys_in(&self, tabno: i32, lo: i64, hi: i64) -> Option<bool> {
+        with_cache(tabno, |c| {
+            let w = self.world_of(c);
+            if w.winner.is_empty() {
+                return Some(false);
+            }
+            w.winner_bits.as_ref().map(|b| b.any_in(lo, hi))
+        })
+    }
+
+    /// Can the world have rows beyond main's table: (delta rows, before-images)?
+    pub fn rows_beyond_main(&self, tabno: i32) -> (bool, bool) {
+        with_cache(tabno, |c| (!self.world_of(c).delta_pick.is_empty(), !c.hist_pick.is_empty()))
+    }
 }
 
 /// What a world scan's parallel workers need of a table's cache, flattened for the query's shared memory:
 /// a worker then skips rebuilding it (a query of every row the world changed) and starts at once.
 /// Layout: world, version, then each set as a count and its members (the chain's keys with their winning
 /// version and tombstone flag; tids main created since the fork; delta versions and before-images shown).
-pub fn export_for_workers(tabno: i32) -> Vec<i64> {
+pub fn export_for_workers(tabno: i32, scan: &ScanCache) -> Vec<i64> {
+    let frozen = scan.world.as_deref();
     with_cache(tabno, |c| {
-        let mut out = Vec::with_capacity(6 + 3 * c.winner.len() + c.created_tids.len() + c.delta_pick.len() + c.hist_pick.len());
+        let w = frozen.unwrap_or(&c.world);
+        let mut out = Vec::with_capacity(6 + 3 * w.winner.len() + c.created_tids.len() + w.delta_pick.len() + c.hist_pick.len());
         out.push(c.world_num as i64);
         out.push(c.world_version);
-        out.push(c.winner.len() as i64);
-        for (k, (dseq, del)) in &c.winner {
+        out.push(w.winner.len() as i64);
+        for (k, (dseq, del)) in &w.winner {
             let Key::I(k) = k else { return Vec::new() }; // integer keys only (the world scan's tables)
             out.extend([*k, *dseq, *del as i64]);
         }
         out.push(c.created_tids.len() as i64);
         out.extend(c.created_tids.iter().map(|t| *t as i64));
-        out.push(c.delta_pick.len() as i64);
-        out.extend(c.delta_pick.iter().copied());
+        out.push(w.delta_pick.len() as i64);
+        out.extend(w.delta_pick.iter().copied());
         out.push(c.hist_pick.len() as i64);
         out.extend(c.hist_pick.iter().copied());
         out
@@ -958,29 +1001,27 @@ pub fn import_from_leader(tabno: i32, data: &[i64]) {
     let mut it = data.iter().copied();
     let mut next = || it.next().unwrap_or(0);
     let mut cache = TableCache { world_num: next() as i32, world_version: next(), ..Default::default() };
+    let mut part = WorldPart::default();
     for _ in 0..next() {
         let (k, dseq, del) = (next(), next(), next() != 0);
-        cache.winner.insert(Key::I(k), (dseq, del));
+        part.winner.insert(Key::I(k), (dseq, del));
     }
     for _ in 0..next() {
         cache.created_tids.insert(next() as u64);
     }
     for _ in 0..next() {
-        cache.delta_pick.insert(next());
+        part.delta_pick.insert(next());
     }
     for _ in 0..next() {
         cache.hist_pick.insert(next());
     }
-    cache.winner_bits = KeyBits::of(&cache.winner);
+    part.winner_bits = KeyBits::of(&part.winner);
+    cache.world = Rc::new(part);
     cache.checked_gen = exec_gen();
     cache.sig = snapshot_signature();
     CACHES.with(|c| c.borrow_mut().insert(tabno, Box::new(cache)));
 }
 
-/// Can the world have rows beyond main's table: (delta rows, before-images)?
-pub fn rows_beyond_main(tabno: i32) -> (bool, bool) {
-    with_cache(tabno, |c| (!c.delta_pick.is_empty(), !c.hist_pick.is_empty()))
-}
 
 // ---- visibility functions, called per row from the overlay views (raw V1 functions: the hot path) ----
 
@@ -1030,7 +1071,7 @@ pub unsafe extern "C-unwind" fn worlds_delta_visible(fcinfo: pg_sys::FunctionCal
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let dseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2).value() as i64;
-        pg_sys::Datum::from(with_cache(tabno, |c| c.delta_pick.contains(&dseq)))
+        pg_sys::Datum::from(with_cache(tabno, |c| c.world.delta_pick.contains(&dseq)))
     }
 }
 
@@ -1042,10 +1083,10 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
             if !c.hist_pick.contains(&hseq) {
                 return false;
             }
-            if !c.hidden_tids.is_empty() {
+            if !c.world.hidden_tids.is_empty() {
                 // a table without a key passes the physical row's tid as its key
                 if let Some(Key::T(tid)) = arg_key(fcinfo, 2, int_key) {
-                    return !c.hidden_tids.contains(&parse_tid(&tid));
+                    return !c.world.hidden_tids.contains(&parse_tid(&tid));
                 }
             }
             c.sees_history(hseq, || arg_key(fcinfo, 2, int_key))

@@ -368,10 +368,12 @@ fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, o
     write_version_with(layout, world, desc, old, true, KeyCheck::Unchanged, vec![(column.to_string(), target)]);
     CACHES.with(|c| {
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
+            // (copied first when a scan still reads the part as it was)
+            let w = std::rc::Rc::make_mut(&mut t.world);
             if by_tid {
-                t.hidden_tids.insert(unsafe { super::overlay::tid_of_datum(identity.tid) });
+                w.hidden_tids.insert(unsafe { super::overlay::tid_of_datum(identity.tid) });
             } else {
-                t.delta_pick.remove(&identity.seq);
+                w.delta_pick.remove(&identity.seq);
             }
         }
     });
@@ -617,7 +619,7 @@ fn write_version_with(
             // and the version this backend's cache showed the statement is that latest one: a cache behind
             // the world (seen under concurrent writers) must fail the statement, not lose an update
             if let Some((now, _, Some(key))) = &latest {
-                let shown = with_cache(layout.tabno, |c| c.winner.get(key).map(|v| v.0));
+                let shown = with_cache(layout.tabno, |c| c.world.winner.get(key).map(|v| v.0));
                 if shown != Some(*now) {
                     raise(
                         "40001",
@@ -691,18 +693,20 @@ fn write_version_with(
     // keep this backend's view of the world current without a rebuild
     CACHES.with(|c| {
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
+            // (copied first when a scan still reads the part as it was: a cursor open over the table)
+            let w = std::rc::Rc::make_mut(&mut t.world);
             match key {
                 Some(k) => {
-                    if let Some((old, _)) = t.set_winner(k, (dseq, del)) {
-                        t.delta_pick.remove(&old);
+                    if let Some((old, _)) = w.set_winner(k, (dseq, del)) {
+                        w.delta_pick.remove(&old);
                     }
                     if !del {
-                        t.delta_pick.insert(dseq);
+                        w.delta_pick.insert(dseq);
                     }
                 }
                 None => {
                     if !del {
-                        t.delta_pick.insert(dseq);
+                        w.delta_pick.insert(dseq);
                     }
                 }
             }
