@@ -211,6 +211,9 @@ UPDATE gen_items SET amount = 5;
 UPDATE gen_items SET id = 9;
 INSERT INTO gen_items (qty, price, amount) VALUES (3, 3, DEFAULT), (4, 4, DEFAULT) RETURNING qty, amount;
 INSERT INTO gen_items (id, qty, price) OVERRIDING SYSTEM VALUE VALUES (60, 1, 7) RETURNING *;
+-- OVERRIDING USER VALUE: the given ids are ignored, the identity's next values are used (as in main)
+INSERT INTO gen_items (id, qty, price) OVERRIDING USER VALUE VALUES (100, 1, 2), (101, 2, 2) RETURNING qty, id > 1 AS generated_id, id < 100 AS not_given;
+INSERT INTO gen_items (id, qty, price) OVERRIDING USER VALUE SELECT 200, 5, 5 RETURNING qty, id < 100 AS not_given;
 UPDATE gen_items SET qty = 3, amount = DEFAULT WHERE id = 1 RETURNING *;
 RESET worlds.world;
 -- lastval() after an INSERT in a world is the id just inserted (drivers read it: PDO's lastInsertId)

@@ -75,3 +75,12 @@ SELECT * FROM inv ORDER BY id;
 SELECT d->>'id' AS id, d->>'change' AS change, d->'after' AS after FROM worlds.sql('diff world w') d ORDER BY (d->>'id')::int;
 -- in main, ON CONFLICT DO UPDATE is Postgres's own
 INSERT INTO inv VALUES (1, 'apple', 1) ON CONFLICT (id) DO UPDATE SET qty = inv.qty + excluded.qty RETURNING *;
+-- DO NOTHING skips a row whose key the same statement inserted before, as Postgres does
+RESET worlds.world;
+CREATE TABLE dn (id int PRIMARY KEY, body text);
+SELECT * FROM worlds.sql('create world dn_w');
+SET worlds.world = dn_w;
+INSERT INTO dn VALUES (7, 'a'), (7, 'b') ON CONFLICT (id) DO NOTHING;
+INSERT INTO dn VALUES (8, 'a'), (8, 'b') ON CONFLICT DO NOTHING RETURNING *;
+SELECT * FROM dn ORDER BY id;
+RESET worlds.world;

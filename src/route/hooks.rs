@@ -527,6 +527,24 @@ unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: pg_sys::Oid)
         let insert = (*query).commandType == pg_sys::CmdType::CMD_INSERT;
         let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
         let desc = (*rel).rd_att;
+        if insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_USER_VALUE {
+            // the values given for identity columns are ignored: the columns get their defaults, as the
+            // rewriter does for the table itself (which no longer is the target once routed)
+            let tlist = (*query).targetList;
+            let mut kept: *mut pg_sys::List = std::ptr::null_mut();
+            for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
+                let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+                let attno = (*tle).resno as i32;
+                let identity = !(*tle).resjunk
+                    && attno > 0
+                    && attno <= (*desc).natts
+                    && (*(*desc).attrs.as_ptr().add(attno as usize - 1)).attidentity != 0;
+                if !identity {
+                    kept = pg_sys::lappend(kept, tle as *mut std::ffi::c_void);
+                }
+            }
+            (*query).targetList = kept;
+        }
         let tlist = (*query).targetList;
         let mut refused: Option<(String, bool)> = None;
         for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {

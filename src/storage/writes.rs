@@ -71,6 +71,9 @@ fn _overlay_write<'a>(
             if on_conflict_nothing && (key_exists(&layout, view_desc, old) || {
                 let (names, args) = row_args(view_desc, old);
                 unique_clash(&layout, &names, &args).is_some()
+                    // a row this same statement inserted before (the statement's snapshot doesn't see it;
+                    // Postgres's conflict check does)
+                    || (layout.key_kind != b'r' && serialize_key(&layout, &world, &names, &args).1.is_some_and(|(_, del, _)| !del))
             }) {
                 return Ok(None);
             }
