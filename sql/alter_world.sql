@@ -24,6 +24,17 @@ SELECT count(*) FROM worlds.alter_world('short_lived', ttl => '1 millisecond');
 SELECT count(*) FROM worlds.alter_world('has_forks', ttl => '1 millisecond');
 SELECT pg_sleep(0.01);
 SELECT name FROM worlds.show_worlds() ORDER BY name;
+-- a world past its TTL can't be switched to, altered or merged: it is discarded first
+SELECT * FROM worlds.sql('create world ttl_sw');
+SELECT * FROM worlds.sql('create world ttl_alt');
+SELECT * FROM worlds.sql('create world ttl_mg');
+SELECT count(*) FROM worlds.alter_world('ttl_sw', ttl => '1 millisecond');
+SELECT count(*) FROM worlds.alter_world('ttl_alt', ttl => '1 millisecond');
+SELECT count(*) FROM worlds.alter_world('ttl_mg', ttl => '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT try($$select * from worlds.sql('switch world ttl_sw')$$);
+SELECT try($$select * from worlds.sql('alter world ttl_alt set ttl ''1 day''')$$);
+SELECT try($$select * from worlds.sql('merge world ttl_mg')$$);
 -- a TTL that has already passed is refused (22023), nothing changed
 SELECT try($$select * from worlds.sql('alter world agent_7 set ttl ''-1 second''')$$);
 SELECT try($$select * from worlds.sql('alter world agent_7 set ttl ''0''')$$);

@@ -23,6 +23,11 @@ SELECT * FROM w ORDER BY name;
 
 -- errors: 42710 exists; 3D000 no such source; 22P02 META isn't JSON; 22023 reserved keys, run keys, size
 SELECT try($$select * from worlds.sql('create world agent_7')$$);
+-- names only of spaces, of the form of a world ID, too long, or null: 42602 / 42622
+SELECT try($$select * from worlds.sql('create world " "')$$);
+SELECT try($$select * from worlds.sql('create world "w000021-b61d96dab5"')$$);
+SELECT try(format('select * from worlds.sql(%L)', format('create world %s', repeat('n', 1025))));
+SELECT try($$select worlds.create_world(NULL)$$);
 SELECT try($$select * from worlds.sql('create world x from nope')$$);
 SELECT try($$select * from worlds.sql('create world x meta ''not json''')$$);
 SELECT try($$select * from worlds.sql('create world x with (_worlds_secret = 1)')$$);

@@ -11,6 +11,16 @@ pub fn check_world_name(name: &str) -> Result<(), (&'static str, String)> {
     if name.is_empty() {
         return Err(("42602", "a world name can't be empty".into()));
     }
+    if name.trim().is_empty() {
+        return Err(("42602", "a world name can't be only spaces".into()));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(("42622", format!("world name is {} bytes long; at most {MAX_NAME_BYTES}", name.len())));
+    }
+    if looks_like_id(name) {
+        // an ID works wherever a name does: a name of that form would be read as another world's ID
+        return Err(("42602", format!("world name {} has the form of a world ID, which names can't take", quoted(name))));
+    }
     if name.contains('@') {
         return Err((
             "42602",
@@ -28,6 +38,16 @@ pub fn check_world_name(name: &str) -> Result<(), (&'static str, String)> {
         return Err(("42939", format!("world name {} is reserved: it is one of MERGE's own words", quoted(name))));
     }
     Ok(())
+}
+
+/// Names are compared and indexed whole; past this a name is almost surely a mistake.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// The form of a world's ID: `w`, six hex digits (its number), `-`, ten hex digits.
+fn looks_like_id(name: &str) -> bool {
+    let b = name.as_bytes();
+    let hex = |s: &[u8]| s.iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+    b.len() == 18 && b[0] == b'w' && b[7] == b'-' && hex(&b[1..7]) && hex(&b[8..])
 }
 
 /// The name in double quotes, as SQL would write it, so the message shows it unambiguously.
@@ -100,6 +120,18 @@ mod tests {
             check_world_name("ours"),
             Err(("42939", "world name \"ours\" is reserved: it is one of MERGE's own words".to_string()))
         );
+    }
+
+    #[test]
+    fn blank_long_and_id_shaped_names_are_refused() {
+        assert_eq!(check_world_name("   ").unwrap_err().0, "42602");
+        assert_eq!(check_world_name(&"x".repeat(MAX_NAME_BYTES + 1)).unwrap_err().0, "42622");
+        assert!(check_world_name(&"x".repeat(MAX_NAME_BYTES)).is_ok());
+        assert_eq!(check_world_name("w000021-b61d96dab5").unwrap_err().0, "42602");
+        // near misses are ordinary names
+        assert!(check_world_name("w000021-b61d96dab").is_ok());
+        assert!(check_world_name("w00002g-b61d96dab5").is_ok());
+        assert!(check_world_name(" padded ").is_ok());
     }
 
     #[test]

@@ -121,7 +121,12 @@ DECLARE
     cap integer := current_setting('worlds.max_worlds')::integer;
 BEGIN
     PERFORM worlds._refuse_in_transaction('CREATE WORLD');
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'a world name can''t be null' USING ERRCODE = 'invalid_name';
+    END IF;
     PERFORM worlds._check_world_name(name);
+    -- one create at a time: two concurrent ones could both pass the name and max_worlds checks
+    PERFORM pg_advisory_xact_lock(hashtext('pg_worlds: create world'));
     meta := worlds._checked_meta(meta);
     PERFORM worlds._expire();
     source := coalesce(source, current_setting('worlds.world'));
@@ -161,6 +166,8 @@ DECLARE
     w worlds.world;
 BEGIN
     PERFORM worlds._refuse_in_transaction('SWITCH WORLD');
+    -- a world past its TTL is discarded before anyone switches into it
+    PERFORM worlds._expire();
     IF position('@' IN name) > 0 THEN
         -- a world as it was: the session reads the past, read only
         PERFORM worlds._moment_of(name);
@@ -234,6 +241,7 @@ DECLARE
     target text := alter_world.name;
 BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER WORLD');
+    PERFORM worlds._expire();
     w := worlds._resolve(target);
     IF w.num = 0 AND (ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL) THEN
         RAISE EXCEPTION 'main cannot expire or be pinned' USING ERRCODE = 'invalid_parameter_value';

@@ -33,6 +33,10 @@ pub struct WorldRow {
 }
 
 pub fn resolve_world(name: &str) -> WorldRow {
+    // a world past its TTL is discarded first: it can't be merged, rebased or diffed any more
+    if unsafe { !pg_sys::XactReadOnly } {
+        Spi::run("SELECT worlds._expire()").ok();
+    }
     let row = Spi::connect(|c| {
         c.select(
             "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
