@@ -214,6 +214,13 @@ INSERT INTO gen_items (id, qty, price) OVERRIDING SYSTEM VALUE VALUES (60, 1, 7)
 -- OVERRIDING USER VALUE: the given ids are ignored, the identity's next values are used (as in main)
 INSERT INTO gen_items (id, qty, price) OVERRIDING USER VALUE VALUES (100, 1, 2), (101, 2, 2) RETURNING qty, id > 1 AS generated_id, id < 100 AS not_given;
 INSERT INTO gen_items (id, qty, price) OVERRIDING USER VALUE SELECT 200, 5, 5 RETURNING qty, id < 100 AS not_given;
+-- COPY sets an identity GENERATED ALWAYS as given (as COPY into the table does); a generated column named
+-- in its list is 42P10
+COPY gen_items (id, qty, price) FROM STDIN;
+300	1	3
+\.
+SELECT id, qty, amount FROM gen_items WHERE id = 300;
+SELECT try($$copy gen_items (id, amount) from program 'echo 1,2' with (format csv)$$);
 UPDATE gen_items SET qty = 3, amount = DEFAULT WHERE id = 1 RETURNING *;
 RESET worlds.world;
 -- lastval() after an INSERT in a world is the id just inserted (drivers read it: PDO's lastInsertId)

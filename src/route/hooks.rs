@@ -1514,8 +1514,12 @@ unsafe fn copy_from_into_world(
         let rel = pg_sys::relation_open(relid, pg_sys::AccessShareLock as i32);
         let desc = (*rel).rd_att;
         let mut all: Vec<(String, String)> = Vec::new();
+        let mut generated: Vec<String> = Vec::new();
         for i in 0..(*desc).natts as usize {
             let att = &*(*desc).attrs.as_ptr().add(i);
+            if !att.attisdropped && att.attgenerated != 0 {
+                generated.push(name(att.attname.data.as_ptr()));
+            }
             if att.attisdropped || att.attgenerated != 0 {
                 continue;
             }
@@ -1531,6 +1535,14 @@ unsafe fn copy_from_into_world(
             (0..(*l).length)
                 .map(|i| {
                     let c = name((*(pg_sys::list_nth(l, i) as *mut pg_sys::String)).sval);
+                    if generated.contains(&c) {
+                        crate::api::raise_with(
+                            "42P10",
+                            format!("column \"{c}\" is a generated column"),
+                            Some("Generated columns cannot be used in COPY.".into()),
+                            None,
+                        );
+                    }
                     all.iter().find(|(n, _)| *n == c).cloned().unwrap_or_else(|| {
                         raise("42703", format!("column \"{c}\" of relation \"{}\" does not exist", relation_name(relid)))
                     })
@@ -1559,7 +1571,8 @@ unsafe fn copy_from_into_world(
             Some(prev) => pg_guard_ffi_boundary(|| prev(staged_stmt, query_string, false, context, params, query_env, dest, qc)),
             None => pg_sys::standard_ProcessUtility(staged_stmt, query_string, false, context, params, query_env, dest, qc),
         }
-        pgrx::Spi::run(&format!("INSERT INTO {table} ({list}) SELECT {list} FROM pg_temp.{staging}"))
+        // (COPY sets identity columns GENERATED ALWAYS as it is given them, as into the table itself)
+        pgrx::Spi::run(&format!("INSERT INTO {table} ({list}) OVERRIDING SYSTEM VALUE SELECT {list} FROM pg_temp.{staging}"))
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         pgrx::Spi::run(&format!("DROP TABLE pg_temp.{staging}")).ok();
     }
