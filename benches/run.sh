@@ -346,7 +346,7 @@ if [ $OWN_CLUSTER = yes ]; then
   # fewer forced checkpoints in the middle of a measurement (loading 1M-row tables fills 1 GB of WAL fast)
   sql postgres -c "alter system set max_wal_size = '8GB'" -c "select pg_reload_conf()" >/dev/null
 fi
-sql postgres -c "show shared_preload_libraries" | grep -q pg_worlds \
+grep -q pg_worlds <<<"$(sql postgres -c "show shared_preload_libraries")" \
   || { echo "bench: cluster $CLUSTER does not preload pg_worlds" >&2; exit 1; }
 echo "bench: $MODE run on cluster $CLUSTER, $REPS repetition(s)"
 

@@ -8,7 +8,7 @@ PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 need_pkgs=()
 for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang pkg-config sudo; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
+  grep -q 'install ok installed' <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "setup: installing ${need_pkgs[*]}"
@@ -18,7 +18,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
+if ! grep -q "$PGRX_VERSION" <<<"$(cargo pgrx --version 2>/dev/null)"; then
   echo "setup: installing cargo-pgrx $PGRX_VERSION (a few minutes, once per machine)"
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi

@@ -250,10 +250,10 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
                     Tok::Sym('$')
                 }
             },
-            c if c.is_ascii_digit() => {
+            c if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
                 i = digits(b, i);
-                // Decimals only when a digit follows the dot, so `1.` stays a number and a dot.
-                if b.get(i) == Some(&b'.') && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                // decimals, as SQL writes them: 1.5, .5, and 5. (a dot not followed by a name)
+                if b.get(i) == Some(&b'.') && !b.get(i + 1).is_some_and(|&c| is_word_start(c)) {
                     i = digits(b, i + 1);
                 }
                 // an exponent, as SQL writes numbers: 1e3, 2.5E-4
@@ -725,10 +725,17 @@ impl Parser<'_> {
 
     fn meta_value(&mut self) -> Parsed<MetaValue> {
         let minus = self.eat_sym('-');
+        let plus = !minus && self.eat_sym('+');
         let t = self.next();
         match &t.tok {
-            Tok::Num(n) => Ok(MetaValue::Number(if minus { format!("-{n}") } else { n.clone() })),
-            _ if minus => Err(self.syntax_error(&t)),
+            Tok::Num(n) => {
+                // as JSON writes it: .5 is 0.5, 5. is 5
+                let n = n.strip_suffix('.').unwrap_or(n);
+                let n = if n.starts_with('.') { format!("0{n}") } else { n.to_string() };
+                let n = n.replace(".e", "e").replace(".E", "E");
+                Ok(MetaValue::Number(if minus { format!("-{n}") } else { n }))
+            }
+            _ if minus || plus => Err(self.syntax_error(&t)),
             Tok::Str(s) => Ok(MetaValue::Text(s.clone())),
             Tok::Word(w) if w == "true" => Ok(MetaValue::Bool(true)),
             Tok::Word(w) if w == "false" => Ok(MetaValue::Bool(false)),
@@ -1094,6 +1101,15 @@ mod tests {
     }
 
     // ---- the spec's examples, verbatim ----
+
+    #[test]
+    fn with_numbers_as_sql_writes_them() {
+        assert_eq!(ok("create world a with (n = .5)"), create("a", None, with(&[("n", num("0.5"))])));
+        assert_eq!(ok("create world a with (n = 5.)"), create("a", None, with(&[("n", num("5"))])));
+        assert_eq!(ok("create world a with (n = +5)"), create("a", None, with(&[("n", num("5"))])));
+        assert_eq!(ok("create world a with (n = -.5e2)"), create("a", None, with(&[("n", num("-0.5e2"))])));
+        assert!(parse("create world a with (n = +x)").is_err());
+    }
 
     #[test]
     fn with_numbers_take_exponents() {

@@ -20,11 +20,11 @@ rc=$?
 set -e
 echo "$out" | sed 's/^/    | /'
 [ $rc -ne 0 ] || fail "CREATE EXTENSION pg_worlds succeeded without shared_preload_libraries"
-echo "$out" | grep -q "^ERROR:  55000: .*shared_preload_libraries" \
+grep -q "^ERROR:  55000: .*shared_preload_libraries" <<<"$out" \
   || bad "expected 'ERROR:  55000: ...shared_preload_libraries...', got: $out"
-echo "$out" | grep -q "^ERROR:  55000: pg_worlds must be loaded via shared_preload_libraries" \
+grep -q "^ERROR:  55000: pg_worlds must be loaded via shared_preload_libraries" <<<"$out" \
   || bad "expected message 'pg_worlds must be loaded via shared_preload_libraries', got: $out"
-echo "$out" | grep -q "^HINT:  .*shared_preload_libraries" \
+grep -q "^HINT:  .*shared_preload_libraries" <<<"$out" \
   || bad "expected a HINT line naming shared_preload_libraries, got: $out"
 
 echo "check: the failed CREATE EXTENSION left nothing behind (no extension, no schemas worlds/worlds_data)"

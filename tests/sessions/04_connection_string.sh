@@ -49,7 +49,7 @@ rc=$?
 set -e
 echo "$out" | sed 's/^/    | /'
 [ $rc -ne 0 ] || bad "reading t in a world that does not exist succeeded: $out"
-echo "$out" | grep -q "3D000" || bad "expected SQLSTATE 3D000 for an unknown world, got: $out"
+grep -q "3D000" <<<"$out" || bad "expected SQLSTATE 3D000 for an unknown world, got: $out"
 
 echo "check: a prepared statement re-routes when the session switches world"
 out=$($PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 <<'SQL'

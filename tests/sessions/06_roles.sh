@@ -43,7 +43,7 @@ ok() { # ok WHAT EXPECTED ROLE WORLD SQL...: must succeed with that output
 denied() { # denied WHAT ROLE WORLD SQL...: must fail with 42501, "permission denied"
   local what=$1 out; shift
   if out=$(as "$@"); then bad "$what: expected 42501, but it succeeded: $out"; return; fi
-  if echo "$out" | grep -q "ERROR:  42501: permission denied"; then
+  if grep -q "ERROR:  42501: permission denied" <<<"$out"; then
     echo "  ok   $what -> $(echo "$out" | grep -m1 ERROR)"
   else bad "$what: expected 'ERROR:  42501: permission denied...', got: $out"; fi
 }
@@ -77,7 +77,7 @@ denied "nobody: update t in w1" nobody w1 "update t set v = 0"
 denied "nobody: select from the overlay view" nobody w1 "select * from $OVERLAY"
 denied "nobody: select from the delta table" nobody w1 "select * from $DELTA"
 out=$(as nobody w1 "select * from t" || true)
-echo "$out" | grep -q 'permission denied for table t' \
+grep -q 'permission denied for table t' <<<"$out" \
   || bad "nobody's error in w1 should name table t (as main does), got: $out"
 
 echo "check: column privileges: nobody gets SELECT (id) only"
@@ -96,13 +96,13 @@ echo "check: row-level security: a world never shows a role rows main would hide
 rls() { # rls WHAT EXPECTED ROLE WORLD SQL...: that output, or a 0A000 refusal
   local what=$1 want=$2 out; shift 2
   if out=$(as "$@"); then expect "$what" "$out" "$want"
-  elif echo "$out" | grep -q "ERROR:  0A000:"; then echo "  ok   $what -> refused: $(echo "$out" | grep -m1 ERROR)"; RLS_REFUSED=1
+  elif grep -q "ERROR:  0A000:" <<<"$out"; then echo "  ok   $what -> refused: $(echo "$out" | grep -m1 ERROR)"; RLS_REFUSED=1
   else bad "$what: expected '$want' or a 0A000 refusal, got: $out"; fi
 }
 policy_refuses() { # policy_refuses WHAT ROLE WORLD SQL: fails with Postgres's row-level security error (42501)
   local what=$1 out; shift
   if out=$(as "$@"); then bad "$what: should fail the policy (42501), but succeeded"
-  elif echo "$out" | grep -q "ERROR:  42501: new row violates row-level security policy"; then
+  elif grep -q "ERROR:  42501: new row violates row-level security policy" <<<"$out"; then
     echo "  ok   $what -> $(echo "$out" | grep -m1 ERROR)"
   else bad "$what: expected 42501 row-level security, got: $out"; fi
 }
@@ -130,7 +130,7 @@ else
   rls "app: another role's row in w1" "0" app w1 "select count(*) from docs where owner <> current_user"
   if out=$(as app w1 "insert into docs values (5, 'nobody', 'x')"); then
     bad "app: inserting another role's row into docs in w1 succeeded (the policy would refuse it in main)"
-  elif echo "$out" | grep -qE "ERROR:  (0A000|42501):"; then
+  elif grep -qE "ERROR:  (0A000|42501):" <<<"$out"; then
     echo "  ok   app: insert another role's row into docs in w1 -> $(echo "$out" | grep -m1 ERROR)"
   else bad "app: insert another role's row into docs in w1: expected 0A000 or 42501, got: $out"; fi
 fi
