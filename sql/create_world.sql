@@ -35,6 +35,12 @@ SELECT try($$select * from worlds.sql('create world x with (_sonos_x = 1)')$$);
 SELECT try($$select * from worlds.sql('create world x meta ''{"_sonos": 1}''')$$);
 SELECT try($$select * from worlds.sql('create world x with (run_id = 5)')$$);
 SELECT try(format('select worlds.create_world(%L, meta => %L)', 'big', jsonb_build_object('pad', repeat('x', 70000))));
+-- the limit counts the JSON as written (compact): 6000 keys in 60001 bytes pass, though jsonb prints them
+-- in 72000
+SELECT try(format('select * from worlds.sql(%L)', format('create world many_keys meta %L',
+       '{' || (SELECT string_agg(format('"%s":1', lpad(g::text, 4, '0')), ',') FROM generate_series(1, 6000) g) || '}')));
+SELECT count(*) AS keys FROM worlds.show_worlds() s, jsonb_object_keys(s.meta) WHERE s.name = 'many_keys';
+SELECT worlds.drop_world('many_keys');
 -- names: a dash needs quotes (42601); empty or @ (42602); _tx_ and MERGE's own words (42939)
 SELECT try($$select * from worlds.sql('create world task-1')$$);
 SELECT try($$select * from worlds.sql('create world ""')$$);

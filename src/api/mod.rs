@@ -40,6 +40,13 @@ fn _check_world_name(name: &str) {
     }
 }
 
+/// The size of metadata as compact JSON (as a user writes it, without the spaces jsonb's text output puts
+/// after every `:` and `,`): what the 64 KB limit counts.
+#[pg_extern(immutable, parallel_safe)]
+fn _json_size(meta: pgrx::JsonB) -> i64 {
+    serde_json::to_string(&meta.0).map(|s| s.len() as i64).unwrap_or(0)
+}
+
 /// CREATE/FORK/DROP/SWITCH/MERGE/REBASE/ALTER WORLD ... are not allowed between BEGIN and COMMIT (25001).
 pub fn refuse_in_transaction(statement: &str) {
     // an explicit BEGIN (seen by the utility hook), or an implicit multi-statement block; a plpgsql

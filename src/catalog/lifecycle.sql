@@ -58,8 +58,8 @@ BEGIN
             RAISE EXCEPTION 'metadata key "%" must be text', k USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
-    IF octet_length(meta::text) > 65536 THEN
-        RAISE EXCEPTION 'world metadata is % bytes as JSON; at most 64 KB', octet_length(meta::text)
+    IF worlds._json_size(meta) > 65536 THEN
+        RAISE EXCEPTION 'world metadata is % bytes as JSON; at most 64 KB', worlds._json_size(meta)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN meta;
