@@ -326,19 +326,6 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn on_subxact(
-    event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    // before the subtransaction's relations leave the relcache (those it created are removed)
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        close_targets();
-    }
-}
-
 /// An index may have been added to a storage relation: reopen before the next insert.
 pub fn on_relcache_invalidation() {
     TARGETS_STALE.with(|s| s.set(true));
@@ -347,6 +334,5 @@ pub fn on_relcache_invalidation() {
 pub fn register_callbacks() {
     unsafe {
         pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
-        pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
     }
 }

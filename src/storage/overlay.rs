@@ -189,6 +189,8 @@ unsafe extern "C-unwind" fn on_subxact(
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         forget_all();
+        // before the subtransaction's relations leave the relcache (those it created are removed)
+        super::capture::close_targets();
     }
 }
 
