@@ -587,6 +587,14 @@ struct Written {
     generated: Vec<Option<pg_sys::Datum>>,
 }
 
+/// A version of a row in a world, for an error's DETAIL: its number, or main's row when the world has none.
+fn version_words(dseq: Option<i64>) -> String {
+    match dseq {
+        Some(v) => format!("world version {v}"),
+        None => "main's row".to_string(),
+    }
+}
+
 fn write_version(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple, del: bool, check: KeyCheck) -> Written {
     write_version_with(layout, world, desc, tuple, del, check, Vec::new())
 }
@@ -614,9 +622,15 @@ fn write_version_with(
         } else if check == KeyCheck::Unchanged && seen != latest.as_ref().map(|(dseq, _, _)| *dseq) {
             // the row this statement read was changed by a concurrent session in the same world since:
             // like REPEATABLE READ, refuse rather than lose that update (retry the transaction)
-            raise(
+            crate::api::raise_with(
                 "40001",
                 format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+                Some(format!(
+                    "The statement read the row as {}; the world's latest version of it is {}.",
+                    version_words(seen),
+                    version_words(latest.as_ref().map(|l| l.0))
+                )),
+                None,
             );
         } else if check == KeyCheck::Unchanged {
             // and the version this backend's cache showed the statement is that latest one: a cache behind
@@ -624,9 +638,15 @@ fn write_version_with(
             if let Some((now, _, Some(key))) = &latest {
                 let shown = with_cache(layout.tabno, |c| c.world.winner.get(key).map(|v| v.0));
                 if shown != Some(*now) {
-                    raise(
+                    crate::api::raise_with(
                         "40001",
                         format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+                        Some(format!(
+                            "This session's view of the world showed the row as {}; its latest version is {}.",
+                            version_words(shown),
+                            version_words(Some(*now))
+                        )),
+                        None,
                     );
                 }
             }
