@@ -111,7 +111,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
                     route_query(inner);
                 }
             }
-        } else if reads_relations(query) && routing_active() && overlay::routing_world().is_some() {
+        } else if routing_active() && reads_relations(query) && overlay::routing_world().is_some() {
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 super::merge_command::remember(pstate, query);
             }

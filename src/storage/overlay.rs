@@ -900,10 +900,8 @@ impl ScanCache {
 
     /// The table's cache made current for this statement, its world part kept from now on.
     pub fn freeze(tabno: i32) -> Self {
-        let mut held = ScanCache::none();
-        held.world = Some(with_cache(tabno, |c| c.world.clone()));
-        held.retake(tabno);
-        held
+        let (world, cache) = with_cache(tabno, |c| (c.world.clone(), c as *const TableCache));
+        ScanCache { cache, gen: exec_gen(), epoch: EPOCH.with(|e| e.get()), world: Some(world) }
     }
 
     /// The main part, made current for this statement.

@@ -362,10 +362,7 @@ fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, o
     let again = unsafe { pgrx::datum::DatumWithOid::new_from_datum(target.datum(), target.oid()) };
     let removed = as_internal(|| Spi::connect_mut(|c| c.update(&taken, None, &[world.num.into(), again]).map(|r| !r.is_empty()).unwrap_or(false)));
     if removed {
-        raise(
-            "40001",
-            format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
-        );
+        raise_conflict(layout, world, "Another session of the world removed the row since this statement read it.".into());
     }
     let column = if by_tid { "_w_base_tid" } else { "_w_of" };
     write_version_with(layout, world, desc, old, true, KeyCheck::Unchanged, vec![(column.to_string(), target)]);
@@ -587,6 +584,16 @@ struct Written {
     generated: Vec<Option<pg_sys::Datum>>,
 }
 
+/// 40001 for a write that met a concurrent session's version of the row (the DETAIL says which).
+fn raise_conflict(layout: &Layout, world: &World, detail: String) -> ! {
+    crate::api::raise_with(
+        "40001",
+        format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+        Some(detail),
+        None,
+    )
+}
+
 /// A version of a row in a world, for an error's DETAIL: its number, or main's row when the world has none.
 fn version_words(dseq: Option<i64>) -> String {
     match dseq {
@@ -622,15 +629,14 @@ fn write_version_with(
         } else if check == KeyCheck::Unchanged && seen != latest.as_ref().map(|(dseq, _, _)| *dseq) {
             // the row this statement read was changed by a concurrent session in the same world since:
             // like REPEATABLE READ, refuse rather than lose that update (retry the transaction)
-            crate::api::raise_with(
-                "40001",
-                format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
-                Some(format!(
+            raise_conflict(
+                layout,
+                world,
+                format!(
                     "The statement read the row as {}; the world's latest version of it is {}.",
                     version_words(seen),
                     version_words(latest.as_ref().map(|l| l.0))
-                )),
-                None,
+                ),
             );
         } else if check == KeyCheck::Unchanged {
             // and the version this backend's cache showed the statement is that latest one: a cache behind
@@ -638,15 +644,14 @@ fn write_version_with(
             if let Some((now, _, Some(key))) = &latest {
                 let shown = with_cache(layout.tabno, |c| c.world.winner.get(key).map(|v| v.0));
                 if shown != Some(*now) {
-                    crate::api::raise_with(
-                        "40001",
-                        format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
-                        Some(format!(
+                    raise_conflict(
+                        layout,
+                        world,
+                        format!(
                             "This session's view of the world showed the row as {}; its latest version is {}.",
                             version_words(shown),
                             version_words(Some(*now))
-                        )),
-                        None,
+                        ),
                     );
                 }
             }
