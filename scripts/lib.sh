@@ -71,6 +71,7 @@ install_extension() {
   local mode=--debug profile=debug
   [ "${1:-}" = --release ] && { mode=; profile=release; }
   local pkg="$ROOT/target/$profile/pg_worlds-pg15"
+  mkdir -p "$RUN_DIR"
   (cd "$ROOT" && cargo pgrx package $mode --pg-config "$PG_CONFIG" >"$RUN_DIR/install.log" 2>&1) || { tail -40 "$RUN_DIR/install.log"; return 1; }
   local libdir sharedir
   libdir=$($PG_CONFIG --pkglibdir); sharedir=$($PG_CONFIG --sharedir)

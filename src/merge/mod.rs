@@ -216,44 +216,63 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                 .collect()
         })
     } else {
-        let kcols = layout.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-        // after the world's own last partial merge of the row (only worlds partly merged before have one)
-        let after_own_merge = if partly_merged(world) {
-            format!(
-                "h._w_hseq > coalesce((SELECT max(h2._w_hseq) FROM {history} h2 WHERE {} AND h2._w_src = $3), 0)",
-                key_match(layout, "h2", "o")
-            )
-        } else {
-            "$3::text IS NOT NULL".to_string()
+        let cols_of = |alias: &str| layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+        let kcols = cols_of("d");
+        let after_fork = |alias: &str| {
+            if snapshot.starts_with('@') {
+                format!("{alias}._w_at > substr($2, 2)::timestamptz")
+            } else {
+                format!("{alias}._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot({alias}._w_xid, $2::pg_snapshot)")
+            }
         };
-        let after_fork = if snapshot.starts_with('@') {
-            "h._w_at > substr($2, 2)::timestamptz"
-        } else {
-            "h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
-        };
-        let changed_since = format!("{} AND {after_fork} AND {after_own_merge}", key_match(layout, "h", "o"));
         // main didn't touch the table since the fork (the common case): base is theirs for every row, and
-        // the per-row look into history can go
+        // the look into history can go
         let main_changed = {
             // the same parameters as the gather below ($2: the fork point)
-            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {after_fork})");
+            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {})", after_fork("h"));
             Spi::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
         };
-        let history_entry = if main_changed {
-            format!("(SELECT jsonb_build_object('op', h._w_op::text, 'row', {hobj}) FROM {history} h WHERE {changed_since} ORDER BY h._w_hseq LIMIT 1)", hobj = json_object_expr("h", &cols))
+        // main's first change of each key since the fork, after the world's own last partial merge of it
+        // (only worlds partly merged before have one): one pass over history since the fork, joined to the
+        // world's rows by key (history has no index on the key: capture would pay for one on every write)
+        let (first_change, join_first, history_entry) = if main_changed {
+            let (own_join, own_filter) = if partly_merged(world) {
+                (
+                    format!(
+                        "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
+                        after_fork("h2"),
+                        key_match(layout, "own", "h"),
+                        h2 = cols_of("h2"),
+                    ),
+                    "h._w_hseq > coalesce(own.m, 0)".to_string(),
+                )
+            } else {
+                (String::new(), "$3::text IS NOT NULL".to_string())
+            };
+            (
+                format!(
+                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS e
+                             FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
+                    after_fork("h"),
+                    hk = cols_of("h"),
+                    hobj = json_object_expr("h", &cols),
+                ),
+                format!("LEFT JOIN f ON {}", key_match(layout, "f", "o")),
+                "f.e",
+            )
         } else {
-            "NULL::jsonb".to_string()
+            (String::new(), String::new(), "NULL::jsonb")
         };
         let sql = format!(
             "WITH o AS (
                 SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d._w_del AS del, {dobj} AS row
-                FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC)
+                FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
              SELECT o.k,
                     CASE WHEN o.del THEN NULL ELSE o.row END,
                     (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
                     {history_entry},
                     {kobj}
-             FROM o ORDER BY {okeys}",
+             FROM o {join_first} ORDER BY {okeys}",
             kobj = json_object_expr("o", &layout.key_columns),
             ktext = key_text_expr(layout, "d"),
             dobj = json_object_expr("d", &cols),

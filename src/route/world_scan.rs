@@ -6,9 +6,10 @@
 //! wraps each of its scan paths in a Custom Scan that
 //! - runs main's scan as planned and drops the rows the world doesn't see (the overlay cache's sets: rows
 //!   main created since the fork, by tid; keys the world's chain shadows), and
-//! - adds the rows the world has instead: its chain's delta rows and main's before-images, found through the
-//!   same index keys as main's scan when that scan is on the primary key (else read whole), filtered by the
-//!   relation's quals. With a key-ordered scan the two streams are merged in key order.
+//! - adds the rows the world has instead: its chain's delta rows, found through the same index keys as
+//!   main's scan when that scan is on the primary key (else read whole), and main's before-images, fetched
+//!   by the tids the overlay cache holds for them (those in main's key range), filtered by the relation's
+//!   quals. With a key-ordered scan the two streams are merged in key order.
 //!
 //! One relation is planned where the overlay view gave a three-branch append: planning was about half the
 //! time of a point read in a world. Used for tables with one integer key column, without row-level
@@ -703,6 +704,19 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                 }
                 pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
             };
+            if !side.is_delta {
+                // main's before-images, where the cache says they are (history has no index on the key):
+                // those in main's key range when its scan is on one, else all it picked
+                let (lo, hi) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)).unwrap_or((i64::MIN, i64::MAX));
+                for place in run.cache.history_rows_in(run.tabno, lo, hi) {
+                    let mut tid = overlay::unpack_tid(place);
+                    if pg_sys::table_tuple_fetch_row_version(side.rel, &mut tid, snapshot, side.slot) {
+                        consider(side.slot);
+                    }
+                }
+                pg_sys::ExecClearTuple(side.slot);
+                continue;
+            }
             match keys {
                 Some((index, scan_keys, n)) if !side.key_index.is_null() && same_operators(index, side.key_index) => {
                     let scan = pg_sys::index_beginscan(side.rel, side.key_index, snapshot, n, 0);
@@ -789,8 +803,8 @@ unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: boo
             crate::api::raise("XX000", format!("pg_worlds: storage of table {} is out of step with it", layout.table_name));
         }
         let key_index = match main_index {
-            Some(_) => key_index_of(rel, key_attno),
-            None => std::ptr::null_mut(),
+            Some(_) if is_delta => key_index_of(rel, key_attno),
+            _ => std::ptr::null_mut(),
         };
         let slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, pg_sys::table_slot_callbacks(rel));
         Side { rel, key_index, slot, map, seq_attno, key_attno, is_delta }

@@ -54,6 +54,9 @@ pub struct Layout {
     pub delta_name: String,
     pub overlay_name: String,
     pub sequence_name: String,
+    /// the two tables behind history_name: main's before-images (updates, deletes) and its inserts
+    pub before_images_name: String,
+    pub inserts_name: String,
     pub relid: pg_sys::Oid,
     pub history: pg_sys::Oid,
     /// where main's inserts are recorded (the same columns as history)
@@ -175,7 +178,8 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
-                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence)],
+                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence),
+                                  worlds._qualified(history), worlds._qualified(inserts)],
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
@@ -205,6 +209,8 @@ fn load_layout(tabno: i32) -> Layout {
                 delta_name: name(2),
                 overlay_name: name(3),
                 sequence_name: name(4),
+                before_images_name: name(5),
+                inserts_name: name(6),
                 relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
                 history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
                 delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap(),

@@ -86,6 +86,14 @@ pub(super) struct TableCache {
     frontier: String,
     created_tids: FastSet<u64>,
     hist_pick: FastSet<i64>,
+    /// where each picked before-image is in history (its tid), in history's order: history has no index
+    /// on the key (capture would pay for it on every write of main), so a world reaches them by these
+    hist_rows: Vec<u64>,
+    /// the same, by key, for a table with an integer key: (key, tid), what the world scan looks up
+    hist_keys: std::collections::BTreeSet<(i64, u64)>,
+    /// the history relation's storage (relfilenode) the tids above point into: VACUUM FULL or CLUSTER of
+    /// it moves every row, and the main part is then read again
+    hist_file: u32,
 }
 
 /// The world part of a table's cache: the chain's version of each key. A scan holds the one that was current
@@ -595,14 +603,18 @@ fn validate(tabno: i32, gen: u64) {
             let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
             load_world_part(&layout, &world, &mut cache);
             if main_changed {
-                // a time cut starts from a snapshot that sees nothing: every entry after the time counts
-                cache.frontier = if world.main_snapshot.starts_with('@') { "1:1:".into() } else { world.main_snapshot.clone() };
-                cache.created_tids.clear();
-                cache.hist_pick.clear();
-                cache.main_snapshot = world.main_snapshot.clone();
+                reset_main_part(&mut cache, &world.main_snapshot);
             }
             cache.world_num = world.num;
             cache.world_version = world.version;
+        }
+        let file = history_file(&layout);
+        if file != cache.hist_file {
+            // history was rewritten (or this is the first read): the tids held point nowhere
+            if cache.hist_file != 0 {
+                reset_main_part(&mut cache, &world.main_snapshot);
+            }
+            cache.hist_file = file;
         }
         advance_main_part(&layout, &mut cache);
     });
@@ -701,23 +713,51 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     cache.world = Rc::new(part);
 }
 
+fn reset_main_part(cache: &mut TableCache, main_snapshot: &str) {
+    // a time cut starts from a snapshot that sees nothing: every entry after the time counts
+    cache.frontier = if main_snapshot.starts_with('@') { "1:1:".into() } else { main_snapshot.to_string() };
+    cache.created_tids.clear();
+    cache.hist_pick.clear();
+    cache.hist_rows.clear();
+    cache.hist_keys.clear();
+    cache.main_snapshot = main_snapshot.to_string();
+}
+
+/// The relfilenode of the table's before-images, from the relcache (no catalog read when it is cached).
+fn history_file(layout: &Layout) -> u32 {
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(layout.history);
+        if rel.is_null() {
+            return 0;
+        }
+        let file = (*rel).rd_node.relNode.to_u32();
+        pg_sys::RelationClose(rel);
+        file
+    }
+}
+
 /// The main part: history entries that became visible since the frontier (and were not visible at the
 /// fork), applied in order: the first before-image of each physical row is shown, every row main created
 /// since the fork is hidden.
 fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
-    let sql = format!(
-        "SELECT pg_current_snapshot()::text,
-                array_agg(_w_hseq ORDER BY _w_hseq), array_agg(_w_op::text ORDER BY _w_hseq),
-                array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq)
-         FROM {} h
-         WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)
-           AND {}",
-        layout.history_name,
+    let cond = format!(
+        "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) AND {}",
         if cache.main_snapshot.starts_with('@') {
             "h._w_at > substr($2, 2)::timestamptz"
         } else {
             "NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
         }
+    );
+    let key = if layout.key_kind == b'i' { key_expr(layout, "h") } else { "NULL::int8".to_string() };
+    let sql = format!(
+        "SELECT pg_current_snapshot()::text,
+                array_agg(_w_hseq ORDER BY _w_hseq), array_agg(_w_op::text ORDER BY _w_hseq),
+                array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq),
+                array_agg(coalesce(r::text, '') ORDER BY _w_hseq), array_agg(coalesce(k, 0) ORDER BY _w_hseq)
+         FROM (SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, h.ctid AS r, {key} AS k FROM {} h WHERE {cond}
+               UNION ALL
+               SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, NULL::tid, NULL::int8 FROM {} h WHERE {cond}) h",
+        layout.before_images_name, layout.inserts_name,
     );
     let rows = snapshot_spi::query(
         &sql,
@@ -730,15 +770,22 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 row.get::<Vec<String>>(3).unwrap_or_default(),
                 row.get::<Vec<String>>(4).unwrap_or_default(),
                 row.get::<Vec<String>>(5).unwrap_or_default(),
+                row.get::<Vec<String>>(6).unwrap_or_default(),
+                row.get::<Vec<i64>>(7).unwrap_or_default(),
             )
         },
     );
-    let Some((now, hseqs, ops, olds, news)) = rows.into_iter().next() else { return };
+    let Some((now, hseqs, ops, olds, news, places, keys)) = rows.into_iter().next() else { return };
+    let int_key = layout.key_kind == b'i';
     for i in 0..hseqs.len() {
         if !olds[i].is_empty() {
             let old = parse_tid(&olds[i]);
-            if ops[i] != "I" && !cache.created_tids.contains(&old) {
-                cache.hist_pick.insert(hseqs[i]);
+            if ops[i] != "I" && !cache.created_tids.contains(&old) && cache.hist_pick.insert(hseqs[i]) {
+                let place = parse_tid(&places[i]);
+                cache.hist_rows.push(place);
+                if int_key {
+                    cache.hist_keys.insert((keys[i], place));
+                }
             }
         }
         if !news[i].is_empty() {
@@ -948,6 +995,15 @@ impl ScanCache {
         }
     }
 
+    /// Where main's before-images with keys in [lo, hi] are in history (tids as `pack_tid` packs them):
+    /// candidates, each still to be tested with `history_row_visible`.
+    pub fn history_rows_in(&self, tabno: i32, lo: i64, hi: i64) -> Vec<u64> {
+        if lo > hi {
+            return Vec::new();
+        }
+        with_cache(tabno, |c| c.hist_keys.range((lo, 0)..=(hi, u64::MAX)).map(|&(_, tid)| tid).collect())
+    }
+
     /// Is this before-image part of the world (main changed the row since the fork)?
     pub fn history_row_visible(&self, tabno: i32, hseq: i64, key: i64) -> bool {
         with_cache(tabno, |c| sees_history(&c.hist_pick, self.world_of(c), hseq, || Some(Key::I(key))))
@@ -978,7 +1034,7 @@ pub fn export_for_workers(tabno: i32, scan: &ScanCache) -> Vec<i64> {
     let frozen = scan.world.as_deref();
     with_cache(tabno, |c| {
         let w = frozen.unwrap_or(&c.world);
-        let mut out = Vec::with_capacity(6 + 3 * w.winner.len() + c.created_tids.len() + w.delta_pick.len() + c.hist_pick.len());
+        let mut out = Vec::with_capacity(7 + 3 * w.winner.len() + c.created_tids.len() + w.delta_pick.len() + c.hist_pick.len() + 2 * c.hist_keys.len());
         out.push(c.world_num as i64);
         out.push(c.world_version);
         out.push(w.winner.len() as i64);
@@ -992,6 +1048,10 @@ pub fn export_for_workers(tabno: i32, scan: &ScanCache) -> Vec<i64> {
         out.extend(w.delta_pick.iter().copied());
         out.push(c.hist_pick.len() as i64);
         out.extend(c.hist_pick.iter().copied());
+        out.push(c.hist_keys.len() as i64);
+        for &(k, tid) in &c.hist_keys {
+            out.extend([k, tid as i64]);
+        }
         out
     })
 }
@@ -1014,6 +1074,11 @@ pub fn import_from_leader(tabno: i32, data: &[i64]) {
     }
     for _ in 0..next() {
         cache.hist_pick.insert(next());
+    }
+    for _ in 0..next() {
+        let (k, tid) = (next(), next() as u64);
+        cache.hist_keys.insert((k, tid));
+        cache.hist_rows.push(tid);
     }
     part.winner_bits = KeyBits::of(&part.winner);
     cache.world = Rc::new(part);
@@ -1109,6 +1174,21 @@ pub unsafe extern "C-unwind" fn worlds_history_visible_t(fcinfo: pg_sys::Functio
     unsafe { history_visible(fcinfo, false) }
 }
 
+/// Where main's before-images the session's world may see are in the table's history (the overlay view's
+/// history branch reads them by tid: history has no index on the key).
+#[pg_extern(stable, parallel_restricted)]
+fn _history_tids(tabno: i32) -> Vec<pg_sys::ItemPointerData> {
+    with_cache(tabno, |c| c.hist_rows.iter().map(|&t| unpack_tid(t)).collect())
+}
+
+pub fn unpack_tid(t: u64) -> pg_sys::ItemPointerData {
+    let block = (t >> 16) as u32;
+    pg_sys::ItemPointerData {
+        ip_blkid: pg_sys::BlockIdData { bi_hi: (block >> 16) as u16, bi_lo: (block & 0xffff) as u16 },
+        ip_posid: (t & 0xffff) as u16,
+    }
+}
+
 pgrx::extension_sql!(
     r#"
 CREATE FUNCTION worlds._base_visible(tabno int4, row_tid tid, k int8) RETURNS bool
@@ -1131,6 +1211,6 @@ CREATE FUNCTION worlds._history_visible(tabno int4, hseq int8, k text) RETURNS b
     AS 'MODULE_PATHNAME', 'worlds_history_visible_t' LANGUAGE c STABLE PARALLEL SAFE COST 1;
 "#,
     name = "visibility_functions",
-    requires = ["catalog"],
+    requires = ["catalog", _history_tids],
 );
 
