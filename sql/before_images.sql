@@ -1,0 +1,91 @@
+-- Main's before-images. History keeps no index on the key (capture would pay for one on every write of
+-- main): a world reaches the rows main changed since its fork through the positions its overlay cache
+-- holds, and a merge finds main's changes by joining history since the fork by key. Every table kind: an
+-- integer key (the world scan), a text key (the overlay views), no key.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE n (id int PRIMARY KEY, v text);
+CREATE TABLE s (code text PRIMARY KEY, v text);
+CREATE TABLE r (v text, w int);
+INSERT INTO n SELECT g, 'n' || g FROM generate_series(1, 3000) g;
+INSERT INTO s SELECT 'k' || g, 's' || g FROM generate_series(1, 3000) g;
+INSERT INTO r SELECT 'r' || g, g FROM generate_series(1, 100) g;
+-- history's and inserts' only index is the one on the writer's transaction
+SELECT count(*) AS indexes, count(*) FILTER (WHERE a.attname <> '_w_xid') AS other_indexes
+FROM worlds.tables t JOIN pg_index i ON i.indrelid IN (t.history, t.inserts)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0];
+SELECT * FROM worlds.sql('create world w');
+-- main moves on after the fork: many changes, some to rows the world will change too
+UPDATE n SET v = 'main' WHERE id % 3 = 0;
+DELETE FROM n WHERE id % 7 = 0;
+INSERT INTO n VALUES (5000, 'main new');
+UPDATE s SET v = 'main' WHERE right(code, 1) = '3';
+DELETE FROM s WHERE code IN ('k7', 'k8');
+UPDATE r SET w = -w WHERE w <= 10;
+DELETE FROM r WHERE w = 50;
+ANALYZE n;
+ANALYZE s;
+ANALYZE r;
+SET worlds.world = w;
+-- the world sees main as of its fork: every row, none of main's later values
+SELECT count(*), count(*) FILTER (WHERE v = 'main') AS main_values, sum(id) FROM n;
+SELECT id, v FROM n WHERE id IN (3, 7, 21, 5000) ORDER BY id;
+SELECT id, v FROM n WHERE id BETWEEN 19 AND 22 ORDER BY id;
+SELECT count(*), count(*) FILTER (WHERE v = 'main') AS main_values FROM s;
+SELECT code, v FROM s WHERE code IN ('k3', 'k7', 'k13') ORDER BY code;
+SELECT count(*), sum(w) FROM r;
+-- a join into the changed rows
+SELECT count(*) FROM n JOIN s ON s.code = 'k' || n.id WHERE n.id BETWEEN 1 AND 30;
+-- the overlay views read history by those positions (the list taken once per scan, an InitPlan): a TID
+-- scan once history is larger than a few pages
+SET worlds.world_scan = off;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT v FROM s WHERE code = 'k3';
+RESET enable_seqscan;
+SELECT v FROM s WHERE code = 'k3';
+SELECT id, v FROM n WHERE id IN (3, 7, 21) ORDER BY id;
+SELECT count(*), sum(id) FROM n;
+RESET worlds.world_scan;
+-- the world writes rows main changed since the fork
+UPDATE n SET v = 'world' WHERE id IN (3, 7);
+UPDATE s SET v = 'world' WHERE code IN ('k3', 'k7');
+DELETE FROM r WHERE w = 10;
+SELECT id, v FROM n WHERE id IN (3, 6, 7) ORDER BY id;
+SELECT code, v FROM s WHERE code IN ('k3', 'k7', 'k13') ORDER BY code;
+SELECT count(*), sum(w) FROM r;
+RESET worlds.world;
+-- a merge finds the rows both sides changed (40001), and takes main's side on request
+SELECT try($$select * from worlds.sql('merge world w')$$);
+SELECT * FROM worlds.sql('merge world w using theirs');
+SELECT id, v FROM n WHERE id IN (3, 6, 7) ORDER BY id;
+SELECT code, v FROM s WHERE code IN ('k3', 'k7') ORDER BY code;
+-- after a partial merge, main's changes before it don't conflict with the world's later ones; a change
+-- of main after it does
+SELECT * FROM worlds.sql('create world p');
+SET worlds.world = p;
+UPDATE n SET v = 'p' WHERE id IN (1, 2);
+RESET worlds.world;
+UPDATE n SET v = 'main before' WHERE id = 4;
+SELECT * FROM worlds.sql('merge world p only keys (''n/1'')');
+SET worlds.world = p;
+UPDATE n SET v = 'p again' WHERE id = 1;
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world p dry run');
+UPDATE n SET v = 'main after' WHERE id = 1;
+SELECT try($$select * from worlds.sql('merge world p')$$);
+SELECT * FROM worlds.sql('drop world p');
+-- a past moment reads the same before-images; VACUUM FULL of history (allowed once no world is live)
+-- moves them, and the cache reads their new positions
+SELECT count(*) FROM worlds.show_worlds() WHERE name <> 'main';
+SELECT 'main@' || clock_timestamp() AS then \gset
+UPDATE n SET v = 'later' WHERE id = 1;
+SET worlds.world = :'then';
+SELECT v FROM n WHERE id = 1;
+RESET worlds.world;
+SELECT format('vacuum full %s', history) AS vac FROM worlds.tables WHERE relid = 'n'::regclass \gset
+:vac;
+SET worlds.world = :'then';
+SELECT v FROM n WHERE id = 1;
+SELECT count(*) FROM n WHERE v = 'later';
+RESET worlds.world;
