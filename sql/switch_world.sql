@@ -33,6 +33,15 @@ ROLLBACK;
 -- a session set to a world that doesn't exist fails its queries with 3D000
 SET worlds.world = ghost;
 SELECT try('select * from orders');
+-- ... and can still leave it by any statement of the spec (they read only pg_worlds' catalog)
+SELECT * FROM worlds.sql('use main');
+SHOW worlds.world;
+SELECT count(*) FROM orders;
+SET worlds.world = ghost;
+SELECT * FROM worlds.sql('switch world agent_7');
+SELECT status FROM orders WHERE id = 7;
+SET worlds.world = ghost;
+SELECT name FROM worlds.sql('show worlds') r, jsonb_to_record(r) AS x(name text) ORDER BY 1;
 RESET worlds.world;
 -- the same for a role with no rights on pg_worlds' catalog
 CREATE ROLE sw_role;

@@ -111,7 +111,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
                     route_query(inner);
                 }
             }
-        } else if routing_active() && reads_relations(query) && overlay::routing_world().is_some() {
+        } else if routing_active() && reads_relations(query) && reads_user_relations(query) && overlay::routing_world().is_some() {
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 super::merge_command::remember(pstate, query);
             }
@@ -742,12 +742,7 @@ unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, value: *mut p
 /// was untracked) is refused, unless it is the session's own temporary table or pg_worlds' own.
 unsafe fn refuse_untracked_write(relid: pg_sys::Oid) {
     unsafe {
-        if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
-            return;
-        }
-        let ns = pg_sys::get_rel_namespace(relid);
-        let ns_name = std::ffi::CStr::from_ptr(pg_sys::get_namespace_name(ns)).to_string_lossy().into_owned();
-        if ns_name == "worlds" || ns_name == "worlds_data" || ns == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE) {
+        if is_own_or_system(relid) {
             return;
         }
         raise(
@@ -827,6 +822,47 @@ unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
     }
 }
 
+/// Does the statement (its sub-queries and CTEs included) name a relation outside pg_worlds' own schemas,
+/// the system catalogs and temporary tables? Those alone are never routed, so a statement over them needs
+/// no world resolved: a session whose world doesn't exist (a mistyped `options=-c worlds.world=...`) can
+/// still run SWITCH WORLD, whose functions read only the catalog.
+unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_Query {
+                let q = node as *mut pg_sys::Query;
+                let rtable = (*q).rtable;
+                let user = (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
+                    let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+                    (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && !is_own_or_system((*rte).relid)
+                });
+                return user || pg_sys::query_tree_walker(q, Some(walker), context, 0);
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    unsafe { walker(query as *mut pg_sys::Node, std::ptr::null_mut()) }
+}
+
+/// A relation of pg_worlds' own schemas, of the system catalogs, or a temporary one.
+unsafe fn is_own_or_system(relid: pg_sys::Oid) -> bool {
+    unsafe {
+        if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
+            return true;
+        }
+        let ns = pg_sys::get_rel_namespace(relid);
+        if ns == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE) {
+            return true;
+        }
+        let name = pg_sys::get_namespace_name(ns);
+        !name.is_null() && matches!(std::ffi::CStr::from_ptr(name).to_bytes(), b"worlds" | b"worlds_data")
+    }
+}
+
 /// For a write of this kind to a relation: does it have an INSTEAD OF row trigger, and rules (other than a
 /// view's own SELECT rule)?
 unsafe fn write_actions(relid: pg_sys::Oid, cmd: pg_sys::CmdType::Type) -> (bool, bool) {
@@ -889,10 +925,7 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
             overlay::next_statement();
         }
         // (a MERGE's plan never runs in a world: executor_run runs it through merge_command)
-        if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE)
-            && routing_active()
-            && overlay::routing_world().is_some()
-        {
+        if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE) && routing_active() {
             refuse_writes_to_main((*query_desc).plannedstmt);
         }
         match PREV_EXECUTOR_START {
@@ -1011,7 +1044,9 @@ unsafe fn refuse_writes_to_main(stmt: *mut pg_sys::PlannedStmt) {
         for i in 0..(*results).length {
             let index = pg_sys::list_nth_int(results, i);
             let rte = pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
-            if tracked.contains_key(&(*rte).relid) {
+            // (the world is resolved only for a write of a tracked table: pg_worlds' own catalog writes
+            // run in a session whose world doesn't exist)
+            if tracked.contains_key(&(*rte).relid) && overlay::routing_world().is_some() {
                 raise(
                     "0A000",
                     format!(
