@@ -22,6 +22,16 @@ RESET worlds.world;
 SELECT name, version FROM worlds.show_worlds() ORDER BY depth, name;
 SELECT * FROM worlds.sql('show branches');
 SELECT * FROM worlds.show_branches() ORDER BY name;
+-- changes counts rows as DIFF lists them: a row inserted and deleted again, or set back, is no change
+SET worlds.world = agent_7;
+INSERT INTO orders VALUES (7, 'gone soon');
+DELETE FROM orders WHERE id = 7;
+UPDATE orders SET status = 'x' WHERE id = 4;
+UPDATE orders SET status = 'new' WHERE id = 4;
+UPDATE orders SET status = 'paid' WHERE id = 1;
+RESET worlds.world;
+SELECT name, changes FROM worlds.show_branches() ORDER BY name;
+SELECT count(*) AS diff_rows FROM worlds.sql('diff world agent_7');
 -- any role may run the statements (the catalog reads are pg_worlds' own)
 CREATE ROLE sw_plain;
 SET ROLE sw_plain;

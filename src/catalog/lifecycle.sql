@@ -199,25 +199,7 @@ BEGIN
     ORDER BY w.num;
 END $$;
 
--- Rows a world changed since its fork, over every tracked table.
-CREATE FUNCTION worlds._changes(world_num integer) RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    t worlds.tables;
-    total bigint := 0;
-    c bigint;
-BEGIN
-    FOR t IN SELECT * FROM worlds.tables LOOP
-        IF t.key_kind = 'r' THEN
-            EXECUTE format('SELECT count(*) FROM %s d WHERE _w_world = $1', t.delta) INTO c USING world_num;
-        ELSE
-            EXECUTE format('SELECT count(DISTINCT %s) FROM %s d WHERE _w_world = $1', worlds._key_expr(t, 'd'), t.delta) INTO c USING world_num;
-        END IF;
-        total := total + c;
-    END LOOP;
-    RETURN total;
-END $$;
-
+-- changes: worlds._changes (Rust, src/merge): rows changed since the fork as DIFF counts them.
 CREATE FUNCTION worlds.show_branches() RETURNS TABLE (name text, parent text, changes bigint)
 LANGUAGE plpgsql AS $$
 BEGIN

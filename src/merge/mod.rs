@@ -37,12 +37,28 @@ pub fn resolve_world(name: &str) -> WorldRow {
     if unsafe { !pg_sys::XactReadOnly } {
         Spi::run("SELECT worlds._expire()").ok();
     }
-    let row = Spi::connect(|c| {
+    let row = world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into());
+    row.unwrap_or_else(|| {
+        if name.contains('@') {
+            raise(
+                "0A000",
+                format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"),
+            );
+        }
+        raise("3D000", format!("world \"{name}\" does not exist"))
+    })
+}
+
+/// The live world that `condition` (on worlds.world, with `$1`) finds first.
+fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> {
+    Spi::connect(|c| {
         c.select(
-            "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
-             WHERE dropped IS NULL AND (name = $1 OR id = $1) ORDER BY (name = $1) DESC LIMIT 1",
+            &format!(
+                "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
+                 WHERE dropped IS NULL AND {condition} LIMIT 1"
+            ),
             None,
-            &[name.into()],
+            &[arg],
         )
         .ok()
         .and_then(|r| {
@@ -55,15 +71,16 @@ pub fn resolve_world(name: &str) -> WorldRow {
                 fork_snapshot: r.get(6).ok().flatten(),
             })
         })
-    });
-    row.unwrap_or_else(|| {
-        if name.contains('@') {
-            raise(
-                "0A000",
-                format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"),
-            );
-        }
-        raise("3D000", format!("world \"{name}\" does not exist"))
+    })
+}
+
+/// SHOW BRANCHES' `changes`: the rows a world changed since its fork, counted as DIFF lists them (a row
+/// inserted and deleted again, or changed back, is no change). O(rows the world wrote).
+#[pg_extern(name = "_changes")]
+fn changes_since_fork(world_num: i32) -> Option<i64> {
+    as_internal(|| {
+        let world = world_row("num = $1", world_num.into()).filter(|w| w.num != 0)?;
+        Some(own_changes(&world).iter().map(|t| t.rows.iter().filter(|r| r.base != r.ours).count() as i64).sum())
     })
 }
 
