@@ -258,6 +258,7 @@ DECLARE
     target text := coalesce(show_history.world, current_setting('worlds.world'));
     nums integer[];
 BEGIN
+    PERFORM worlds._flush_event_rows();  -- rows this session counted for its latest event
     SELECT array_agg(num) INTO nums FROM worlds.world w WHERE w.name = target OR w.id = target;
     IF nums IS NULL THEN
         RAISE EXCEPTION 'world "%" does not exist', target USING ERRCODE = 'invalid_catalog_name';

@@ -838,7 +838,9 @@ unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
                 let rtable = (*q).rtable;
                 let user = (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
                     let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
-                    (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && !is_own_or_system((*rte).relid)
+                    (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
+                        // a temporary view may read tracked tables (the views of a session in the past do)
+                        && ((*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char || !is_own_or_system((*rte).relid))
                 });
                 return user || pg_sys::query_tree_walker(q, Some(walker), context, 0);
             }

@@ -82,6 +82,10 @@ pub(super) struct TableCache {
     /// what the world's chain has, shared with the scans that started before a later write changed it
     /// (copied on write, see `WorldPart`)
     pub(super) world: Rc<WorldPart>,
+    /// the highest version number of the world's own rows read into `world` (what a refresh reads past)
+    own_max_dseq: i64,
+    /// the chain `world` was read for: its worlds and the snapshot each is seen through
+    chain: Vec<(i32, Option<String>)>,
     // main part
     frontier: String,
     created_tids: FastSet<u64>,
@@ -175,7 +179,11 @@ pub fn forget_all() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
+        super::writes::_flush_event_rows();
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
+        super::writes::forget_aborted(0);
         forget_all();
         crate::time::past_schema::on_abort();
         // an error may have skipped a guard's reset: nothing of pg_worlds' own work survives the abort
@@ -191,12 +199,13 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
 #[pg_guard]
 unsafe extern "C-unwind" fn on_subxact(
     event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
+    my: pg_sys::SubTransactionId,
     _parent: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         forget_all();
+        super::writes::forget_aborted(my);
         // before the subtransaction's relations leave the relcache (those it created are removed)
         super::capture::close_targets();
     }
@@ -601,7 +610,12 @@ fn validate(tabno: i32, gen: u64) {
     as_internal(|| {
         if cache.world_num != world.num || cache.world_version != world.version || cache.main_snapshot != world.main_snapshot {
             let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
-            load_world_part(&layout, &world, &mut cache);
+            if !main_changed && cache.world_version >= 0 && world.version > cache.world_version && cache.chain == chain_of(&world) {
+                // only the world's own layer moved (another session of the world wrote): read what it added
+                advance_world_part(&layout, &world, &mut cache);
+            } else {
+                load_world_part(&layout, &world, &mut cache);
+            }
             if main_changed {
                 reset_main_part(&mut cache, &world.main_snapshot);
             }
@@ -678,6 +692,8 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     // best (layer, dseq) per key: the nearest layer wins, then its latest version
     let mut best: FastMap<Key, (usize, i64, bool)> = FastMap::default();
     let mut cancelled: Vec<i64> = Vec::new();
+    cache.own_max_dseq = rows.iter().filter(|r| r.0 == world.num).map(|r| r.1).max().unwrap_or(0);
+    cache.chain = chain_of(world);
     for (w, dseq, del, key, (base_tid, of)) in rows {
         let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
         match key {
@@ -711,6 +727,72 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     }
     part.winner_bits = KeyBits::of(&part.winner);
     cache.world = Rc::new(part);
+}
+
+/// The chain a world part is read for.
+fn chain_of(world: &World) -> Vec<(i32, Option<String>)> {
+    world.chain.iter().copied().zip(world.layer_snapshots.iter().cloned()).collect()
+}
+
+/// Brings the world part forward by the world's own versions numbered past the last one read: O(rows
+/// written since), where a rebuild is O(every version the world ever wrote), which made each statement of
+/// several sessions writing one world slower as the world grew. Exact because a world's own rows are only
+/// ever added, by writers that hold the world's lock until they commit and number their versions by WAL
+/// position: a version committed later has a higher number. A world's own version beats any of its
+/// ancestors' (it was written after the fork that cut them), so the highest number wins, as in a rebuild.
+fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
+    let sql = format!(
+        "SELECT d._w_dseq, d._w_del, {}, d._w_base_tid::text, d._w_of FROM {} d WHERE d._w_world = $1 AND d._w_dseq > $2",
+        key_expr(layout, "d"),
+        layout.delta_name
+    );
+    let kind = layout.key_kind;
+    let rows = snapshot_spi::query(
+        &sql,
+        &[pg_sys::INT4OID, pg_sys::INT8OID],
+        &[arg(world.num), arg(cache.own_max_dseq)],
+        |row| {
+            let key = match kind {
+                b'i' => row.get::<i64>(3).map(Key::I),
+                b't' => row.get::<String>(3).map(Key::T),
+                _ => None,
+            };
+            (row.get::<i64>(1).unwrap_or(0), row.get::<bool>(2).unwrap_or(false), key, row.get::<String>(4), row.get::<i64>(5))
+        },
+    );
+    if rows.is_empty() {
+        return;
+    }
+    let part = Rc::make_mut(&mut cache.world);
+    let mut cancelled = Vec::new();
+    for (dseq, del, key, base_tid, of) in rows {
+        cache.own_max_dseq = cache.own_max_dseq.max(dseq);
+        match key {
+            Some(k) => {
+                if part.winner.get(&k).is_some_and(|(d, _)| *d >= dseq) {
+                    continue;
+                }
+                if let Some((old, _)) = part.set_winner(k, (dseq, del)) {
+                    part.delta_pick.remove(&old);
+                }
+                if !del {
+                    part.delta_pick.insert(dseq);
+                }
+            }
+            None if !del => {
+                part.delta_pick.insert(dseq);
+            }
+            None => {
+                if let Some(tid) = base_tid {
+                    part.hidden_tids.insert(parse_tid(&tid));
+                }
+                cancelled.extend(of);
+            }
+        }
+    }
+    for of in cancelled {
+        part.delta_pick.remove(&of);
+    }
 }
 
 fn reset_main_part(cache: &mut TableCache, main_snapshot: &str) {

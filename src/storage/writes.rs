@@ -542,6 +542,7 @@ pub fn lock_world(world: &World) {
     as_internal(|| Spi::run_with_args("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()]))
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
     LOCKED.with(|l| l.set(xact));
+    done_in(LOCK);
 }
 
 fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
@@ -879,6 +880,69 @@ fn duplicate_detail(cols: &[String], names: &[String], args: &[pgrx::datum::Datu
 thread_local! {
     /// (lxid, event) of the `commit` event of this transaction block's writes
     static COMMIT_EVENT: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
+    /// the subtransactions that took the world's lock, bumped its version and wrote the `commit` event
+    static DONE_IN: std::cell::Cell<[pg_sys::SubTransactionId; 3]> = const { std::cell::Cell::new([0; 3]) };
+    /// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
+    static PENDING_ROWS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+const LOCK: usize = 0;
+const BUMP: usize = 1;
+const COMMIT: usize = 2;
+
+fn done_in(what: usize) {
+    DONE_IN.with(|d| {
+        let mut v = d.get();
+        v[what] = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        d.set(v);
+    });
+}
+
+/// A subtransaction aborted (a plpgsql exception block, a savepoint rolled back): what it did once per
+/// transaction or statement is undone with it (the advisory lock is released, the version bump and the
+/// events are rolled back), so the next write does it again. Subtransactions nest, so those numbered from
+/// `sub` on are the aborted one and its children.
+pub fn forget_aborted(sub: pg_sys::SubTransactionId) {
+    let done = DONE_IN.with(|d| d.get());
+    if done[LOCK] >= sub {
+        LOCKED.with(|l| l.set((0, 0)));
+    }
+    if done[BUMP] >= sub {
+        BUMPED.with(|b| b.set((0, 0)));
+        WRITE_EVENT.with(|e| e.set(0));
+    }
+    if done[COMMIT] >= sub {
+        COMMIT_EVENT.with(|c| c.set((0, 0)));
+    }
+    // rows counted since the last flush may be the aborted ones: counts are a report, not a guarantee
+    PENDING_ROWS.with(|p| p.set((0, 0)));
+}
+
+/// Adds the rows counted in this backend to their event (before the next statement's event, before
+/// commit, and before SHOW HISTORY reads events): one UPDATE per statement, not one per row written.
+#[pg_extern]
+pub fn _flush_event_rows() {
+    let (event, rows) = PENDING_ROWS.with(|p| p.replace((0, 0)));
+    if event != 0 && rows != 0 {
+        // at commit no snapshot is active (as for deferred triggers, take one)
+        let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+        if pushed {
+            unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+        }
+        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[event.into(), rows.into()])).ok();
+        if pushed {
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+    }
+}
+
+fn count_row(event: i64) {
+    if event == 0 {
+        return;
+    }
+    if PENDING_ROWS.with(|p| p.get().0) != event {
+        _flush_event_rows();
+    }
+    PENDING_ROWS.with(|p| p.set((event, p.get().1 + 1)));
 }
 
 thread_local! {
@@ -903,11 +967,12 @@ fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
     if BUMPED.with(|b| b.get()) == stmt {
         // one more row of this statement's write, for SHOW HISTORY
-        let event = WRITE_EVENT.with(|e| e.get());
-        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + 1 WHERE seq = $1", &[event.into()])).ok();
+        count_row(WRITE_EVENT.with(|e| e.get()));
         return;
     }
+    _flush_event_rows();
     BUMPED.with(|b| b.set(stmt));
+    done_in(BUMP);
     // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
     // `commit` (the event goes with the transaction if it rolls back)
     let in_block = crate::route::explicit_transaction_block();
@@ -915,7 +980,7 @@ fn bump_version(world: &World) {
     let event = if MERGE_WRITING.with(|m| m.get()) {
         0 // the merge's own event says it
     } else if in_block && xact == stmt.0 && xact_event != 0 {
-        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + 1 WHERE seq = $1", &[xact_event.into()])).ok();
+        count_row(xact_event);
         xact_event
     } else {
         let seq = as_internal(|| {
@@ -929,6 +994,7 @@ fn bump_version(world: &World) {
         .unwrap_or(0);
         if in_block {
             COMMIT_EVENT.with(|c| c.set((stmt.0, seq)));
+            done_in(COMMIT);
         }
         seq
     };
