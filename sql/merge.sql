@@ -163,3 +163,25 @@ SELECT j -> 'before' AS before, j -> 'after' AS after FROM worlds.sql('diff worl
 SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world digits as sql') j;
 SELECT * FROM worlds.sql('merge world digits');
 SELECT * FROM acct;
+-- columns named as pg_worlds' own aliases (t, k, row, del, e) diff, merge and restore like any other
+CREATE TABLE named_t (id int PRIMARY KEY, t text, k int, "row" text, del bool, e text);
+CREATE TABLE named_k (k text PRIMARY KEY, v int, t int);
+INSERT INTO named_t VALUES (1, 'a', 1), (2, 'a', 2);
+INSERT INTO named_k VALUES ('x', 1, 1);
+SELECT now() AS before_named \gset
+SELECT * FROM worlds.sql('create world named');
+SET worlds.world = named;
+UPDATE named_t SET t = 'b' WHERE id = 1;
+DELETE FROM named_t WHERE id = 2;
+UPDATE named_k SET v = 10 WHERE k = 'x';
+INSERT INTO named_k VALUES ('z', 3, 3);
+RESET worlds.world;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'change' AS change, j -> 'before' AS before, j -> 'columns' AS columns
+FROM worlds.sql('diff world named') j;
+SELECT * FROM worlds.sql('diff world named as sql');
+SELECT * FROM worlds.sql('merge world named');
+SELECT * FROM named_t ORDER BY id;
+SELECT * FROM named_k ORDER BY k;
+SELECT * FROM worlds.sql(format('restore world main to %L', :'before_named'));
+SELECT * FROM named_t ORDER BY id;
+SELECT * FROM named_k ORDER BY k;

@@ -268,25 +268,25 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             };
             (
                 format!(
-                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS e
+                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS _w_e
                              FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
                     after_fork("h"),
                     hk = cols_of("h"),
                     hobj = json_object_expr("h", &cols),
                 ),
                 format!("LEFT JOIN f ON {}", key_match(layout, "f", "o")),
-                "f.e",
+                "f._w_e",
             )
         } else {
             (String::new(), String::new(), "NULL::jsonb")
         };
         let sql = format!(
             "WITH o AS (
-                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS k, d._w_del AS del, {dobj} AS row
+                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS _w_k, d._w_del, {dobj} AS _w_row
                 FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
-             SELECT o.k,
-                    CASE WHEN o.del THEN NULL ELSE o.row END,
-                    (SELECT to_jsonb(t) FROM {table} t WHERE {tmatch}),
+             SELECT o._w_k,
+                    CASE WHEN o._w_del THEN NULL ELSE o._w_row END,
+                    (SELECT to_jsonb(t.*) FROM {table} t WHERE {tmatch}),
                     {history_entry},
                     {kobj}
              FROM o {join_first} ORDER BY {okeys}",
@@ -563,7 +563,7 @@ fn keyless_difference(l: &Layout, a: &Option<World>, b: &Option<World>, worlds: 
     if !touched {
         return Vec::new();
     }
-    let sql = format!("SELECT r::text, to_jsonb(r), count(*) FROM {} r GROUP BY 1, 2", l.table_name);
+    let sql = format!("SELECT ROW(r.*)::text, to_jsonb(r.*), count(*) FROM {} r GROUP BY 1, 2", l.table_name);
     let count = |side: &Option<World>| -> HashMap<String, (Value, i64)> {
         with_world(side.clone(), || {
             Spi::connect(|c| {

@@ -77,7 +77,7 @@ fn tag(t: impl Into<String>) -> Vec<serde_json::Value> {
 /// Runs a query returning rows; each becomes a JSON object (to_jsonb of the row, so column names are
 /// the function's output columns: the spec's).
 fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
-    let wrapped = format!("SELECT to_jsonb(r) FROM ({sql}) r");
+    let wrapped = format!("SELECT to_jsonb(r.*) FROM ({sql}) r");
     Spi::connect_mut(|c| {
         c.update(&wrapped, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))

@@ -44,7 +44,7 @@ fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option
              SELECT DISTINCT ON ({kobj_h}::text) {kobj_h} AS k, h._w_op AS op, {hrow} AS row
              FROM {hist} h WHERE h._w_at > $1::timestamptz ORDER BY {kobj_h}::text, h._w_hseq)
          SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
-                (SELECT to_jsonb(t) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) k WHERE {kmatch})
+                (SELECT to_jsonb(t.*) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) k WHERE {kmatch})
          FROM first f",
         hrow = json_object_expr("h", &cols),
         hist = l.history_name,
@@ -227,7 +227,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                                 FROM m h ORDER BY {kobj}::text, h._w_hseq),
                       last AS (SELECT {kobj}::text AS kt, max(h._w_hseq) AS hseq FROM m h GROUP BY 1)
                  SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
-                        (SELECT to_jsonb(t) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
+                        (SELECT to_jsonb(t.*) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
                         EXISTS (SELECT 1 FROM {hist} h JOIN last ON last.kt = {kobj}::text
                                 WHERE last.kt = f.k::text AND h._w_hseq > last.hseq)
                  FROM first f",
