@@ -12,6 +12,28 @@ SET worlds.world = 'main';
 SHOW worlds.world;
 RESET worlds.world;
 SHOW worlds.world;
+-- the spec's SHOW statements that Postgres's grammar takes as SHOW of a setting, typed as they are
+SHOW WORLDS;
+SHOW BRANCHES;
+show history;
+SHOW history_retention;
+ALTER SYSTEM SET history_retention = '2 days';
+SHOW history_retention;
+ALTER SYSTEM SET history_retention TO '1 day';
+SHOW history_retention;
+BEGIN;
+ALTER SYSTEM SET history_retention = '3 days';
+ROLLBACK;
+-- only superusers (or roles granted worlds.set_history_retention) change it, as Postgres's ALTER SYSTEM
+CREATE ROLE ext_plain;
+SET ROLE ext_plain;
+ALTER SYSTEM SET history_retention = '0';
+SELECT * FROM worlds.sql('alter system set history_retention = ''0''');
+SHOW history_retention;
+RESET ROLE;
+DROP ROLE ext_plain;
+-- a setting of the server is still Postgres's
+ALTER SYSTEM SET nosuch_setting = 1;
 -- the SQL API lives in schema worlds; generated storage in worlds_data
 SELECT count(*) > 10 AS has_api FROM pg_proc WHERE pronamespace = 'worlds'::regnamespace;
 SELECT relname FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relkind = 'v' ORDER BY relname;

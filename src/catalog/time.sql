@@ -46,6 +46,9 @@ BEGIN
     UPDATE worlds.settings SET value = i::text WHERE name = 'history_retention';
     RETURN 'ALTER SYSTEM';
 END $$;
+-- as Postgres's own ALTER SYSTEM: superusers (and roles they grant it to), since '0' takes everyone's
+-- time travel away
+REVOKE EXECUTE ON FUNCTION worlds.set_history_retention(text) FROM PUBLIC;
 
 -- A moment: a time (UTC unless it gives an offset), 'now', or a time ago ('-15 minutes', '-1 day').
 -- 22P02 when it is none of these; 22023 when it is earlier than the history window or later than now.

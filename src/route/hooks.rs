@@ -104,6 +104,11 @@ unsafe extern "C-unwind" fn post_parse_analyze(
             }
         }
         if (*query).commandType == pg_sys::CmdType::CMD_UTILITY {
+            if let Some(select) = spec_show((*query).utilityStmt) {
+                // SHOW WORLDS typed as it is in the spec (Postgres reads it as SHOW of a setting)
+                replace_with_select(pstate, query, select);
+                return;
+            }
             // DECLARE CURSOR and CREATE TABLE AS / SELECT INTO hold their analysed query inside (other
             // utility statements are analysed without a snapshot: no catalog lookups for them)
             if let Some(inner) = utility_query((*query).utilityStmt) {
@@ -190,6 +195,73 @@ unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Que
         (*fresh).stmt_len = (*query).stmt_len;
         std::ptr::copy_nonoverlapping(fresh, query, 1);
         true
+    }
+}
+
+/// The spec's SHOW statements that Postgres's grammar reads as SHOW of a setting (SHOW WORLDS, SHOW
+/// BRANCHES, SHOW HISTORY, SHOW history_retention), as the query that answers them, in a database with
+/// pg_worlds (elsewhere Postgres answers as it always has).
+unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::ffi::CStr> {
+    unsafe {
+        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_VariableShowStmt {
+            return None;
+        }
+        let name = (*(stmt as *mut pg_sys::VariableShowStmt)).name;
+        if name.is_null() {
+            return None;
+        }
+        let select = match std::ffi::CStr::from_ptr(name).to_bytes() {
+            b"worlds" => c"SELECT * FROM worlds.show_worlds()",
+            b"branches" => c"SELECT * FROM worlds.show_branches()",
+            b"history" => c"SELECT * FROM worlds.show_history()",
+            b"history_retention" => c"SELECT worlds.history_retention() AS history_retention",
+            _ => return None,
+        };
+        (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)
+    }
+}
+
+/// Puts the analysed `select` in the place of `query` (which keeps its place in the statement's text).
+unsafe fn replace_with_select(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Query, select: &std::ffi::CStr) {
+    unsafe {
+        let text = pg_sys::pstrdup(select.as_ptr());
+        let raw = pg_sys::raw_parser(text, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        let fresh = pg_sys::parse_analyze_fixedparams(pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt, text, std::ptr::null(), 0, (*pstate).p_queryEnv);
+        (*fresh).stmt_location = (*query).stmt_location;
+        (*fresh).stmt_len = (*query).stmt_len;
+        std::ptr::copy_nonoverlapping(fresh, query, 1);
+    }
+}
+
+/// ALTER SYSTEM SET history_retention = '<interval>' (or TO '0'), typed as in the spec: the setting is
+/// pg_worlds', not the server's (Postgres would refuse it as an unknown parameter). Its value as text.
+unsafe fn history_retention_value(stmt: *mut pg_sys::Node) -> Option<String> {
+    unsafe {
+        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_AlterSystemStmt {
+            return None;
+        }
+        let set = (*(stmt as *mut pg_sys::AlterSystemStmt)).setstmt;
+        if set.is_null() || (*set).name.is_null() || std::ffi::CStr::from_ptr((*set).name).to_bytes() != b"history_retention" {
+            return None;
+        }
+        if pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) == pg_sys::Oid::INVALID {
+            return None;
+        }
+        if (*set).kind != pg_sys::VariableSetKind::VAR_SET_VALUE || (*set).args.is_null() || (*(*set).args).length != 1 {
+            raise("42601", "ALTER SYSTEM SET history_retention takes one value: = '<interval>' or TO '0'");
+        }
+        let arg = pg_sys::list_nth((*set).args, 0) as *mut pg_sys::Node;
+        if (*arg).type_ != pg_sys::NodeTag::T_A_Const {
+            raise("42601", "ALTER SYSTEM SET history_retention takes an interval as a string: = '<interval>'");
+        }
+        let value = &(*(arg as *mut pg_sys::A_Const)).val;
+        let text = match value.node.type_ {
+            pg_sys::NodeTag::T_String => std::ffi::CStr::from_ptr(value.sval.sval).to_string_lossy().into_owned(),
+            pg_sys::NodeTag::T_Integer => value.ival.ival.to_string(),
+            pg_sys::NodeTag::T_Float => std::ffi::CStr::from_ptr(value.fval.fval).to_string_lossy().into_owned(),
+            _ => raise("42601", "ALTER SYSTEM SET history_retention takes an interval as a string: = '<interval>'"),
+        };
+        Some(text)
     }
 }
 
@@ -1225,6 +1297,11 @@ unsafe extern "C-unwind" fn process_utility(
             // triggers on user tables and storage tracked after CREATE EXTENSION are not its members:
             // remove them first, so a plain DROP EXTENSION works and leaves nothing behind
             storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
+        }
+        if let Some(value) = history_retention_value(stmt) {
+            pgrx::Spi::run_with_args("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            return;
         }
         if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_CreateTrigStmt && capture_trigger_exists(stmt as *mut pg_sys::CreateTrigStmt) {
             // a restore (pg_dump) re-creating the history capture that tracking already put on the table
