@@ -123,3 +123,5 @@ DELETE FROM ledger WHERE who = 'cy';
 INSERT INTO ledger VALUES ('dee', 2);
 RESET worlds.world;
 SELECT j ->> 'id' AS id, j ->> 'change' AS change FROM worlds.sql('diff world ledger_w to main') j WHERE j ->> 'table' = 'ledger';
+-- LIMIT must not be negative (as SQL's LIMIT)
+SELECT try($$select * from worlds.sql('diff world agent_7 limit -1')$$);

@@ -61,3 +61,34 @@ SELECT count(*) AS blocked FROM worlds.merge_dry_run('adds') WHERE outcome = 'bl
 RESET client_min_messages;
 SELECT * FROM worlds.sql('merge world adds');
 SELECT * FROM pets;
+-- a dry run changes nothing, so it runs in a read-only transaction too (without trying the merge: no
+-- blocked row there)
+CREATE TABLE ro (id int PRIMARY KEY, v text);
+INSERT INTO ro VALUES (1, 'x');
+SELECT * FROM worlds.sql('create world ro_w');
+SET worlds.world = ro_w;
+UPDATE ro SET v = 'w' WHERE id = 1;
+RESET worlds.world;
+BEGIN READ ONLY;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
+FROM worlds.sql('merge world ro_w dry run') j;
+COMMIT;
+-- every table the plan has rows of gets its summary row, also when they all conflict
+UPDATE ro SET v = 'm' WHERE id = 1;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
+FROM worlds.sql('merge world ro_w dry run') j;
+-- a row both sides changed alike changes nothing
+UPDATE ro SET v = 'w' WHERE id = 1;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
+FROM worlds.sql('merge world ro_w dry run') j;
+-- the app's trigger refusing the merge is a blocked row, as a constraint is (AFTER triggers fire at merge)
+CREATE FUNCTION ro_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.v = 'forbidden' THEN RAISE EXCEPTION 'v may not be forbidden'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER ro_guard AFTER UPDATE ON ro FOR EACH ROW EXECUTE FUNCTION ro_guard();
+SET worlds.world = ro_w;
+UPDATE ro SET v = 'forbidden' WHERE id = 1;
+RESET worlds.world;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
+FROM worlds.sql('merge world ro_w using ours dry run') j;
+SELECT try($$select * from worlds.sql('merge world ro_w using ours')$$);
+SELECT * FROM ro;

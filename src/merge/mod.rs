@@ -439,6 +439,9 @@ type DiffTable = (String, std::rc::Rc<Layout>, Vec<DiffRow>);
 /// DIFF's output: a NOTICE with what each table loses (tables that delete most first), then deleted rows,
 /// then the rest, each part in key order; or the statements that make the change (AS SQL).
 fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
+    if limit.is_some_and(|n| n < 0) {
+        raise("2201W", "LIMIT must not be negative");
+    }
     tables.sort_by(|a, b| counts(&b.2).0.cmp(&counts(&a.2).0).then(a.0.cmp(&b.0)));
     for (_, layout, rows) in tables.iter_mut().filter(|t| t.1.key_columns.is_empty()) {
         // a table without a key: the whole row is the key, so rows go in the order of their values
@@ -911,10 +914,13 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let target_world = world_by_num(target_num);
         let target_name = target_world.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| "main".into());
         // serialize merges of this world and into its target
-        Spi::connect_mut(|c| {
-            c.update("SELECT num FROM worlds.world WHERE num IN ($1, $2) ORDER BY num FOR UPDATE", None, &[world.num.into(), target_num.into()])
-                .ok();
-        });
+        // (a dry run changes nothing: it takes no lock, so it also runs in a read-only transaction)
+        if !req.dry_run {
+            Spi::connect_mut(|c| {
+                c.update("SELECT num FROM worlds.world WHERE num IN ($1, $2) ORDER BY num FOR UPDATE", None, &[world.num.into(), target_num.into()])
+                    .ok();
+            });
+        }
         let world = resolve_world(&world.id);
         if let Some(v) = req.at_version {
             if v != world.version {
@@ -985,9 +991,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 rows.push(blocked(format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint})")));
                 return rows;
             }
-            // with no conflict, the merge is tried and rolled back: a constraint that would refuse it shows
-            // as a last row, blocked
-            if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) {
+            // with no conflict, the merge is tried and rolled back: a constraint (or the app's trigger) that
+            // would refuse it shows as a last row, blocked. A read-only transaction can't try it: the plan
+            // is shown without that row
+            if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
                     match &target_world {
                         None => apply(&plan, &world),
@@ -1139,9 +1146,7 @@ fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
     // summary per table: what the merge does to it (conflicts not counted), destructive first
     let mut per_table: Vec<(String, Vec<DiffRow>)> = Vec::new();
     for p in plan {
-        if matches!(p.decision.outcome, Outcome::Conflict(_)) || p.decision.result == p.row.theirs {
-            continue;
-        }
+        // every table the plan has rows of gets its summary, even when all of them conflict or change nothing
         let name = short_name(&p.table);
         let entry = match per_table.iter_mut().find(|(t, _)| *t == name) {
             Some(e) => e,
@@ -1150,6 +1155,9 @@ fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
                 per_table.last_mut().unwrap()
             }
         };
+        if matches!(p.decision.outcome, Outcome::Conflict(_)) || p.decision.result == p.row.theirs {
+            continue;
+        }
         entry.1.push((p.row.key.clone(), p.row.theirs.clone(), p.decision.result.clone()));
     }
     per_table.sort_by(|a, b| counts(&b.1).0.cmp(&counts(&a.1).0).then(a.0.cmp(&b.0)));
@@ -1176,6 +1184,8 @@ fn dry_run_rows(plan: &[Planned]) -> Vec<Value> {
                 "combined column by column{}",
                 if p.merge_by_columns { " (the table merges by columns)" } else { "" }
             ),
+            // the parent already has the row as the merge would leave it (both sides made the same change)
+            Outcome::Apply if p.decision.result == p.row.theirs => "no change: the parent already has this row".to_string(),
             Outcome::Apply => change_kind(&p.row.theirs, &p.decision.result).to_string(),
             other => other.label().to_string(),
         };
@@ -1195,8 +1205,9 @@ fn plan_row(p: &Planned, detail: String) -> Value {
     })
 }
 
-/// Runs f in a subtransaction that is always rolled back: None when it succeeds, the reason when a
-/// constraint refuses it (class 23). Other errors are raised as they are.
+/// Runs f in a subtransaction that is always rolled back: None when it succeeds, the reason when the
+/// data refuses it (a constraint, class 23, or the app's trigger raising). Errors that are not about the
+/// merge's rows (cancel, resources, serialization, internal) are raised as they are.
 fn trial(f: impl FnOnce()) -> Option<String> {
     unsafe {
         let cxt = pg_sys::CurrentMemoryContext;
@@ -1220,6 +1231,9 @@ fn trial(f: impl FnOnce()) -> Option<String> {
                     None => r.message().to_string(),
                 })
             }
+            Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r)) if refuses_rows(&r) => {
+                Some(format!("the merge would fail: {} (SQLSTATE {})", r.message(), sqlstate_text(r.sql_error_code() as i32)))
+            }
             Err(e) => e.rethrow(),
         }
     }
@@ -1238,6 +1252,18 @@ fn is_constraint(r: &pgrx::pg_sys::panic::ErrorReportWithLevel) -> bool {
             | ERRCODE_CHECK_VIOLATION
             | ERRCODE_EXCLUSION_VIOLATION
     )
+}
+
+/// An error a merge's rows can meet besides a constraint (an app trigger's RAISE, a bad value): not one of
+/// cancel or shutdown (57), resources (53, 54), transaction rollback (40), internal (XX) or system (58).
+fn refuses_rows(r: &pgrx::pg_sys::panic::ErrorReportWithLevel) -> bool {
+    let class = &sqlstate_text(r.sql_error_code() as i32)[..2];
+    !matches!(class, "57" | "53" | "54" | "40" | "XX" | "58")
+}
+
+/// A SQLSTATE as its five characters (Postgres packs them six bits each).
+fn sqlstate_text(code: i32) -> String {
+    (0..5).map(|i| (((code >> (6 * i)) & 0x3f) as u8 + b'0') as char).collect()
 }
 
 /// Foreign-key depth of each table among the tracked ones: referenced tables first.
