@@ -125,3 +125,21 @@ RESET worlds.world;
 SELECT j ->> 'id' AS id, j ->> 'change' AS change FROM worlds.sql('diff world ledger_w to main') j WHERE j ->> 'table' = 'ledger';
 -- LIMIT must not be negative (as SQL's LIMIT)
 SELECT try($$select * from worlds.sql('diff world agent_7 limit -1')$$);
+-- AS SQL runs on the other side as written: generated columns are left to it, identity columns
+-- GENERATED ALWAYS are given with OVERRIDING SYSTEM VALUE
+CREATE TABLE gen (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED);
+INSERT INTO gen (a) VALUES (1);
+SELECT * FROM worlds.sql('create world gen_w');
+SET worlds.world = gen_w;
+UPDATE gen SET a = 10 WHERE id = 1;
+INSERT INTO gen (a) VALUES (5);
+RESET worlds.world;
+SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world gen_w as sql') j WHERE j ->> 'sql' LIKE '%gen %';
+CREATE TABLE gen_copy (LIKE gen INCLUDING ALL);
+INSERT INTO gen_copy (id, a) OVERRIDING SYSTEM VALUE VALUES (1, 1);
+DO $$ DECLARE s text; BEGIN
+  FOR s IN SELECT replace(j ->> 'sql', 'public.gen ', 'public.gen_copy ') FROM worlds.sql('diff world gen_w as sql') j WHERE j ->> 'sql' LIKE '%gen %' LOOP
+    EXECUTE s;
+  END LOOP;
+END $$;
+SELECT * FROM gen_copy ORDER BY id;

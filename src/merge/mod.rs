@@ -477,7 +477,11 @@ fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit:
                     continue;
                 }
                 if as_sql_out {
-                    out.push(serde_json::json!({ "sql": as_sql(table, layout, &order, before, after) }));
+                    // (nothing to say for a row whose only changes are computed on the other side)
+                    let sql = as_sql(table, layout, &order, before, after);
+                    if !sql.is_empty() {
+                        out.push(serde_json::json!({ "sql": sql }));
+                    }
                 } else {
                     let cols = in_table_order(changed_columns(before.as_ref(), after.as_ref()), &order);
                     out.push(serde_json::json!({
@@ -718,18 +722,31 @@ fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>
             layout.key_columns.iter().map(|k| format!("{} = {}", quote_ident(k), value(row, k))).collect::<Vec<_>>().join(" AND ")
         }
     };
+    // generated columns are computed by the other side; identity columns GENERATED ALWAYS take the value
+    // only with OVERRIDING SYSTEM VALUE, and can't be updated at all
+    let always: Vec<String> = Spi::connect(|c| {
+        c.select("SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attidentity = 'a' AND NOT attisdropped", None, &[layout.relid.into()])
+            .map(|r| r.filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
+    let writable = |cols: Vec<String>| cols.into_iter().filter(|c| !layout.generated.contains(c)).collect::<Vec<_>>();
     match (before, after) {
         (None, Some(a)) => {
-            let cols = in_table_order(a.as_object().unwrap().keys().cloned().collect(), order);
+            let cols = writable(in_table_order(a.as_object().unwrap().keys().cloned().collect(), order));
             format!(
-                "INSERT INTO {table} ({}) VALUES ({});",
+                "INSERT INTO {table} ({}){} VALUES ({});",
                 cols.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
+                if cols.iter().any(|c| always.contains(c)) { " OVERRIDING SYSTEM VALUE" } else { "" },
                 cols.iter().map(|k| value(a, k)).collect::<Vec<_>>().join(", ")
             )
         }
         (Some(b), None) => format!("DELETE FROM {table} WHERE {};", row_where(b)),
         (Some(b), Some(a)) => {
-            let cols = in_table_order(changed_columns(Some(b), Some(a)), order);
+            let cols: Vec<String> =
+                writable(in_table_order(changed_columns(Some(b), Some(a)), order)).into_iter().filter(|c| !always.contains(c)).collect();
+            if cols.is_empty() {
+                return String::new();
+            }
             format!(
                 "UPDATE {table} SET {} WHERE {};",
                 cols.iter().map(|c| format!("{} = {}", quote_ident(c), value(a, c))).collect::<Vec<_>>().join(", "),
