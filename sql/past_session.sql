@@ -36,6 +36,10 @@ DELETE FROM same WHERE false;
 INSERT INTO same SELECT 5, 'five' WHERE false;
 COPY same FROM stdin;
 \.
+-- row locks and schema changes too, as in a read-only transaction
+SELECT * FROM same FOR UPDATE;
+SELECT * FROM (SELECT * FROM same FOR SHARE) s;
+CREATE TABLE newt (id int);
 \set VERBOSITY default
 -- leaving the moment drops the views
 RESET worlds.world;

@@ -117,6 +117,10 @@ unsafe extern "C-unwind" fn post_parse_analyze(
                 }
             }
         } else if routing_active() && reads_relations(query) && reads_user_relations(query) && overlay::routing_world().is_some() {
+            if overlay::routing_world().is_some_and(|w| w.read_only) && locks_rows(query) {
+                // FOR UPDATE / SHARE in a moment of the past: as in a read-only transaction
+                refuse_write_in_past();
+            }
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 super::merge_command::remember(pstate, query);
             }
@@ -1330,6 +1334,8 @@ unsafe extern "C-unwind" fn process_utility(
                 }
             }
             if is_ddl(tag) && !creates_temp_table(stmt) && overlay::session_world().is_some() {
+                // a moment of the past is read only, schema included
+                refuse_write_in_past();
                 raise(
                     "0A000",
                     format!(
