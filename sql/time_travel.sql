@@ -55,6 +55,8 @@ SELECT * FROM worlds.sql('checkpoint world bot_task as ''pre_rebase''');
 SELECT pg_sleep(0.01);
 SELECT * FROM worlds.sql('rebase world bot_task');
 SELECT left(try($$select * from worlds.sql('restore world bot_task to checkpoint ''pre_rebase''')$$), 5);
+-- a time before the world existed: 22023 (as 'bot_task@when' there)
+SELECT left(try($$select * from worlds.sql('restore world bot_task to ''-1 hour''')$$), 5);
 -- UNDO MERGE: puts back every row the merge changed; rows changed again since: 40001 unless SKIP CHANGED
 SELECT * FROM worlds.sql('create world agent_7');
 SET worlds.world = agent_7;

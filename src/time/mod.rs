@@ -91,6 +91,17 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
         // inside the history window (22023), and not before the world's last rebase (55000)
         Spi::get_one_with_args::<String>("SELECT worlds._in_window($1::timestamptz)::text", &[at.clone().into()]).ok();
         if world.num != 0 {
+            // (as 'name@when' reads it: 22023 before the world existed)
+            let before_created = Spi::get_one_with_args::<bool>(
+                "SELECT created > $2::timestamptz FROM worlds.world WHERE num = $1",
+                &[world.num.into(), at.clone().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if before_created {
+                raise("22023", format!("world \"{}\" did not exist yet at {at}", world.name));
+            }
             let before_rebase = Spi::get_one_with_args::<bool>(
                 "SELECT coalesce(rebased > $2::timestamptz, false) FROM worlds.world WHERE num = $1",
                 &[world.num.into(), at.clone().into()],
