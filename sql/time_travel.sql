@@ -314,3 +314,15 @@ UPDATE hm SET v = 'from hm_w' WHERE id = 1;
 RESET worlds.world;
 SELECT * FROM worlds.sql('merge world hm_w');
 SELECT j ->> 'world' AS world, j ->> 'event' AS event, j ->> 'rows' AS rows FROM worlds.sql('show history for world main limit 3') j;
+-- rows a CREATE TABLE AS / SELECT INTO wrote are main's changes like any insert: the past doesn't hold them
+SELECT now() AS before_ctas \gset
+SELECT pg_sleep(0.01);
+CREATE TABLE mark AS SELECT 1 AS id, 'marked'::text AS note;
+SELECT * INTO mark_keyless FROM mark;
+SELECT count(*) FROM worlds.as_of(null::mark, :'before_ctas');
+SELECT count(*) FROM worlds.as_of(null::mark_keyless, :'before_ctas');
+SELECT count(*) FROM worlds.as_of(null::mark, 'now');
+SET client_min_messages = warning;  -- (the NOTICE names the moment)
+SELECT j ->> 'table' AS "table", j ->> 'change' AS change FROM worlds.sql(format('diff world %L to main', 'main@' || :'before_ctas')) j
+WHERE j ->> 'table' LIKE 'mark%' ORDER BY 1, 2;
+RESET client_min_messages;
