@@ -199,6 +199,23 @@ UPDATE uniq_people SET email = 'both@x' WHERE id IN (1, 2);
 UPDATE uniq_people SET name = 'renamed' WHERE id IN (1, 2);
 SELECT id, email, name FROM uniq_people ORDER BY id;
 RESET worlds.world;
+-- unique indexes on expressions, partial ones and NULLS NOT DISTINCT hold in a world as in main (23505)
+CREATE TABLE uniq_more (id int PRIMARY KEY, email text, n int, active bool DEFAULT true, code text);
+CREATE UNIQUE INDEX uniq_more_lower ON uniq_more (lower(email));
+CREATE UNIQUE INDEX uniq_more_active_n ON uniq_more (n) WHERE active;
+CREATE UNIQUE INDEX uniq_more_code ON uniq_more (code) NULLS NOT DISTINCT;
+INSERT INTO uniq_more VALUES (1, 'A@x', 1, true, NULL), (2, 'b@x', 2, false, 'c2');
+SELECT * FROM worlds.sql('create world uniq_more_w');
+SET worlds.world = uniq_more_w;
+INSERT INTO uniq_more VALUES (5, 'a@X', 5, true, 'c5');
+INSERT INTO uniq_more VALUES (6, 'f@x', 1, true, 'c6');
+INSERT INTO uniq_more VALUES (7, 'g@x', 1, false, 'c7');
+INSERT INTO uniq_more VALUES (8, 'h@x', 2, true, 'c8');
+INSERT INTO uniq_more VALUES (9, 'i@x', 9, true, NULL);
+UPDATE uniq_more SET email = 'B@X' WHERE id = 1;
+UPDATE uniq_more SET email = 'a@x', n = 1 WHERE id = 1;
+SELECT * FROM uniq_more ORDER BY id;
+RESET worlds.world;
 -- generated columns and identity columns GENERATED ALWAYS refuse a value in a world as in main (428C9)
 CREATE TABLE gen_items (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, qty int, price int, amount int GENERATED ALWAYS AS (qty * price) STORED);
 INSERT INTO gen_items (qty, price) VALUES (2, 5);

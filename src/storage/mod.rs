@@ -78,6 +78,18 @@ pub struct Layout {
     pub uniques: Vec<(String, Vec<String>)>,
     /// generated columns: the delta computes them (they are never written)
     pub generated: Vec<String>,
+    /// unique indexes `uniques` can't check column by column: on expressions, partial, or NULLS NOT DISTINCT
+    pub other_uniques: Vec<OtherUnique>,
+}
+
+/// A unique index on expressions, partial, or NULLS NOT DISTINCT, as SQL over the table's columns.
+pub struct OtherUnique {
+    pub name: String,
+    /// each key column or expression, as Postgres deparses it (`email`, `lower(email)`)
+    pub keys: Vec<String>,
+    /// the index's WHERE, if partial
+    pub predicate: Option<String>,
+    pub nulls_not_distinct: bool,
 }
 
 thread_local! {
@@ -186,10 +198,16 @@ fn load_layout(tabno: i32) -> Layout {
                                                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
                                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                               WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
-                                AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniques,
+                                AND i.indpred IS NULL AND i.indexprs IS NULL AND NOT i.indnullsnotdistinct) AS uniques,
                             (SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
                               WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attgenerated <> '') AS generated,
-                            to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))::oid AS overlay_rows
+                            to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))::oid AS overlay_rows,
+                            (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
+                                        'keys', (SELECT jsonb_agg(pg_get_indexdef(i.indexrelid, k, true) ORDER BY k) FROM generate_series(1, i.indnkeyatts) k),
+                                        'pred', pg_get_expr(i.indpred, i.indrelid, true), 'nnd', i.indnullsnotdistinct)), '[]')
+                               FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                              WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
+                                AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL OR i.indnullsnotdistinct)) AS other_uniques
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
@@ -240,6 +258,20 @@ fn load_layout(tabno: i32) -> Layout {
                     .collect(),
                 generated: row.get::<Vec<String>>(15).ok().flatten().unwrap_or_default(),
                 overlay_rows: row.get::<pg_sys::Oid>(16).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                other_uniques: row
+                    .get::<pgrx::JsonB>(17)
+                    .ok()
+                    .flatten()
+                    .and_then(|j| j.0.as_array().cloned())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|u| OtherUnique {
+                        name: u["name"].as_str().unwrap_or_default().to_string(),
+                        keys: u["keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+                        predicate: u["pred"].as_str().map(str::to_string),
+                        nulls_not_distinct: u["nnd"].as_bool().unwrap_or(false),
+                    })
+                    .collect(),
             }
         })
     })

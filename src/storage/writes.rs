@@ -802,6 +802,51 @@ fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWit
     if let Some((index, cols)) = unique_clash(layout, names, args) {
         raise_duplicate(index, cols, names, args);
     }
+    for u in &layout.other_uniques {
+        other_unique_clash(layout, u, names, args);
+    }
+}
+
+/// A unique index on expressions, partial, or NULLS NOT DISTINCT: another row the world sees whose index
+/// keys equal this row's (both inside the index's WHERE) is a 23505, worded as Postgres words it. The row's
+/// values are the query's parameters, named as its columns in a sub-select, so the index's own SQL reads
+/// them there and the world's rows in the outer query.
+fn other_unique_clash(layout: &Layout, u: &super::OtherUnique, names: &[String], args: &[pgrx::datum::DatumWithOid]) {
+    let new_row = names.iter().enumerate().map(|(i, n)| format!("${} AS {}", i + 1, quote_ident(n))).collect::<Vec<_>>().join(", ");
+    let of_new = |e: &str| format!("(SELECT {e} FROM (SELECT {new_row}) n)");
+    let mut conds: Vec<String> = u
+        .keys
+        .iter()
+        .map(|e| if u.nulls_not_distinct { format!("({e}) IS NOT DISTINCT FROM {}", of_new(e)) } else { format!("({e}) = {}", of_new(e)) })
+        .collect();
+    if let Some(p) = &u.predicate {
+        conds.push(format!("coalesce(({p}), false)"));
+        conds.push(format!("coalesce({}, false)", of_new(p)));
+    }
+    let pos = |c: &String| names.iter().position(|n| n == c);
+    let same_row: Vec<String> = layout.key_columns.iter().filter_map(|k| pos(k).map(|p| format!("v.{} = ${}", quote_ident(k), p + 1))).collect();
+    if !same_row.is_empty() {
+        conds.push(format!("NOT ({})", same_row.join(" AND ")));
+    }
+    let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", layout.overlay_name, conds.join(" AND "));
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    // (on a fresh snapshot, as the plain unique check)
+    if as_internal(|| snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
+        return;
+    }
+    let shown = format!(
+        "SELECT concat_ws(', ', {})",
+        u.keys.iter().map(|e| format!("coalesce({}::text, 'null')", of_new(e))).collect::<Vec<_>>().join(", ")
+    );
+    let values_text = as_internal(|| snapshot_spi::query_fresh(&shown, &types, &values, |r| r.get::<String>(1))).into_iter().next().flatten();
+    pgrx::pg_sys::panic::ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+        format!("duplicate key value violates unique constraint \"{}\"", u.name),
+        "pg_worlds",
+    )
+    .set_detail(format!("Key ({})=({}) already exists.", u.keys.join(", "), values_text.unwrap_or_default()))
+    .report(PgLogLevel::ERROR);
 }
 
 /// The first unique index (other than the primary key) on which another row the world sees has this
