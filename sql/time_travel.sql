@@ -326,3 +326,19 @@ SET client_min_messages = warning;  -- (the NOTICE names the moment)
 SELECT j ->> 'table' AS "table", j ->> 'change' AS change FROM worlds.sql(format('diff world %L to main', 'main@' || :'before_ctas')) j
 WHERE j ->> 'table' LIKE 'mark%' ORDER BY 1, 2;
 RESET client_min_messages;
+-- AS OF in statements that read tables: INSERT ... SELECT, CREATE TABLE ... AS, UPDATE ... FROM, DELETE ... USING
+CREATE TABLE asof_src (id int PRIMARY KEY, v text);
+INSERT INTO asof_src VALUES (1, 'then'), (2, 'then');
+SELECT now() AS asof_then \gset
+SELECT pg_sleep(0.01);
+UPDATE asof_src SET v = 'now';
+DELETE FROM asof_src WHERE id = 2;
+CREATE TABLE asof_snap (id int, v text);
+SELECT * FROM worlds.sql(format('insert into asof_snap select * from asof_src as of %L', :'asof_then'));
+SELECT * FROM asof_snap ORDER BY id;
+SELECT * FROM worlds.sql(format('create table asof_copy as select * from asof_src as of %L old', :'asof_then'));
+SELECT * FROM asof_copy ORDER BY id;
+SELECT * FROM worlds.sql(format('update asof_src set v = old.v from asof_src as of %L old where old.id = asof_src.id', :'asof_then'));
+SELECT * FROM asof_src ORDER BY id;
+SELECT * FROM worlds.sql(format('delete from asof_snap using asof_src as of %L old where old.id = asof_snap.id and old.id = 2', :'asof_then'));
+SELECT * FROM asof_snap ORDER BY id;

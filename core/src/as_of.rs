@@ -24,7 +24,9 @@ pub fn rewrite_as_of_with(text: &str, mut reference: impl FnMut(&str, &str, &str
         Tok::Word(w) => w.as_str(),
         _ => return Ok(None),
     };
-    if first != "select" && first != "with" {
+    // a query, or a statement that reads tables (INSERT ... SELECT, UPDATE ... FROM, DELETE ... USING,
+    // CREATE TABLE ... AS)
+    if !matches!(first, "select" | "with" | "insert" | "update" | "delete" | "create") {
         return Ok(None);
     }
     let mut out = String::new();
@@ -123,7 +125,7 @@ fn name_before(toks: &[Token], end: usize) -> Option<(usize, Option<String>)> {
 
 /// Is token i the first of a FROM item (after FROM, JOIN, or a comma)?
 fn is_from_boundary(toks: &[Token], i: usize) -> bool {
-    i == 0 || matches!(&toks[i - 1].tok, Tok::Word(w) if w == "from" || w == "join") || toks[i - 1].tok == Tok::Sym(',')
+    i == 0 || matches!(&toks[i - 1].tok, Tok::Word(w) if w == "from" || w == "join" || w == "using") || toks[i - 1].tok == Tok::Sym(',')
 }
 
 /// The end (exclusive) of the name starting at token `start`.
@@ -235,6 +237,27 @@ mod tests {
             rw("select * from \"Orders\" as of '2026-09-20 10:00'::timestamptz x"),
             "select * from worlds.as_of(NULL::\"Orders\", '2026-09-20 10:00'::timestamptz) AS x"
         );
+    }
+
+    #[test]
+    fn statements_that_read_tables() {
+        assert_eq!(
+            rw("insert into snap select * from s as of '-1 hour'"),
+            "insert into snap select * from worlds.as_of(NULL::s, '-1 hour') AS s"
+        );
+        assert_eq!(
+            rw("create table snap as select * from s as of '-1 hour' old"),
+            "create table snap as select * from worlds.as_of(NULL::s, '-1 hour') AS old"
+        );
+        assert_eq!(
+            rw("update t set v = old.v from t as of '-1 hour' old where old.id = t.id"),
+            "update t set v = old.v from worlds.as_of(NULL::t, '-1 hour') AS old where old.id = t.id"
+        );
+        assert_eq!(
+            rw("delete from t using t as of '-1 hour' old where old.id = t.id"),
+            "delete from t using worlds.as_of(NULL::t, '-1 hour') AS old where old.id = t.id"
+        );
+        assert_eq!(rewrite_as_of("fork world a as of").unwrap(), None);
     }
 
     #[test]

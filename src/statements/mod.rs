@@ -19,7 +19,20 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
     match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {
         Ok(Some(query)) => {
             let query = query.trim_end().trim_end_matches(';').to_string();
-            return SetOfIterator::new(select_rows(&query).into_iter().map(JsonB));
+            let first = query.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
+            if first == "select" || first == "with" {
+                return SetOfIterator::new(select_rows(&query).into_iter().map(JsonB));
+            }
+            // INSERT ... SELECT, UPDATE ... FROM, DELETE ... USING, CREATE TABLE ... AS reading the past:
+            // run as the caller (routed like any statement), its command tag back
+            let n = Spi::connect_mut(|c| c.update(&query, None, &[]).map(|t| t.len()).unwrap_or_else(|e| raise("XX000", format!("{e}"))));
+            let command = match first.as_str() {
+                "insert" => format!("INSERT 0 {n}"),
+                "update" => format!("UPDATE {n}"),
+                "delete" => format!("DELETE {n}"),
+                _ => format!("SELECT {n}"),
+            };
+            return SetOfIterator::new(tag(command).into_iter().map(JsonB));
         }
         Ok(None) => {}
         Err(e) => raise_with(e.sqlstate, e.message, Some(format!("at character {} of the statement", e.position)), None),
