@@ -45,3 +45,27 @@ SELECT * FROM worlds.sql('diff world x to main as sql');
 SELECT id, change, columns FROM (SELECT j ->> 'id' AS id, j ->> 'change' AS change, j -> 'columns' AS columns FROM worlds.sql('diff world p to main') j) d;
 -- SHOW HISTORY of the world merged into: the merge is its `merged ...` event, not a write of its own
 SELECT j ->> 'event' AS event, j ->> 'rows' AS rows FROM worlds.sql('show history for world x') j;
+-- foreign keys hold in the world merged into, as they do for a merge into main (23503, nothing merged)
+CREATE TABLE fk_parent (id int PRIMARY KEY, name text);
+CREATE TABLE fk_child (id int PRIMARY KEY, parent int REFERENCES fk_parent (id));
+INSERT INTO fk_parent VALUES (1, 'root'), (2, 'other');
+SELECT * FROM worlds.sql('create world fk_keep');
+SELECT * FROM worlds.sql('create world fk_gone');
+SELECT * FROM worlds.sql('create world fk_orphan');
+SET worlds.world = fk_keep;
+INSERT INTO fk_child VALUES (10, 1);
+SET worlds.world = fk_gone;
+DELETE FROM fk_parent WHERE id = 1;
+SET worlds.world = fk_orphan;
+INSERT INTO fk_child VALUES (11, 2);
+RESET worlds.world;
+SELECT try($$select * from worlds.sql('merge world fk_keep into fk_gone')$$);
+SELECT j ->> 'outcome' AS outcome, j ->> 'detail' AS detail FROM worlds.sql('merge world fk_keep into fk_gone dry run') j WHERE j ->> 'outcome' = 'blocked';
+SET worlds.world = fk_gone; SELECT * FROM fk_child ORDER BY id; RESET worlds.world;
+SELECT * FROM worlds.sql('merge world fk_orphan into fk_gone');
+-- the parent merged away under a child the other world has: 23503 the other way round
+SET worlds.world = fk_keep; DELETE FROM fk_child; RESET worlds.world;
+SELECT * FROM worlds.sql('create world fk_del');
+SET worlds.world = fk_del; DELETE FROM fk_parent WHERE id = 2; RESET worlds.world;
+SELECT try($$select * from worlds.sql('merge world fk_del into fk_gone')$$);
+SET worlds.world = fk_gone; SELECT * FROM fk_parent ORDER BY id; RESET worlds.world;

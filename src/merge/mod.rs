@@ -1015,7 +1015,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 let why = trial(|| {
                     match &target_world {
                         None => apply(&plan, &world),
-                        Some(t) => with_world(Some(t.clone()), || crate::storage::writes::as_merge_writes(|| apply(&plan, &world))),
+                        Some(t) => apply_into_world(&plan, &world, t),
                     };
                 });
                 if let Some(why) = why {
@@ -1047,7 +1047,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let partial = only_tables.is_some() || only_keys.is_some();
         let run = || match &target_world {
             None => apply(&plan, &world),
-            Some(t) => with_world(Some(t.clone()), || crate::storage::writes::as_merge_writes(|| apply(&plan, &world))),
+            Some(t) => apply_into_world(&plan, &world, t),
         };
         let applied = if partial {
             // a row merged with ONLY that references (or shares a unique value with) a row left out
@@ -1240,7 +1240,14 @@ fn trial(f: impl FnOnce()) -> Option<String> {
         pg_sys::RollbackAndReleaseCurrentSubTransaction();
         pg_sys::MemoryContextSwitchTo(cxt);
         pg_sys::CurrentResourceOwner = owner;
-        match outcome.map_err(|e| *e) {
+        use pgrx::pg_sys::panic::CaughtError;
+        // (an error pg_worlds raised itself, such as a merge into a world breaking a foreign key, comes back
+        // as an ErrorReport; Postgres's own as a PostgresError)
+        let outcome = outcome.map_err(|e| match *e {
+            CaughtError::ErrorReport(r) => CaughtError::PostgresError(r),
+            other => other,
+        });
+        match outcome {
             Ok(()) => None,
             Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r)) if is_constraint(&r) => {
                 Some(match r.detail() {
@@ -1393,6 +1400,116 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
         }
     }
     applied
+}
+
+/// A merge into another world: the plan applied through that world's overlays, then the foreign keys the
+/// merged rows take part in checked there, as Postgres checks them for a merge into main (a world's writes
+/// are not checked at write time). O(rows merged): only the merged rows and the rows that reference them.
+fn apply_into_world(plan: &[Planned], world: &WorldRow, target: &World) -> usize {
+    with_world(Some(target.clone()), || {
+        let applied = crate::storage::writes::as_merge_writes(|| apply(plan, world));
+        check_foreign_keys(plan);
+        applied
+    })
+}
+
+/// 23503, worded as Postgres words it, when a merged row references a row the world merged into lacks,
+/// or a row the merge deleted (or re-keyed) is still referenced there. Runs routed into that world.
+fn check_foreign_keys(plan: &[Planned]) {
+    let relids: Vec<pg_sys::Oid> = {
+        let mut r: Vec<pg_sys::Oid> = Vec::new();
+        for p in plan {
+            if !r.contains(&p.layout.relid) {
+                r.push(p.layout.relid);
+            }
+        }
+        r
+    };
+    if relids.is_empty() {
+        return;
+    }
+    // (conname, child, parent, child columns, parent columns) of every foreign key the tables take part in
+    type ForeignKey = (String, pg_sys::Oid, pg_sys::Oid, Vec<String>, Vec<String>);
+    let keys: Vec<ForeignKey> = Spi::connect(|c| {
+        c.select(
+            "SELECT c.conname::text, c.conrelid, c.confrelid,
+                    (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(n, ord)
+                       JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n),
+                    (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.confkey) WITH ORDINALITY k(n, ord)
+                       JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n)
+             FROM pg_constraint c WHERE c.contype = 'f' AND (c.conrelid = ANY($1) OR c.confrelid = ANY($1))
+               AND c.conrelid IN (SELECT relid FROM worlds.tables) AND c.confrelid IN (SELECT relid FROM worlds.tables)
+             ORDER BY c.conname",
+            None,
+            &[relids.into()],
+        )
+        .map(|rows| {
+            rows.filter_map(|r| {
+                Some((r.get::<String>(1).ok()??, r.get::<pg_sys::Oid>(2).ok()??, r.get::<pg_sys::Oid>(3).ok()??, r.get::<Vec<String>>(4).ok()??, r.get::<Vec<String>>(5).ok()??))
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+    });
+    let name_of = |relid: pg_sys::Oid| relation_layout_of(relid).map(|l| l.table_name.clone()).unwrap_or_default();
+    let short = |relid: pg_sys::Oid| short_name(&name_of(relid));
+    for (conname, child, parent, ccols, pcols) in keys {
+        let (child_t, parent_t) = (name_of(child), name_of(parent));
+        let eq = |a: &str, ac: &[String], b: &str, bc: &[String]| {
+            ac.iter().zip(bc).map(|(x, y)| format!("{a}.{} = {b}.{}", quote_ident(x), quote_ident(y))).collect::<Vec<_>>().join(" AND ")
+        };
+        let text_of = |alias: &str, cols: &[String]| {
+            format!("concat_ws(', ', {})", cols.iter().map(|c| format!("{alias}.{}::text", quote_ident(c))).collect::<Vec<_>>().join(", "))
+        };
+        // merged rows of the child: each reference (all its columns non-null, MATCH SIMPLE) finds its row
+        let written: Vec<Value> = plan.iter().filter(|p| p.layout.relid == child).filter_map(|p| p.decision.result.clone()).collect();
+        if !written.is_empty() {
+            let sql = format!(
+                "SELECT {} FROM jsonb_populate_recordset(NULL::{child_t}, $1) r WHERE {} AND NOT EXISTS (SELECT 1 FROM {parent_t} p WHERE {}) LIMIT 1",
+                text_of("r", &ccols),
+                ccols.iter().map(|c| format!("r.{} IS NOT NULL", quote_ident(c))).collect::<Vec<_>>().join(" AND "),
+                eq("p", &pcols, "r", &ccols),
+            );
+            if let Some(missing) = Spi::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(written)).into()]).ok().flatten() {
+                crate::api::raise_with(
+                    "23503",
+                    format!("insert or update on table \"{}\" violates foreign key constraint \"{conname}\"", short(child)),
+                    Some(format!("Key ({})=({missing}) is not present in table \"{}\".", ccols.join(", "), short(parent))),
+                    None,
+                );
+            }
+        }
+        // rows of the parent the merge removed or changed: nothing still references what they were
+        let replaced: Vec<Value> = plan
+            .iter()
+            .filter(|p| p.layout.relid == parent && p.row.theirs.is_some() && p.decision.result != p.row.theirs)
+            .filter_map(|p| p.row.theirs.clone())
+            .collect();
+        if !replaced.is_empty() {
+            let sql = format!(
+                "SELECT {} FROM jsonb_populate_recordset(NULL::{parent_t}, $1) r
+                 WHERE NOT EXISTS (SELECT 1 FROM {parent_t} p WHERE {})
+                   AND EXISTS (SELECT 1 FROM {child_t} c WHERE {}) LIMIT 1",
+                text_of("r", &pcols),
+                eq("p", &pcols, "r", &pcols),
+                eq("c", &ccols, "r", &pcols),
+            );
+            if let Some(held) = Spi::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(replaced)).into()]).ok().flatten() {
+                crate::api::raise_with(
+                    "23503",
+                    format!("update or delete on table \"{}\" violates foreign key constraint \"{conname}\" on table \"{}\"", short(parent), short(child)),
+                    Some(format!("Key ({})=({held}) is still referenced from table \"{}\".", pcols.join(", "), short(child))),
+                    None,
+                );
+            }
+        }
+    }
+}
+
+/// The layout of a tracked table by its relid.
+fn relation_layout_of(relid: pg_sys::Oid) -> Option<std::rc::Rc<Layout>> {
+    let tabno = Spi::get_one_with_args::<i32>("SELECT tabno FROM worlds.tables WHERE relid = $1", &[relid.into()]).ok().flatten()?;
+    Some(relation_layout(tabno))
 }
 
 /// Runs DML over a JSON array of rows as the session's user (so the role's privileges and RLS on main
