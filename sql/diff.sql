@@ -143,3 +143,15 @@ DO $$ DECLARE s text; BEGIN
   END LOOP;
 END $$;
 SELECT * FROM gen_copy ORDER BY id;
+-- a table off the search_path, or one whose name needs quotes, is named as SQL names it, so the name
+-- pastes back into ONLY KEYS and RESOLVE
+CREATE SCHEMA app;
+CREATE TABLE app."Orders" (id int PRIMARY KEY, v text);
+INSERT INTO app."Orders" VALUES (1, 'a'), (2, 'b');
+SELECT * FROM worlds.sql('create world schemas');
+SET worlds.world = schemas;
+UPDATE app."Orders" SET v = 'w' WHERE id IN (1, 2);
+RESET worlds.world;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id FROM worlds.sql('diff world schemas') j;
+SELECT * FROM worlds.sql($$merge world schemas only keys ('app."Orders"/1')$$);
+SELECT * FROM app."Orders" ORDER BY id;
