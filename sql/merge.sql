@@ -154,6 +154,13 @@ SELECT try($$select * from worlds.sql('merge world tie only tables (tie_child)')
 SELECT try($$select * from worlds.sql('merge world tie only keys (''tie_child/1'')')$$);
 SELECT * FROM worlds.sql('merge world tie');
 SELECT * FROM tie_child;
+-- ... but a clash the whole merge would meet too (main added the same unique value) is the clash itself: 23505
+CREATE TABLE tie_people (id int PRIMARY KEY, name text UNIQUE);
+SELECT * FROM worlds.sql('create world tie_u');
+SET worlds.world = tie_u; INSERT INTO tie_people VALUES (1, 'dan'), (2, 'eve'); RESET worlds.world;
+INSERT INTO tie_people VALUES (3, 'dan');
+SELECT try($$select * from worlds.sql('merge world tie_u only keys (''tie_people/1'')')$$);
+SELECT * FROM tie_people ORDER BY id;
 -- values keep every digit through DIFF and MERGE (numeric beyond a double's precision, scale kept)
 CREATE TABLE acct (id int PRIMARY KEY, bal numeric(30,2), big bigint);
 INSERT INTO acct VALUES (1, 1.50, 1);

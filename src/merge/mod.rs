@@ -1016,7 +1016,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         let fingerprint = target_fingerprint(&plan);
-        if req.dry_run {
+        if req.dry_run && !WHOLE_MERGE_PROBE.with(|q| q.get()) {
             pgrx::notice!(
                 "{}: version {}; to merge exactly what this dry run saw, add AT VERSION {} TARGET {}",
                 world.name, world.version, world.version, fingerprint
@@ -1075,20 +1075,33 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             Some(t) => apply_into_world(&plan, &world, t),
         };
         let applied = if partial {
-            // a row merged with ONLY that references (or shares a unique value with) a row left out
-            let tied = |e: pgrx::pg_sys::panic::CaughtError| match &e {
-                pgrx::pg_sys::panic::CaughtError::PostgresError(r) => raise_with(
-                    "22023",
-                    format!("a row merged is tied to a row ONLY leaves out: {}; nothing was merged", r.message()),
-                    r.detail().map(|d| d.to_string()),
-                    Some("Include the rows it is tied to in ONLY TABLES / ONLY KEYS, or merge the whole world.".into()),
-                ),
-                _ => e.rethrow(),
-            };
-            pgrx::PgTryBuilder::new(run)
-                .catch_when(PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION, tied)
-                .catch_when(PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION, tied)
-                .execute()
+            // a reference or unique value a partial merge breaks: a row tied to one ONLY leaves out (22023)
+            // when merging the whole world would not break it; else the data's own clash (23505 / 23503),
+            // as for a whole merge
+            match in_subtransaction(run) {
+                Ok(n) => n,
+                Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r))
+                    if matches!(r.sql_error_code(), PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION | PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION) =>
+                {
+                    let whole = MergeRequest { only_tables: None, only_keys: None, dry_run: true, target: None, at_version: None, ..req.clone() };
+                    let whole_blocked = {
+                        let previous = WHOLE_MERGE_PROBE.with(|q| q.replace(true));
+                        let rows = merge(whole);
+                        WHOLE_MERGE_PROBE.with(|q| q.set(previous));
+                        rows.iter().any(|r| r["outcome"] == "blocked")
+                    };
+                    if whole_blocked {
+                        pgrx::pg_sys::panic::CaughtError::PostgresError(r).rethrow();
+                    }
+                    raise_with(
+                        "22023",
+                        format!("a row merged is tied to a row ONLY leaves out: {}; nothing was merged", r.message()),
+                        r.detail().map(|d| d.to_string()),
+                        Some("Include the rows it is tied to in ONLY TABLES / ONLY KEYS, or merge the whole world.".into()),
+                    )
+                }
+                Err(e) => e.rethrow(),
+            }
         } else {
             run()
         };
@@ -1245,6 +1258,42 @@ fn plan_row(p: &Planned, detail: String) -> Value {
         // the spec's row in an attached folder; pg_worlds is Postgres itself: no separate copy to show
         "postgres": null,
     })
+}
+
+thread_local! {
+    /// Set while a partial merge that failed asks whether the whole merge would fail too (its dry run
+    /// prints no notice of its own)
+    static WHOLE_MERGE_PROBE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs f in a subtransaction: kept when it succeeds, rolled back (and the error returned, not raised)
+/// when it fails, so the caller may still query before it decides what to raise.
+fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, pgrx::pg_sys::panic::CaughtError> {
+    use pgrx::pg_sys::panic::CaughtError;
+    unsafe {
+        let cxt = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = pgrx::PgTryBuilder::new(move || Ok(f())).catch_others(|e| Err(Box::new(e))).execute();
+        match outcome {
+            Ok(r) => {
+                pg_sys::ReleaseCurrentSubTransaction();
+                pg_sys::MemoryContextSwitchTo(cxt);
+                pg_sys::CurrentResourceOwner = owner;
+                Ok(r)
+            }
+            Err(e) => {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                pg_sys::MemoryContextSwitchTo(cxt);
+                pg_sys::CurrentResourceOwner = owner;
+                Err(match *e {
+                    CaughtError::ErrorReport(r) => CaughtError::PostgresError(r),
+                    other => other,
+                })
+            }
+        }
+    }
 }
 
 /// Runs f in a subtransaction that is always rolled back: None when it succeeds, the reason when the
