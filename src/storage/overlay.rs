@@ -610,7 +610,7 @@ fn validate(tabno: i32, gen: u64) {
     as_internal(|| {
         if cache.world_num != world.num || cache.world_version != world.version || cache.main_snapshot != world.main_snapshot {
             let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
-            if !main_changed && cache.world_version >= 0 && world.version > cache.world_version && cache.chain == chain_of(&world) {
+            if !main_changed && world.version > cache.world_version && cache.chain == chain_of(&world) {
                 // only the world's own layer moved (another session of the world wrote): read what it added
                 advance_world_part(&layout, &world, &mut cache);
             } else {

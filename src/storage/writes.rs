@@ -529,9 +529,6 @@ fn serialize_key(
     })
 }
 
-/// A world version no world has: a cache marked with it is rebuilt by the next statement.
-const STALE_VERSION: i64 = -1;
-
 /// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
 /// serialize on it (a lock per key would fill the lock table on bulk updates).
 pub fn lock_world(world: &World) {
@@ -1056,10 +1053,11 @@ fn bump_version(world: &World) {
         })
     });
     if new_version != Some(world.version + 1) {
-        // another session wrote the world since this statement's cache was built: the next statement
-        // rebuilds it. Not now: a rebuild within this statement reads on its snapshot, which doesn't see
-        // this statement's own writes, and would keep a cache without them under the new version
-        move_cached_version(world, STALE_VERSION);
+        // another session wrote the world since this statement's cache was read: the caches stay at the
+        // version they were read at, and the next statement (on a snapshot that sees those writes) brings
+        // them forward by the versions added since (overlay::advance_world_part: it only adds, so this
+        // statement's own writes, kept in place, are never lost). Not a rebuild now: one within this
+        // statement would read on its snapshot, which doesn't see the statement's own writes
         return;
     }
     if let Some(v) = new_version {
