@@ -28,6 +28,7 @@ SELECT try($$select worlds.moment('soon')$$);
 SELECT try($$select * from worlds.as_of(null::orders, 'garbage')$$);
 SELECT state($$select worlds.moment('-3 days')$$);
 SELECT state($$select worlds.moment('2999-01-01 00:00+02')$$);
+SELECT state($$select worlds.moment('+1 hour')$$);
 -- CHECKPOINT WORLD name AS 'label'; the same label again moves it; RESTORE ... TO CHECKPOINT
 SELECT * FROM worlds.sql('checkpoint world main as ''before''');
 UPDATE orders SET status = 'oops';

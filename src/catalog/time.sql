@@ -62,7 +62,7 @@ BEGIN
     BEGIN
         IF lower(s) = 'now' THEN
             t := now();
-        ELSIF s ~ '^-' THEN
+        ELSIF s ~ '^[-+]' THEN  -- a time ago, or (22023) one from now
             t := now() + s::interval;
         ELSE
             t := s::timestamptz;
