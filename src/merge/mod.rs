@@ -569,8 +569,14 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                 tables.push((l.table_name.clone(), l.clone(), rows));
             }
         }
-        let mut out = schema_changes(from, to, as_sql_out);
+        // AS SQL runs in order on the other side: tables and columns are made before the rows that need
+        // them, and dropped after the rows that go with them
+        let (drops, mut out): (Vec<Value>, Vec<Value>) = schema_changes(from, to, as_sql_out).into_iter().partition(|c| {
+            let sql = c["sql"].as_str().unwrap_or_default().to_ascii_uppercase();
+            as_sql_out && (sql.starts_with("DROP ") || (sql.starts_with("ALTER TABLE") && sql.contains(" DROP COLUMN ")))
+        });
         out.extend(render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit));
+        out.extend(drops);
         if let Some(n) = limit {
             out.truncate(n.max(0) as usize);
         }
