@@ -371,6 +371,11 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
 /// Does the query (or any sub-query) lock rows (FOR UPDATE / SHARE)? The planner then marks every table of
 /// that level, which the world scan doesn't support.
 unsafe fn locks_rows(query: *mut pg_sys::Query) -> bool {
+    unsafe { any_query_level(query, |q| !(*q).rowMarks.is_null()) }
+}
+
+/// Does any level of the statement (itself, its sub-queries, CTEs and sub-links) pass `test`?
+unsafe fn any_query_level(query: *mut pg_sys::Query, test: unsafe fn(*mut pg_sys::Query) -> bool) -> bool {
     #[pg_guard]
     unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
         unsafe {
@@ -379,12 +384,13 @@ unsafe fn locks_rows(query: *mut pg_sys::Query) -> bool {
             }
             if (*node).type_ == pg_sys::NodeTag::T_Query {
                 let q = node as *mut pg_sys::Query;
-                return !(*q).rowMarks.is_null() || pg_sys::query_tree_walker(q, Some(walker), context, 0);
+                let test = *(context as *const unsafe fn(*mut pg_sys::Query) -> bool);
+                return test(q) || pg_sys::query_tree_walker(q, Some(walker), context, 0);
             }
             pg_sys::expression_tree_walker(node, Some(walker), context)
         }
     }
-    unsafe { walker(query as *mut pg_sys::Node, std::ptr::null_mut()) }
+    unsafe { walker(query as *mut pg_sys::Node, &test as *const _ as *mut std::ffi::c_void) }
 }
 
 #[pg_guard]
@@ -903,27 +909,18 @@ unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
 /// no world resolved: a session whose world doesn't exist (a mistyped `options=-c worlds.world=...`) can
 /// still run SWITCH WORLD, whose functions read only the catalog.
 unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
-    #[pg_guard]
-    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe fn names_user_relation(q: *mut pg_sys::Query) -> bool {
         unsafe {
-            if node.is_null() {
-                return false;
-            }
-            if (*node).type_ == pg_sys::NodeTag::T_Query {
-                let q = node as *mut pg_sys::Query;
-                let rtable = (*q).rtable;
-                let user = (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
-                    let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
-                    (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
-                        // a temporary view may read tracked tables (the views of a session in the past do)
-                        && ((*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char || !is_own_or_system((*rte).relid))
-                });
-                return user || pg_sys::query_tree_walker(q, Some(walker), context, 0);
-            }
-            pg_sys::expression_tree_walker(node, Some(walker), context)
+            let rtable = (*q).rtable;
+            (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
+                let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+                (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
+                    // a temporary view may read tracked tables (the views of a session in the past do)
+                    && ((*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char || !is_own_or_system((*rte).relid))
+            })
         }
     }
-    unsafe { walker(query as *mut pg_sys::Node, std::ptr::null_mut()) }
+    unsafe { any_query_level(query, names_user_relation) }
 }
 
 /// A relation of pg_worlds' own schemas, of the system catalogs, or a temporary one.

@@ -703,17 +703,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                     *e = (layer, dseq, del);
                 }
             }
-            // a table without a key: every added row of the chain is seen, but those a tombstone removes
-            // (a row of main by its tid, or a row the chain added by its dseq)
-            None if !del => {
-                part.delta_pick.insert(dseq);
-            }
-            None => {
-                if let Some(tid) = base_tid {
-                    part.hidden_tids.insert(parse_tid(&tid));
-                }
-                cancelled.extend(of);
-            }
+            None => keyless_version(&mut part, &mut cancelled, dseq, del, base_tid, of),
         }
     }
     for of in cancelled {
@@ -779,20 +769,26 @@ fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                     part.delta_pick.insert(dseq);
                 }
             }
-            None if !del => {
-                part.delta_pick.insert(dseq);
-            }
-            None => {
-                if let Some(tid) = base_tid {
-                    part.hidden_tids.insert(parse_tid(&tid));
-                }
-                cancelled.extend(of);
-            }
+            None => keyless_version(part, &mut cancelled, dseq, del, base_tid, of),
         }
     }
     for of in cancelled {
         part.delta_pick.remove(&of);
     }
+}
+
+/// A version of a row of a table without a key: every added row of the chain is seen, but those a
+/// tombstone removes (a row of main by its tid; a row the chain added by its dseq, collected in
+/// `cancelled`, removed once all versions are read).
+fn keyless_version(part: &mut WorldPart, cancelled: &mut Vec<i64>, dseq: i64, del: bool, base_tid: Option<String>, of: Option<i64>) {
+    if !del {
+        part.delta_pick.insert(dseq);
+        return;
+    }
+    if let Some(tid) = base_tid {
+        part.hidden_tids.insert(parse_tid(&tid));
+    }
+    cancelled.extend(of);
 }
 
 fn reset_main_part(cache: &mut TableCache, main_snapshot: &str) {
