@@ -443,7 +443,7 @@ BEGIN
                 BEGIN
                     PERFORM worlds.track(cmd.objid::regclass);
                     IF cmd.command_tag IN ('CREATE TABLE AS', 'SELECT INTO') THEN
-                        PERFORM worlds._capture_created_rows(wt) FROM worlds.tables wt WHERE wt.relid = cmd.objid;
+                        PERFORM worlds._capture_all_rows(wt, 'I') FROM worlds.tables wt WHERE wt.relid = cmd.objid;
                     END IF;
                 EXCEPTION WHEN OTHERS THEN
                     RAISE WARNING 'pg_worlds could not track table %: %', cmd.objid::regclass, sqlerrm
@@ -610,31 +610,20 @@ END $$;
 
 -- Every row of a tracked table into its history as deleted, in history's order (WAL position * 1024, see
 -- storage/capture.rs), after every change captured before: TRUNCATE and DROP TABLE are captured, not lost.
-CREATE FUNCTION worlds._capture_all_rows(t worlds.tables) RETURNS void
+-- With op 'I', as inserted instead: the rows a CREATE TABLE AS / SELECT INTO wrote before tracking began
+-- (it begins when the command ends), so the past doesn't hold them (AS OF, a world forked before); kept as
+-- capture keeps an insert, the key only (a table without a key by its tid alone).
+CREATE FUNCTION worlds._capture_all_rows(t worlds.tables, op "char" DEFAULT 'D') RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     cols text;
 BEGIN
     SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
-    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped;
+    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND (op = 'D' OR attname = ANY (t.key_columns));
     EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
-                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), ''D'', ctid, NULL, NULL%s FROM ONLY %s',
-                   t.history, coalesce(', ' || cols, ''), coalesce(', ' || cols, ''), t.relid);
-END $$;
-
--- The rows a CREATE TABLE AS / SELECT INTO wrote before tracking began (tracking starts when the
--- command ends): into history as inserts, as capture records an insert (the key only; a table without a
--- key by its tid alone), so the past doesn't hold them (AS OF, a world forked before).
-CREATE FUNCTION worlds._capture_created_rows(t worlds.tables) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    cols text;
-BEGIN
-    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
-    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attname = ANY (t.key_columns);
-    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
-                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), ''I'', NULL, ctid, NULL%s FROM ONLY %s',
-                   t.inserts, coalesce(', ' || cols, ''), coalesce(', ' || cols, ''), t.relid);
+                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), %L, %s, NULL%s FROM ONLY %s',
+                   CASE WHEN op = 'D' THEN t.history ELSE t.inserts END, coalesce(', ' || cols, ''), op,
+                   CASE WHEN op = 'D' THEN 'ctid, NULL' ELSE 'NULL, ctid' END, coalesce(', ' || cols, ''), t.relid);
 END $$;
 
 -- DROP TABLE of a tracked table (called by the router before the drop runs)

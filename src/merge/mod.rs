@@ -1084,7 +1084,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // a reference or unique value a partial merge breaks: a row tied to one ONLY leaves out (22023)
             // when merging the whole world would not break it; else the data's own clash (23505 / 23503),
             // as for a whole merge
-            match in_subtransaction(run) {
+            match in_subtransaction(run).map_err(|e| *e) {
                 Ok(n) => n,
                 Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r))
                     if matches!(r.sql_error_code(), PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION | PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION) =>
@@ -1274,7 +1274,7 @@ thread_local! {
 
 /// Runs f in a subtransaction: kept when it succeeds, rolled back (and the error returned, not raised)
 /// when it fails, so the caller may still query before it decides what to raise.
-fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, pgrx::pg_sys::panic::CaughtError> {
+fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, Box<pgrx::pg_sys::panic::CaughtError>> {
     use pgrx::pg_sys::panic::CaughtError;
     unsafe {
         let cxt = pg_sys::CurrentMemoryContext;
@@ -1293,10 +1293,10 @@ fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, pgrx::pg_sys::panic:
                 pg_sys::RollbackAndReleaseCurrentSubTransaction();
                 pg_sys::MemoryContextSwitchTo(cxt);
                 pg_sys::CurrentResourceOwner = owner;
-                Err(match *e {
+                Err(Box::new(match *e {
                     CaughtError::ErrorReport(r) => CaughtError::PostgresError(r),
                     other => other,
-                })
+                }))
             }
         }
     }

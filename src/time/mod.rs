@@ -92,23 +92,20 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
         Spi::get_one_with_args::<String>("SELECT worlds._in_window($1::timestamptz)::text", &[at.clone().into()]).ok();
         if world.num != 0 {
             // (as 'name@when' reads it: 22023 before the world existed)
-            let before_created = Spi::get_one_with_args::<bool>(
-                "SELECT created > $2::timestamptz FROM worlds.world WHERE num = $1",
-                &[world.num.into(), at.clone().into()],
-            )
-            .ok()
-            .flatten()
-            .unwrap_or(false);
+            let (before_created, before_rebase) = Spi::connect(|c| {
+                c.select(
+                    "SELECT created > $2::timestamptz, coalesce(rebased > $2::timestamptz, false) FROM worlds.world WHERE num = $1",
+                    None,
+                    &[world.num.into(), at.clone().into()],
+                )
+                .ok()
+                .and_then(|r| r.into_iter().next().map(|r| (r.get::<bool>(1).ok().flatten(), r.get::<bool>(2).ok().flatten())))
+            })
+            .map(|(c, r)| (c.unwrap_or(false), r.unwrap_or(false)))
+            .unwrap_or((false, false));
             if before_created {
                 raise("22023", format!("world \"{}\" did not exist yet at {at}", world.name));
             }
-            let before_rebase = Spi::get_one_with_args::<bool>(
-                "SELECT coalesce(rebased > $2::timestamptz, false) FROM worlds.world WHERE num = $1",
-                &[world.num.into(), at.clone().into()],
-            )
-            .ok()
-            .flatten()
-            .unwrap_or(false);
             if before_rebase {
                 raise(
                     "55000",
