@@ -92,3 +92,13 @@ SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j
 FROM worlds.sql('merge world ro_w using ours dry run') j;
 SELECT try($$select * from worlds.sql('merge world ro_w using ours')$$);
 SELECT * FROM ro;
+-- a RESOLVE row's columns left out are NULL in the result, as the merge writes them
+CREATE TABLE rr (id int PRIMARY KEY, v text, w text);
+INSERT INTO rr VALUES (1, 'x', 'keep?');
+SELECT * FROM worlds.sql('create world rr_w');
+SET worlds.world = rr_w; UPDATE rr SET v = 'ours' WHERE id = 1; RESET worlds.world;
+UPDATE rr SET v = 'theirs' WHERE id = 1;
+SELECT j ->> 'outcome' AS outcome, j -> 'result' AS result
+FROM worlds.sql($$merge world rr_w resolve ('rr/1' = '{"id": 1, "v": "given"}') dry run$$) j WHERE j ->> 'id' = '1';
+SELECT * FROM worlds.sql($$merge world rr_w resolve ('rr/1' = '{"id": 1, "v": "given"}')$$);
+SELECT * FROM rr;

@@ -1017,7 +1017,14 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     by_columns: req.by_columns || mbc,
                     using_ours: req.using_ours,
                 };
-                let decision = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
+                let given_row = matches!(settle.resolve, Some(Pick::Row(_)));
+                let mut decision = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
+                if let (true, Some(Value::Object(result))) = (given_row, decision.result.as_mut()) {
+                    // a RESOLVE row's columns left out are NULL, as the merge writes them: shown so
+                    for c in live_columns(l.relid) {
+                        result.entry(c).or_insert(Value::Null);
+                    }
+                }
                 plan.push(Planned { table: t.name.clone(), layout: l.clone(), merge_by_columns: mbc, row, decision });
             }
         }
