@@ -45,6 +45,7 @@ SELECT * FROM worlds.sql('merge world b by columns');
 SELECT * FROM items WHERE id = 2;
 
 SELECT * FROM worlds.sql('show worlds');
+SHOW BRANCHES;  -- the spec's SHOW statements run as typed, too
 
 \echo '== apps keep their habits inside a world: upserts, COPY, SQL MERGE'
 SELECT * FROM worlds.sql('create world agent_8');
