@@ -993,18 +993,6 @@ fn sees_history(hist_pick: &FastSet<i64>, world: &WorldPart, hseq: i64, key: imp
     hist_pick.contains(&hseq) && (world.winner.is_empty() || key().map(|k| !world.shadows(&k)).unwrap_or(true))
 }
 
-impl TableCache {
-    #[inline]
-    fn sees_base(&self, tid: impl FnOnce() -> u64, key: impl FnOnce() -> Option<Key>) -> bool {
-        sees_base(&self.created_tids, &self.world, tid, key)
-    }
-
-    #[inline]
-    fn sees_history(&self, hseq: i64, key: impl FnOnce() -> Option<Key>) -> bool {
-        sees_history(&self.hist_pick, &self.world, hseq, key)
-    }
-}
-
 // ---- the same tests for the world scan (route/world_scan.rs), on a table with an integer key ----
 
 /// One table's cache held by a scan across rows. Its main part is used while no other statement has
@@ -1183,11 +1171,56 @@ unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> 
     }
 }
 
+/// What one call site of the visibility functions keeps in its `fn_extra` for the query's life: the world
+/// part it reads (None: the cache's current one).
+struct CallSite {
+    world_num: i32,
+    part: Option<Rc<WorldPart>>,
+}
+
+/// The world part a call site reads. A query read through a portal of one SELECT (a cursor, a plpgsql FOR
+/// loop's query, a plain SELECT) keeps the part current at its first row for its life, as the world scan
+/// does: a cursor reads the world as of its start while later statements write it (a write copies the part
+/// first while a query holds it). Other statements (an UPDATE reading its rows) read the current part:
+/// holding it would make each of their writes copy it.
+unsafe fn site_world<'a>(fcinfo: pg_sys::FunctionCallInfo, c: &'a TableCache) -> &'a WorldPart {
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        if flinfo.is_null() {
+            return &c.world;
+        }
+        if (*flinfo).fn_extra.is_null() {
+            let portal = pg_sys::ActivePortal;
+            let select = !portal.is_null() && (*portal).strategy == pg_sys::PortalStrategy::PORTAL_ONE_SELECT;
+            let site = CallSite { world_num: c.world_num, part: select.then(|| c.world.clone()) };
+            let mem = pg_sys::MemoryContextAlloc((*flinfo).fn_mcxt, std::mem::size_of::<CallSite>()) as *mut CallSite;
+            std::ptr::write(mem, site);
+            // the part is let go when the query's memory is (its Rc must not outlive it)
+            let cb = pg_sys::MemoryContextAlloc((*flinfo).fn_mcxt, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+                as *mut pg_sys::MemoryContextCallback;
+            (*cb).func = Some(drop_call_site);
+            (*cb).arg = mem as *mut std::ffi::c_void;
+            pg_sys::MemoryContextRegisterResetCallback((*flinfo).fn_mcxt, cb);
+            (*flinfo).fn_extra = mem as *mut std::ffi::c_void;
+        }
+        let site = &*((*flinfo).fn_extra as *const CallSite);
+        match &site.part {
+            // (the same world: a session that switched since reads its new world)
+            Some(part) if site.world_num == c.world_num => &*Rc::as_ptr(part),
+            _ => &c.world,
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn drop_call_site(arg: *mut std::ffi::c_void) {
+    unsafe { std::ptr::drop_in_place(arg as *mut CallSite) }
+}
+
 unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let visible = with_cache(tabno, |c| {
-            c.sees_base(|| tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
+            sees_base(&c.created_tids, site_world(fcinfo, c), || tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
         });
         pg_sys::Datum::from(visible)
     }
@@ -1214,7 +1247,7 @@ pub unsafe extern "C-unwind" fn worlds_delta_visible(fcinfo: pg_sys::FunctionCal
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let dseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2).value() as i64;
-        pg_sys::Datum::from(with_cache(tabno, |c| c.world.delta_pick.contains(&dseq)))
+        pg_sys::Datum::from(with_cache(tabno, |c| site_world(fcinfo, c).delta_pick.contains(&dseq)))
     }
 }
 
@@ -1226,13 +1259,14 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
             if !c.hist_pick.contains(&hseq) {
                 return false;
             }
-            if !c.world.hidden_tids.is_empty() {
+            let world = site_world(fcinfo, c);
+            if !world.hidden_tids.is_empty() {
                 // a table without a key passes the physical row's tid as its key
                 if let Some(Key::T(tid)) = arg_key(fcinfo, 2, int_key) {
-                    return !c.world.hidden_tids.contains(&parse_tid(&tid));
+                    return !world.hidden_tids.contains(&parse_tid(&tid));
                 }
             }
-            c.sees_history(hseq, || arg_key(fcinfo, 2, int_key))
+            sees_history(&c.hist_pick, world, hseq, || arg_key(fcinfo, 2, int_key))
         });
         pg_sys::Datum::from(visible)
     }
