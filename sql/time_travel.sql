@@ -239,6 +239,9 @@ DELETE FROM shapes WHERE id = 1;
 SELECT j FROM worlds.sql(format('select id, kind from shapes as of %L order by id', :'tw')) j;
 SELECT j FROM worlds.sql(format('select now.id, now.kind, old.kind from shapes now right join shapes as of %L old on old.id = now.id order by old.id', :'tw')) j;
 SELECT left(try(format('select * from worlds.sql(%L)', format('select * from shapes as of %L', :'t2'))), 5) AS sqlstate;
+-- a session in the world's past ('tt@now') reads AS OF through that world too, not main
+SELECT * FROM worlds.sql('switch world ''tt@now''');
+SELECT j FROM worlds.sql(format('select id, kind from shapes as of %L order by id', :'tw')) j;
 RESET worlds.world;
 -- a role reads the past only of what it may read now (a dropped table: superusers only)
 CREATE ROLE tt_reader;

@@ -52,8 +52,15 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
 /// `table AS OF when alias` as a sub-query: the moment is evaluated first (22P02 / 22023 as AS OF says),
 /// then worlds._as_of_query builds the read for the schema of that moment.
 fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
-    if let Some(world) = crate::storage::overlay::session_world().filter(|w| w.num > 0 && !w.read_only) {
-        return world_as_of_reference(&world.name, table, when, alias);
+    if let Some(world) = crate::storage::overlay::session_world() {
+        if world.num > 0 && !world.read_only {
+            return world_as_of_reference(&world.name, table, when, alias);
+        }
+        if world.read_only && world.num != -1 {
+            // a session in a world's past ('ww@when'): AS OF reads that world as it was then, not main
+            let name = world.name.split('@').next().unwrap_or_default().to_string();
+            return world_as_of_reference(&name, table, when, alias);
+        }
     }
     // `when` is an expression of the caller's own statement (a literal, a cast, a sub-query...): it is
     // evaluated as SQL, as the caller, as the statement itself would be; the table name is a parameter
