@@ -32,6 +32,18 @@ BEGIN
                AND p.proname NOT IN ('as_of', '_as_of_query', '_require_select', '_shadow_past', '_unshadow_past') LOOP
         EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
     END LOOP;
+    -- ... and so the internal ones (named _...) are pg_worlds' own: a role calling one directly would act
+    -- with the owner's rights (drop storage, discard any world, read every world's rows). Kept callable:
+    -- those a session's own statements call (a past session's views, the history views' check, AS OF's
+    -- cache, which checks the role's rights itself). The API functions check what they do.
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'worlds' AND p.prosecdef AND p.proname LIKE '\_%'
+               AND p.proname NOT IN ('_past_session_moment', '_may_read_history', '_moment_of', '_in_window') LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    -- administration: tracking (which tables worlds cover), history purge, every world's rows for pg_dump
+    REVOKE EXECUTE ON FUNCTION worlds.track(regclass), worlds.untrack(regclass), worlds.purge_history(integer),
+        worlds._portable_rows(), worlds._portable_worlds() FROM PUBLIC;
 END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
 GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table TO PUBLIC;

@@ -233,6 +233,7 @@ BEGIN
     IF rel IS NULL THEN
         RAISE EXCEPTION 'AS OF reads tracked tables: % isn''t one', pg_typeof(tbl) USING ERRCODE = 'wrong_object_type';
     END IF;
+    PERFORM worlds._require_select(rel);
     RETURN QUERY EXECUTE worlds._as_of_query(rel::text, worlds.moment(moment), true);
 END $$;
 
@@ -396,11 +397,15 @@ BEGIN
     END IF;
     IF found_copy IS NOT NULL THEN
         UPDATE worlds.as_of_cache c SET used = clock_timestamp() WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
-        RETURN found_copy;
+        RETURN format('worlds_data.%I', 'v' || (SELECT relname FROM pg_class WHERE oid = found_copy))::regclass;
     END IF;
     name := format('c_%s_%s', t.tabno, to_char(at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS'));
     EXECUTE format('CREATE UNLOGGED TABLE worlds_data.%I AS %s', name, worlds._as_of_query(rel::text, at, false));
-    EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', name);
+    -- read through a view that asks, as the reader, for SELECT on the table (a one-time filter): the copy
+    -- gives no one more than the table does now
+    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM worlds_data.%I WHERE pg_catalog.has_table_privilege(%s::oid, ''SELECT'')',
+                   'v' || name, name, rel::oid);
+    EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', 'v' || name);
     found_copy := format('worlds_data.%I', name)::regclass;
     PERFORM worlds._own_storage();
     INSERT INTO worlds.as_of_cache (tabno, at, relation) VALUES (t.tabno, at, found_copy);
@@ -409,16 +414,26 @@ BEGIN
         PERFORM worlds._drop_relation(old.relation);
         DELETE FROM worlds.as_of_cache c WHERE c.tabno = old.tabno AND c.at = old.at;
     END LOOP;
-    RETURN found_copy;
+    RETURN format('worlds_data.%I', 'v' || name)::regclass;
 END $$;
 
--- 42501 unless the role may read the table now (a cached moment is read with the rights the table gives).
+-- 42501 unless the role may read the table now (a cached moment is read with the rights the table gives),
+-- every row of it: AS OF reads history's before-images, which row-level security can't filter.
 CREATE FUNCTION worlds._require_select(rel regclass) RETURNS void  -- runs as the caller (install.sql)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
+    IF rel IS NULL THEN
+        RETURN;  -- (not a table now: AS OF says what it is)
+    END IF;
     IF NOT has_table_privilege(rel, 'SELECT') THEN
         RAISE EXCEPTION 'permission denied for table %', (SELECT relname FROM pg_class WHERE oid = rel)
             USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF row_security_active(rel) THEN
+        RAISE EXCEPTION 'permission denied for table %: AS OF reads its past rows whole, and row-level security keeps some of them from this role',
+            (SELECT relname FROM pg_class WHERE oid = rel)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Read the past as the table''s owner or a role that bypasses row-level security.';
     END IF;
 END $$;
 

@@ -577,7 +577,9 @@ END $$;
 -- table dropped since has no privileges left to check).
 CREATE FUNCTION worlds._may_read_history(rel oid) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce(has_table_privilege(rel, 'SELECT'), false)
+    -- (row-level security that applies to the role: history's before-images would show rows it hides)
+    SELECT CASE WHEN rel = 0 THEN false
+                ELSE coalesce(has_table_privilege(rel, 'SELECT') AND NOT row_security_active(rel), false) END
         OR coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), false)
 $$;
 

@@ -453,8 +453,39 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
             })
             .filter(|t| !t.2.is_empty())
             .collect();
+        for t in &tables {
+            require_read(&t.1);
+        }
         render_diff(&world.name, tables, req.as_sql, req.limit)
     })
+}
+
+/// 42501 unless the role running the statement may read every row and column of the table, as a SELECT
+/// of it in main would show them: DIFF and DRY RUN show whole rows, so a role kept from the table, from
+/// some of its columns (column grants) or from some of its rows (row-level security) is refused, not shown
+/// them.
+fn require_read(layout: &Layout) {
+    let (select, rls) = crate::storage::as_session_user(|| {
+        Spi::connect(|c| {
+            c.select("SELECT has_table_privilege($1, 'SELECT'), row_security_active($1)", None, &[layout.relid.into()])
+                .ok()
+                .and_then(|r| r.into_iter().next().map(|r| (r.get::<bool>(1).ok().flatten(), r.get::<bool>(2).ok().flatten())))
+        })
+    })
+    .map(|(s, r)| (s.unwrap_or(false), r.unwrap_or(true)))
+    .unwrap_or((false, true));
+    let table = short_name(&layout.table_name);
+    if !select {
+        raise("42501", format!("permission denied for table {table}"));
+    }
+    if rls {
+        crate::api::raise_with(
+            "42501",
+            format!("permission denied for table {table}: its rows are shown whole, and row-level security keeps some of them from this role"),
+            None,
+            Some("Compare it as the table's owner or a role that bypasses row-level security.".into()),
+        );
+    }
 }
 
 /// One row of a diff: its key, the row before and the row after (None: absent).
@@ -568,6 +599,9 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
             if !rows.is_empty() {
                 tables.push((l.table_name.clone(), l.clone(), rows));
             }
+        }
+        for t in &tables {
+            require_read(&t.1);
         }
         // AS SQL runs in order on the other side: tables and columns are made before the rows that need
         // them, and dropped after the rows that go with them
@@ -1026,6 +1060,16 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     }
                 }
                 plan.push(Planned { table: t.name.clone(), layout: l.clone(), merge_by_columns: mbc, row, decision });
+            }
+        }
+        if req.dry_run {
+            // the plan shows whole rows: the role must may read them
+            let mut checked: Vec<pg_sys::Oid> = Vec::new();
+            for p in &plan {
+                if !checked.contains(&p.layout.relid) {
+                    require_read(&p.layout);
+                    checked.push(p.layout.relid);
+                }
             }
         }
         let fingerprint = target_fingerprint(&plan);

@@ -65,21 +65,28 @@ fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
     // `when` is an expression of the caller's own statement (a literal, a cast, a sub-query...): it is
     // evaluated as SQL, as the caller, as the statement itself would be; the table name is a parameter
     if fixed_time(when) {
-        // a time written out: read from (or kept in) the cache of that moment
-        let cached = Spi::get_one_with_args::<String>(
-            &format!("SELECT c::text FROM worlds._as_of_cached(to_regclass($1), worlds.moment({when})) c"),
-            &[table.into()],
-        )
-        .ok()
-        .flatten();
+        // a time written out: read from (or kept in) the cache of that moment. The moment is the caller's own
+        // expression, evaluated as the caller; the role must may read the table now (42501), checked as the
+        // caller; the cache itself is pg_worlds' own (its copies are read through views that check the
+        // reader's rights on the table again)
+        let at = Spi::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten();
+        Spi::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()])
+            .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+        let cached = at.and_then(|at| {
+            crate::storage::as_internal(|| {
+                Spi::get_one_with_args::<String>(
+                    "SELECT c::text FROM worlds._as_of_cached(to_regclass($1), $2::timestamptz) c",
+                    &[table.into(), at.into()],
+                )
+            })
+            .ok()
+            .flatten()
+        });
         if let Some(copy) = cached {
-            // the copy is read with the rights the table gives (checked here, as the caller: a function in
-            // the query would keep it from running in parallel like a plain scan)
-            Spi::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()])
-                .unwrap_or_else(|e| raise("XX000", format!("{e}")));
             return format!("(SELECT * FROM {copy}) AS {alias}");
         }
     }
+    Spi::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
     let query = Spi::connect_mut(|c| {
         c.update(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()])
             .unwrap_or_else(|e| raise("XX000", format!("{e}")))

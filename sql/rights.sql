@@ -1,0 +1,68 @@
+-- Rights: pg_worlds never lets a role do or see more than Postgres would. Its internal functions are its
+-- own; DIFF, DRY RUN and AS OF show whole rows only to a role that may read every row and column.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE secret (id int PRIMARY KEY, v text);
+CREATE TABLE open_t (id int PRIMARY KEY, v text, hidden text);
+CREATE TABLE pub (id int PRIMARY KEY, owner text, v text);
+INSERT INTO secret VALUES (1, 's');
+INSERT INTO open_t VALUES (1, 'o', 'h');
+INSERT INTO pub VALUES (1, 'rights_bob', 'b'), (2, 'rights_alice', 'a');
+ALTER TABLE pub ENABLE ROW LEVEL SECURITY;
+CREATE POLICY mine ON pub USING (owner = current_user);
+CREATE ROLE rights_alice;
+CREATE ROLE rights_carol;
+GRANT SELECT, UPDATE ON open_t TO rights_alice;
+GRANT SELECT ON pub TO rights_alice;
+GRANT SELECT (id, v) ON open_t TO rights_carol;
+SELECT * FROM worlds.sql('create world w1');
+SET worlds.world = w1;
+UPDATE secret SET v = 's2';
+UPDATE open_t SET v = 'o2';
+UPDATE pub SET v = 'changed';
+RESET worlds.world;
+SELECT now() AS before_main \gset
+SELECT pg_sleep(0.01);
+UPDATE pub SET v = 'main changed' WHERE id = 1;
+SELECT changes AS pub_changes FROM worlds.tables WHERE relid = 'pub'::regclass \gset
+SET ROLE rights_alice;
+-- internal functions: 42501 (they act with pg_worlds' own rights)
+SELECT try($$select worlds._drop_relation('secret'::regclass)$$);
+SELECT try($$select worlds._discard(w) from worlds.world w where name = 'w1'$$);
+SELECT try($$select worlds._uninstall()$$);
+SELECT try($$select * from worlds._portable_rows()$$);
+SELECT try($$select worlds.untrack('open_t')$$);
+SELECT try($$select worlds.track('worlds.world')$$);
+-- DIFF and DRY RUN of a world that changed a table the role may not read: 42501, nothing shown
+SELECT try($$select * from worlds.sql('diff world w1')$$);
+SELECT try($$select * from worlds.sql('diff world w1 as sql')$$);
+SELECT try($$select * from worlds.sql('merge world w1 dry run')$$);
+SELECT try(format('select * from worlds.sql(%L)', format('diff world %L to main', 'main@' || :'before_main')));
+-- AS OF of a table whose rows row-level security keeps from the role: 42501
+SELECT try(format('select * from worlds.as_of(null::pub, %L)', :'before_main'));
+SELECT try(format('select * from worlds.sql(%L)', format('select * from pub as of %L', :'before_main')));
+-- nor its history read directly (its before-images would show rows row-level security hides)
+SELECT count(*) AS history_rows_seen FROM :pub_changes;
+RESET ROLE;
+-- column grants: a role that may read some columns only is refused too
+SELECT * FROM worlds.sql('create world w2');
+SET worlds.world = w2; UPDATE open_t SET v = 'o3'; RESET worlds.world;
+SET ROLE rights_carol;
+SELECT try($$select * from worlds.sql('diff world w2')$$);
+RESET ROLE;
+-- a role that may read every row and column sees the diff
+SET ROLE rights_alice;
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id FROM worlds.sql('diff world w2') j;
+RESET ROLE;
+-- a cached moment's copy is read through a view that checks the reader's rights on the table
+SELECT count(*) FROM worlds.sql(format('select * from secret as of %L', :'before_main'));
+SELECT c.relation::text LIKE 'worlds_data.c_%' AS cached FROM worlds.as_of_cache c JOIN worlds.tables t ON t.tabno = c.tabno WHERE t.relid = 'secret'::regclass;
+SELECT 'v' || (SELECT relname FROM pg_class WHERE oid = c.relation) AS copy_view FROM worlds.as_of_cache c JOIN worlds.tables t ON t.tabno = c.tabno WHERE t.relid = 'secret'::regclass \gset
+SET ROLE rights_alice;
+SELECT try(format('select * from worlds_data.%I', :'copy_view'));
+SELECT count(*) AS copy_rows_seen FROM worlds_data.:"copy_view";
+SELECT left(try(format('select * from worlds_data.%I', substr(:'copy_view', 2))), 5) AS copy_itself;
+RESET ROLE;
+DROP OWNED BY rights_alice, rights_carol;
+DROP ROLE rights_alice, rights_carol;
