@@ -65,6 +65,12 @@ BEGIN
     RETURN meta;
 END $$;
 
+-- What forks a world and what ends one take turns, so "has it live forks?" stays true until the end
+-- of the transaction that asked it (a CREATE WORLD from a world being dropped made a live world on a
+-- dropped parent). A transaction-level lock: the checks after it read what committed before.
+CREATE FUNCTION worlds._lock_worlds() RETURNS void
+LANGUAGE sql AS $$ SELECT pg_advisory_xact_lock(hashtext('pg_worlds: create world')) $$;
+
 -- Discards worlds whose TTL has passed (unless they have live forks). Runs at the start of every
 -- lifecycle statement and SHOW WORLDS / SHOW BRANCHES.
 CREATE FUNCTION worlds._expire() RETURNS void
@@ -76,6 +82,10 @@ BEGIN
              WHERE x.dropped IS NULL AND x.expires IS NOT NULL AND x.expires <= clock_timestamp()
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
              ORDER BY x.depth DESC LOOP
+        PERFORM worlds._lock_worlds();
+        -- (asked again under the lock)
+        CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)
+                   OR (SELECT dropped IS NOT NULL FROM worlds.world x WHERE x.num = w.num);
         PERFORM worlds._discard(w);
     END LOOP;
 END $$;
@@ -125,8 +135,9 @@ BEGIN
         RAISE EXCEPTION 'a world name can''t be null' USING ERRCODE = 'invalid_name';
     END IF;
     PERFORM worlds._check_world_name(name);
-    -- one create at a time: two concurrent ones could both pass the name and max_worlds checks
-    PERFORM pg_advisory_xact_lock(hashtext('pg_worlds: create world'));
+    -- one create at a time (two concurrent ones could both pass the name and max_worlds checks), and none
+    -- while its source is being dropped
+    PERFORM worlds._lock_worlds();
     meta := worlds._checked_meta(meta);
     PERFORM worlds._expire();
     source := coalesce(source, current_setting('worlds.world'));
@@ -261,6 +272,7 @@ DECLARE
     forks text;
 BEGIN
     PERFORM worlds._refuse_in_transaction('DROP WORLD');
+    PERFORM worlds._lock_worlds();  -- (no world forked from it while it goes)
     PERFORM worlds._expire();
     BEGIN
         w := worlds._resolve(drop_world.name);

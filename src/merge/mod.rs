@@ -1185,6 +1185,8 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // a whole merge into the parent (named with INTO or not) ends the world (unless worlds were
             // forked from it)
             Spi::connect_mut(|c| {
+                // (no fork of it made meanwhile: see worlds._lock_worlds)
+                c.update("SELECT worlds._lock_worlds()", None, &[]).ok();
                 c.update(
                     "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
                        AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)",
