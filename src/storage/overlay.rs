@@ -271,9 +271,10 @@ pub fn session_world() -> Option<World> {
             WORLD_SIG.with(|s| s.set(sig));
             return Some(w);
         }
-        if current.is_none() && w.num != 0 {
+        if current.is_none() && w.num > 0 {
             // the session's world was dropped: it carries on from the nearest live ancestor, not from
-            // whatever world now has the name
+            // whatever world now has the name (a moment of the past, num < 0, is never dropped: it is
+            // resolved again below, when another transaction committed since the last statement)
             let chain = as_internal(|| load_chain(w.num));
             let (_, lname) = chain.iter().find(|c| !c.4).map(|c| (c.0, c.1.clone())).unwrap_or((0, "main".to_string()));
             set_session_world(&lname);
