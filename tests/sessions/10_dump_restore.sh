@@ -25,6 +25,10 @@ insert into late (id, v) select g, 'l' || g from generate_series(1, 20) g;
 alter table late add primary key (id);
 create table logs (line text);
 insert into logs values ('a'), ('a'), ('b');
+create table pairs (a int, b text, v int, primary key (a, b));
+insert into pairs values (1, 'x', 1), (2, 'y', 2);
+create table events (msg text, n int);
+insert into events values ('e', 1), ('e', 1), ('f', 2);
 select * from worlds.sql('alter system set history_retention = ''2 days''');
 select * from worlds.sql('create world w1');
 set worlds.world = w1;
@@ -32,6 +36,10 @@ update early set v = 'in w1' where id = 1;
 insert into late (id, v) values (100, 'w1');
 delete from logs where line = 'b';
 insert into logs values ('w1'), ('w1');
+update pairs set v = 10 where a = 1;
+delete from pairs where a = 2;
+delete from events where msg = 'f';
+insert into events values ('w1', 3);
 reset worlds.world;
 select * from worlds.sql('fork world w1 as w2');
 set worlds.world = w2;
@@ -41,7 +49,8 @@ reset worlds.world;
 update early set v = 'main' where id = 2;
 SQL
 checksum() { psql_in $CL -d "$1" -Atc "select md5(string_agg(t, '|' order by t)) from (
-  select 'early' || e::text as t from early e union all select 'late' || l::text from late l union all select 'logs' || g::text from logs g) x"; }
+  select 'early' || e::text as t from early e union all select 'late' || l::text from late l union all select 'logs' || g::text from logs g
+  union all select 'pairs' || p::text from pairs p union all select 'events' || v::text from events v) x"; }
 want=$(checksum $SRC)
 
 as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -f "$OUT/plain.sql" $SRC || fail "pg_dump (plain) failed"
@@ -55,11 +64,12 @@ restored_checks() { # restored_checks DB
   local db=$1
   expect "$db: main's rows" "$(checksum $db)" "$want"
   expect "$db: a session in a world not made yet" "$(PGOPTIONS='-c worlds.world=w1' psql_in $CL -d $db -Atc "select count(*) from early" 2>&1 | grep -o 'came with a restored dump' | head -1)" "came with a restored dump"
-  expect "$db: tables tracked" "$(psql_in $CL -d $db -Atc "select string_agg(relid::text || ':' || key_kind::text, ',' order by relid::text) from worlds.tables")" "early:i,late:i,logs:r"
+  expect "$db: tables tracked" "$(psql_in $CL -d $db -Atc "select string_agg(relid::text || ':' || key_kind::text, ',' order by relid::text) from worlds.tables")" "early:i,events:r,late:i,logs:r,pairs:t"
   expect "$db: history_retention kept" "$(psql_in $CL -d $db -Atc "select j->>'history_retention' from worlds.sql('show history_retention') j")" "2 days"
-  expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 6
+  expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 10
   expect "$db: the worlds came back" "$(psql_in $CL -d $db -Atc "select string_agg(name || '<' || coalesce(parent, '-'), ',' order by depth) from worlds.show_worlds()")" "main<-,w1<main,w2<w1"
   expect "$db: w1's changes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select string_agg(line, '' order by line) from logs)")" "in w1,w1,aaw1w1"
+  expect "$db: w1's changes to a composite key and a keyless table of several columns" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select string_agg(a || b || v, ' ' order by a) from pairs) || ',' || (select string_agg(msg || n, ' ' order by msg) from events)")" "1x10,e1 e1 w13"
   expect "$db: w2's changes on w1's" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w2" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select count(*) from early)")" "in w1,in w2,49"
   expect "$db: DIFF of w2 against w1" "$(psql_in $CL -d $db -Atc "select string_agg(j->>'table' || ':' || (j->>'id') || ':' || (j->>'change'), ',' order by j->>'table') from worlds.sql('diff world w2') j" 2>/dev/null)" "early:50:delete,late:100:update"
   expect "$db: main's rows untouched by that" "$(checksum $db)" "$want"
