@@ -96,10 +96,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     t worlds.tables;
 BEGIN
+    -- the world's write lock (storage/writes.rs): sessions writing it finish first, and their rows are
+    -- freed with the rest; a write that comes after finds the world dropped (0A000)
+    PERFORM pg_advisory_xact_lock(2092147, w.num);
+    UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     FOR t IN SELECT * FROM worlds.tables LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;
-    UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     INSERT INTO worlds.event (world, event, rows) VALUES (w.num, 'discarded', NULL);
     PERFORM worlds._leave_if_current(w);
 END $$;

@@ -538,6 +538,23 @@ pub fn lock_world(world: &World) {
     }
     as_internal(|| Spi::run_with_args("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()]))
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    // a DROP WORLD holds the lock while it frees the world's rows: once it is ours, the world may be gone
+    // (read on a fresh snapshot, after the lock)
+    let live = as_internal(|| {
+        Spi::connect_mut(|c| {
+            c.update("SELECT dropped IS NULL FROM worlds.world WHERE num = $1", None, &[world.num.into()])
+                .ok()
+                .and_then(|r| r.into_iter().next().and_then(|r| r.get::<bool>(1).ok().flatten()))
+        })
+    });
+    if live == Some(false) {
+        crate::api::raise_with(
+            "0A000",
+            format!("world \"{}\" was dropped while this statement ran; nothing was written", world.name),
+            None,
+            Some("The session now works in the world's parent: run the statement again if it should go there.".into()),
+        );
+    }
     LOCKED.with(|l| l.set(xact));
     done_in(LOCK);
 }

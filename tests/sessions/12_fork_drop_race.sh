@@ -24,7 +24,16 @@ for i in $(seq 1 12); do
   psql_in $CL -d $DB -qAt -c "select * from worlds.sql('merge world m$i')" >/dev/null 2>&1
   wait
 done
+# a world dropped while a session writes it: the drop waits for the writer's transaction and frees its
+# rows too; a write that comes after finds the world gone
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('busy')" >/dev/null
+PGOPTIONS='-c worlds.world=busy' psql_in $CL -d $DB -qAt -c "begin" -c "update t set v = 50" -c "select pg_sleep(1.5)" -c "commit" >/dev/null 2>&1 &
+sleep 0.5
+psql_in $CL -d $DB -qAt -c "select worlds.drop_world('busy')" >/dev/null
+wait
 set -e
+echo "check: a dropped world leaves no rows behind"
+expect "rows of dropped worlds" "$(psql_in $CL -d $DB -qAt -c "select count(*) from worlds_data.$(psql_in $CL -d $DB -qAt -c "select relname from pg_class where oid = (select delta from worlds.tables where relid = 't'::regclass)") d join worlds.world w on w.num = d._w_world where w.dropped is not null")" 0
 echo "check: no live world stands on a dropped one"
 expect "live worlds on dropped parents" \
   "$(psql_in $CL -d $DB -qAt -c "select count(*) from worlds.world c join worlds.world p on p.num = c.parent where c.dropped is null and p.dropped is not null")" 0
