@@ -35,6 +35,9 @@ DECLARE
     i interval;
 BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER SYSTEM');
+    IF value IS NULL THEN
+        RAISE EXCEPTION 'history_retention must be an interval, not null' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     BEGIN
         i := value::interval;
     EXCEPTION WHEN OTHERS THEN
@@ -246,6 +249,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     w worlds.world := worlds._resolve(name);
 BEGIN
+    IF label IS NULL OR btrim(label) = '' THEN
+        RAISE EXCEPTION 'a checkpoint needs a label' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO worlds.checkpoint AS c (world, label, at) VALUES (w.num, checkpoint_world.label, clock_timestamp())
     ON CONFLICT ON CONSTRAINT checkpoint_pkey DO UPDATE SET at = excluded.at;
     RETURN 'CHECKPOINT';

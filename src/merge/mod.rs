@@ -32,6 +32,13 @@ pub struct WorldRow {
     pub fork_snapshot: Option<String>,
 }
 
+/// The world again, after waiting for its lock: another session may have merged or dropped it meanwhile
+/// (3D000, by the name it was asked for).
+fn resolve_again(world: &WorldRow) -> WorldRow {
+    world_row("id = $1", world.id.as_str().into())
+        .unwrap_or_else(|| raise("3D000", format!("world \"{}\" does not exist (it was merged or dropped meanwhile)", world.name)))
+}
+
 pub fn resolve_world(name: &str) -> WorldRow {
     // a world past its TTL is discarded first: it can't be merged, rebased or diffed any more
     if unsafe { !pg_sys::XactReadOnly } {
@@ -1003,7 +1010,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     .ok();
             });
         }
-        let world = resolve_world(&world.id);
+        let world = resolve_again(&world);
         if let Some(v) = req.at_version {
             if v != world.version {
                 raise(
@@ -1724,7 +1731,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         if has_forks {
             raise("0A000", format!("world {} has live forks; rebasing it would move the ground under them", world.name));
         }
-        let world = resolve_world(&world.id);
+        let world = resolve_again(&world);
         if let Some(v) = req.at_version {
             if v != world.version {
                 raise("55000", format!("world {} is at version {}, not {v}; nothing was rebased", world.name, world.version));
