@@ -192,3 +192,8 @@ SELECT * FROM named_k ORDER BY k;
 SELECT * FROM worlds.sql(format('restore world main to %L', :'before_named'));
 SELECT * FROM named_t ORDER BY id;
 SELECT * FROM named_k ORDER BY k;
+-- ONLY TABLES naming a table no world changes (untracked, a catalog) or none: 22023, nothing merged
+SELECT * FROM worlds.sql('create world only_bad');
+SELECT try($$select * from worlds.sql('merge world only_bad only tables (pg_class)')$$);
+SELECT try($$select * from worlds.merge('only_bad', only_tables => '{}')$$);
+SELECT version FROM worlds.show_worlds() WHERE name = 'only_bad';

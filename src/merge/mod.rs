@@ -1021,6 +1021,16 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         // which tables, and lock them (fixed order: relid) before reading main
         let only_tables: Option<Vec<pg_sys::Oid>> = req.only_tables.as_ref().map(|ts| ts.iter().map(|t| regclass_of(t)).collect());
+        if let Some(ts) = &only_tables {
+            // (a table worlds don't track has no rows in a world: naming it is a mistake, not MERGE 0)
+            let tracked = crate::storage::tracked_tables();
+            if ts.is_empty() {
+                raise("22023", "ONLY TABLES needs at least one table");
+            }
+            if let Some((name, _)) = req.only_tables.iter().flatten().zip(ts).find(|(_, r)| !tracked.contains_key(r)) {
+                raise("22023", format!("ONLY TABLES ({name}): it is not a table pg_worlds tracks, so no world changes it"));
+            }
+        }
         let only_keys: Option<Vec<(pg_sys::Oid, String)>> = req.only_keys.as_ref().map(|ks| ks.iter().map(|k| parse_row_ref(k)).collect());
         let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts()
             .into_iter()
