@@ -34,6 +34,9 @@ SELECT try($$select worlds._uninstall()$$);
 SELECT try($$select * from worlds._portable_rows()$$);
 SELECT try($$select worlds.untrack('open_t')$$);
 SELECT try($$select worlds.track('worlds.world')$$);
+-- ... while what a role's own statements reach still runs as it did (moments, AS OF's checks)
+SELECT try($$select worlds.moment(5)$$);
+SELECT worlds.moment('now') IS NOT NULL AS moment_ok;
 -- DIFF and DRY RUN of a world that changed a table the role may not read: 42501, nothing shown
 SELECT try($$select * from worlds.sql('diff world w1')$$);
 SELECT try($$select * from worlds.sql('diff world w1 as sql')$$);

@@ -38,7 +38,7 @@ BEGIN
     -- cache, which checks the role's rights itself). The API functions check what they do.
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.prosecdef AND p.proname LIKE '\_%'
-               AND p.proname NOT IN ('_past_session_moment', '_may_read_history', '_moment_of', '_in_window') LOOP
+               AND p.proname NOT IN ('_past_session_moment', '_may_read_history', '_moment_of', '_in_window', '_not_a_time') LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
     -- administration: tracking (which tables worlds cover), history purge, every world's rows for pg_dump
