@@ -1184,7 +1184,7 @@ struct CallSite {
 /// does: a cursor reads the world as of its start while later statements write it (a write copies the part
 /// first while a query holds it). Other statements (an UPDATE reading its rows) read the current part:
 /// holding it would make each of their writes copy it.
-unsafe fn site_world<'a>(fcinfo: pg_sys::FunctionCallInfo, c: &'a TableCache) -> &'a WorldPart {
+unsafe fn site_world(fcinfo: pg_sys::FunctionCallInfo, c: &TableCache) -> &WorldPart {
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         if flinfo.is_null() {
