@@ -1002,12 +1002,58 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         // (a MERGE's plan never runs in a world: executor_run runs it through merge_command)
         if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE) && routing_active() {
             refuse_writes_to_main((*query_desc).plannedstmt);
+            lock_world_before_reading(query_desc);
         }
         match PREV_EXECUTOR_START {
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             // pg_sys functions are already guarded: wrapping them again aborts on an error
             None => pg_sys::standard_ExecutorStart(query_desc, eflags),
         }
+    }
+}
+
+/// Under READ COMMITTED, a transaction's first write to a world takes the world's write lock before the
+/// statement reads its rows, and then reads them on a snapshot taken after the lock: as Postgres's UPDATE
+/// waits for a row's writer and reads the row as that writer left it, a writer of the world waits for the
+/// world's other writers and sees what they committed. Without this the statement read rows on the snapshot
+/// it started with, and a row another session changed while it waited failed with 40001 (pgbench with
+/// several clients in one world saw one now and then). Later statements of the transaction hold the lock
+/// already: their snapshots, taken after it, see everything committed.
+unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDesc) {
+    unsafe {
+        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !writes_a_world((*query_desc).plannedstmt) {
+            return;
+        }
+        let Some(world) = overlay::routing_world().filter(|w| w.num > 0 && !w.read_only) else { return };
+        if storage::writes::holds_world_lock(&world) {
+            return;
+        }
+        storage::writes::lock_world(&world);
+        // the statement's snapshot, taken again now that the world's other writers are done (the portal's
+        // active snapshot is replaced in place: the portal pops it as its own)
+        if pg_sys::ActiveSnapshotSet() && !(*query_desc).snapshot.is_null() && (*query_desc).snapshot == pg_sys::GetActiveSnapshot() {
+            pg_sys::PopActiveSnapshot();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            pg_sys::UnregisterSnapshot((*query_desc).snapshot);
+            (*query_desc).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
+        }
+    }
+}
+
+/// Does the plan write one of pg_worlds' overlay views (or a view twin): a write of the session's world?
+unsafe fn writes_a_world(stmt: *mut pg_sys::PlannedStmt) -> bool {
+    unsafe {
+        let results = (*stmt).resultRelations;
+        if results.is_null() {
+            return false;
+        }
+        (0..(*results).length).any(|i| {
+            let index = pg_sys::list_nth_int(results, i);
+            let rte = pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
+            let ns = pg_sys::get_rel_namespace((*rte).relid);
+            let name = pg_sys::get_namespace_name(ns);
+            !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == b"worlds_data"
+        })
     }
 }
 

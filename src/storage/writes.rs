@@ -531,6 +531,11 @@ fn serialize_key(
 
 /// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
 /// serialize on it (a lock per key would fill the lock table on bulk updates).
+/// Does this transaction hold the world's write lock?
+pub fn holds_world_lock(world: &World) -> bool {
+    LOCKED.with(|l| l.get()) == (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num)
+}
+
 pub fn lock_world(world: &World) {
     let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
     if LOCKED.with(|l| l.get()) == xact {
