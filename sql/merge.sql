@@ -189,6 +189,13 @@ SELECT * FROM worlds.sql('diff world named as sql');
 SELECT * FROM worlds.sql('merge world named');
 SELECT * FROM named_t ORDER BY id;
 SELECT * FROM named_k ORDER BY k;
+-- (a table without a key, too: its rows are removed by tid and value)
+CREATE TABLE named_r (e int, zz int);
+INSERT INTO named_r VALUES (1, 1), (2, 2);
+SELECT * FROM worlds.sql('create world named_rw');
+SET worlds.world = named_rw; DELETE FROM named_r WHERE zz = 1; UPDATE named_r SET zz = 20 WHERE e = 2; RESET worlds.world;
+SELECT * FROM worlds.sql('merge world named_rw');
+SELECT * FROM named_r ORDER BY e;
 SELECT * FROM worlds.sql(format('restore world main to %L', :'before_named'));
 SELECT * FROM named_t ORDER BY id;
 SELECT * FROM named_k ORDER BY k;

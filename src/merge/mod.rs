@@ -1511,7 +1511,7 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
                 .map(|p| serde_json::json!({ "ctid": p.row.key_obj["_w_ctid"], "row": p.row.theirs }))
                 .collect();
             let sql = format!(
-                "DELETE FROM ONLY {table} t USING jsonb_array_elements($1) e WHERE t.ctid = (e->>'ctid')::tid AND {} = e->'row'",
+                "DELETE FROM ONLY {table} t USING jsonb_array_elements($1) _w_e WHERE t.ctid = (_w_e->>'ctid')::tid AND {} = _w_e->'row'",
                 json_object_expr("t", &live_columns(*relid))
             );
             applied += run_dml(&sql, rows);
