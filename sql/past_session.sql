@@ -40,6 +40,12 @@ COPY same FROM stdin;
 SELECT * FROM same FOR UPDATE;
 SELECT * FROM (SELECT * FROM same FOR SHARE) s;
 CREATE TABLE newt (id int);
+BEGIN;
+LOCK TABLE same;
+ROLLBACK;
+BEGIN;
+DECLARE c CURSOR FOR SELECT * FROM same FOR UPDATE;
+ROLLBACK;
 \set VERBOSITY default
 -- leaving the moment drops the views
 RESET worlds.world;

@@ -113,6 +113,9 @@ unsafe extern "C-unwind" fn post_parse_analyze(
             // utility statements are analysed without a snapshot: no catalog lookups for them)
             if let Some(inner) = utility_query((*query).utilityStmt) {
                 if routing_active() && overlay::routing_world().is_some() {
+                    if overlay::routing_world().is_some_and(|w| w.read_only) && locks_rows(inner) {
+                        refuse_write_in_past(); // DECLARE ... FOR UPDATE in a moment of the past
+                    }
                     route_query(inner);
                 }
             }
@@ -1375,6 +1378,10 @@ unsafe extern "C-unwind" fn process_utility(
                         return;
                     }
                 }
+            }
+            if tag == pg_sys::NodeTag::T_LockStmt {
+                // a moment of the past takes no locks on today's tables (as a read-only transaction)
+                refuse_write_in_past();
             }
             if is_ddl(tag) && !creates_temp_table(stmt) && overlay::session_world().is_some() {
                 // a moment of the past is read only, schema included
