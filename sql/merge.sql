@@ -204,3 +204,15 @@ SELECT * FROM worlds.sql('create world only_bad');
 SELECT try($$select * from worlds.sql('merge world only_bad only tables (pg_class)')$$);
 SELECT try($$select * from worlds.merge('only_bad', only_tables => '{}')$$);
 SELECT version FROM worlds.show_worlds() WHERE name = 'only_bad';
+-- a table without a key merged once from a world that stays open: merging it again is refused (0A000),
+-- since its rows can't be told merged from not
+CREATE TABLE kl (a int, b text);
+INSERT INTO kl VALUES (1, 'a');
+CREATE TABLE kl_keyed (id int PRIMARY KEY);
+SELECT * FROM worlds.sql('create world klw');
+SET worlds.world = klw; INSERT INTO kl VALUES (2, 'b'); INSERT INTO kl_keyed VALUES (77); RESET worlds.world;
+SELECT * FROM worlds.sql('merge world klw only tables (kl)');
+SELECT try($$select * from worlds.sql('merge world klw only tables (kl)')$$);
+SELECT try($$select * from worlds.sql('merge world klw')$$);
+SELECT * FROM worlds.sql('merge world klw only tables (kl_keyed)');
+SELECT * FROM kl ORDER BY a;

@@ -1079,6 +1079,29 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 plan.push(Planned { table: t.name.clone(), layout: l.clone(), merge_by_columns: mbc, row, decision });
             }
         }
+        // a table without a key has no row identity to tell a merged row from an unmerged one: once a world
+        // merged into this target (in part, or whole while it stays open), its rows there would be applied again
+        if let Some(p) = plan.iter().find(|p| p.layout.key_kind == b'r') {
+            let before = Spi::get_one_with_args::<bool>(
+                "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event IN ('merged into ' || $2, 'merged part into ' || $2))",
+                &[world.num.into(), target_name.as_str().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if before {
+                crate::api::raise_with(
+                    "0A000",
+                    format!(
+                        "world {} was merged into {target_name} before, and table {} has no key: its rows would be applied there again; nothing was merged",
+                        world.name,
+                        short_name(&p.table)
+                    ),
+                    None,
+                    Some("Merge the rest with ONLY TABLES leaving that table out, or make its change again in a new world.".into()),
+                );
+            }
+        }
         if req.dry_run {
             // the plan shows whole rows: the role must may read them
             let mut checked: Vec<pg_sys::Oid> = Vec::new();
