@@ -155,3 +155,28 @@ RESET worlds.world;
 SELECT j ->> 'table' AS "table", j ->> 'id' AS id FROM worlds.sql('diff world schemas') j;
 SELECT * FROM worlds.sql($$merge world schemas only keys ('app."Orders"/1')$$);
 SELECT * FROM app."Orders" ORDER BY id;
+-- json values keep their JSON form in AS SQL (a string its quotes), in keyed and keyless tables
+CREATE TABLE js (id int PRIMARY KEY, j jsonb);
+CREATE TABLE js_r (j jsonb, n int);
+INSERT INTO js VALUES (1, '{"a": 1}');
+INSERT INTO js_r VALUES ('"s"', 1), ('5', 2);
+SELECT * FROM worlds.sql('create world js_w');
+SET worlds.world = js_w;
+UPDATE js SET j = '"u"' WHERE id = 1;
+INSERT INTO js VALUES (2, 'true');
+DELETE FROM js_r WHERE n = 1;
+INSERT INTO js_r VALUES ('"w"', 3);
+RESET worlds.world;
+SELECT j ->> 'sql' AS sql FROM worlds.sql('diff world js_w as sql') j WHERE j ->> 'sql' LIKE '%js%';
+CREATE TABLE js_copy (LIKE js INCLUDING ALL);
+CREATE TABLE js_r_copy (LIKE js_r);
+INSERT INTO js_copy SELECT * FROM js;
+INSERT INTO js_r_copy SELECT * FROM js_r;
+DO $$ DECLARE s text; BEGIN
+  FOR s IN SELECT replace(replace(j ->> 'sql', 'public.js ', 'public.js_copy '), 'public.js_r ', 'public.js_r_copy ')
+           FROM worlds.sql('diff world js_w as sql') j WHERE j ->> 'sql' LIKE '%js%' LOOP
+    EXECUTE s;
+  END LOOP;
+END $$;
+SELECT * FROM js_copy ORDER BY id;
+SELECT * FROM js_r_copy ORDER BY n;

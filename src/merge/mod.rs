@@ -780,7 +780,21 @@ fn in_table_order(mut cols: Vec<String>, order: &[String]) -> Vec<String> {
 }
 
 fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>, after: &Option<Value>) -> String {
-    let value = |row: &Value, c: &str| sql_value(table, layout.relid, c, &row[c]);
+    // each column's type, and whether it is an identity column GENERATED ALWAYS
+    let columns: HashMap<String, (String, bool)> = Spi::connect(|c| {
+        c.select(
+            "SELECT attname::text, format_type(atttypid, atttypmod), attidentity = 'a' FROM pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+            None,
+            &[layout.relid.into()],
+        )
+        .map(|r| {
+            r.filter_map(|r| Some((r.get::<String>(1).ok()??, (r.get::<String>(2).ok()??, r.get::<bool>(3).ok()??))))
+                .collect()
+        })
+        .unwrap_or_default()
+    });
+    let value = |row: &Value, c: &str| sql_value(table, columns.get(c).map(|t| t.0.as_str()), c, &row[c]);
     // the row by its key; a table without a key: one physical row with these values (duplicates are
     // removed one statement each)
     let row_where = |row: &Value| {
@@ -796,11 +810,7 @@ fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>
     };
     // generated columns are computed by the other side; identity columns GENERATED ALWAYS take the value
     // only with OVERRIDING SYSTEM VALUE, and can't be updated at all
-    let always: Vec<String> = Spi::connect(|c| {
-        c.select("SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attidentity = 'a' AND NOT attisdropped", None, &[layout.relid.into()])
-            .map(|r| r.filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
-            .unwrap_or_default()
-    });
+    let always: Vec<String> = columns.iter().filter(|(_, (_, a))| *a).map(|(c, _)| c.clone()).collect();
     let writable = |cols: Vec<String>| cols.into_iter().filter(|c| !layout.generated.contains(c)).collect::<Vec<_>>();
     match (before, after) {
         (None, Some(a)) => {
@@ -832,29 +842,25 @@ fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>
 /// A column's value as a literal of the column's type. Scalars as JSON has them (Postgres's input
 /// functions take them); arrays and composite values in Postgres's own text form, cast to the column's
 /// type (their JSON form is another type's input).
-fn sql_value(table: &str, relid: pg_sys::Oid, column: &str, v: &Value) -> String {
-    if !matches!(v, Value::Array(_) | Value::Object(_)) {
-        return sql_literal(v);
-    }
-    let typ = Spi::get_one_with_args::<String>(
-        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND NOT attisdropped",
-        &[relid.into(), column.into()],
-    )
-    .ok()
-    .flatten();
-    match typ.as_deref() {
-        None | Some("jsonb") => sql_literal(v),
-        Some("json") => format!("{}::json", quote_literal(&v.to_string())),
-        Some(typ) => {
-            let text = Spi::get_one_with_args::<String>(
-                &format!("SELECT (jsonb_populate_record(NULL::{table}, $1)).{}::text", quote_ident(column)),
-                &[pgrx::JsonB(serde_json::json!({ column: v })).into()],
-            )
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-            format!("{}::{typ}", quote_literal(&text))
-        }
+fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value) -> String {
+    match (typ, v) {
+        (_, Value::Null) => "NULL".into(),
+        // a json value of any kind is its JSON text (a string keeps its quotes: '"u"'::jsonb)
+        (Some(t @ ("jsonb" | "json")), v) => format!("{}::{t}", quote_literal(&v.to_string())),
+        (_, Value::Array(_) | Value::Object(_)) => match typ {
+            None => sql_literal(v),
+            Some(typ) => {
+                let text = Spi::get_one_with_args::<String>(
+                    &format!("SELECT (jsonb_populate_record(NULL::{table}, $1)).{}::text", quote_ident(column)),
+                    &[pgrx::JsonB(serde_json::json!({ column: v })).into()],
+                )
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+                format!("{}::{typ}", quote_literal(&text))
+            }
+        },
+        _ => sql_literal(v),
     }
 }
 
