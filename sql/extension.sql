@@ -27,6 +27,9 @@ ROLLBACK;
 -- only superusers (or roles granted worlds.set_history_retention) change it, as Postgres's ALTER SYSTEM
 CREATE ROLE ext_plain;
 SET ROLE ext_plain;
+BEGIN;
+ALTER SYSTEM SET history_retention = '0';
+ROLLBACK;
 ALTER SYSTEM SET history_retention = '0';
 SELECT * FROM worlds.sql('alter system set history_retention = ''0''');
 SHOW history_retention;

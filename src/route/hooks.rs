@@ -1349,6 +1349,8 @@ unsafe extern "C-unwind" fn process_utility(
             storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
         }
         if let Some(value) = history_retention_value(stmt) {
+            // as Postgres's ALTER SYSTEM: not in a transaction block (25001), before any right is checked
+            crate::api::refuse_in_transaction("ALTER SYSTEM");
             pgrx::Spi::run_with_args("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             return;
