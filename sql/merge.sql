@@ -161,6 +161,13 @@ SET worlds.world = tie_u; INSERT INTO tie_people VALUES (1, 'dan'), (2, 'eve'); 
 INSERT INTO tie_people VALUES (3, 'dan');
 SELECT try($$select * from worlds.sql('merge world tie_u only keys (''tie_people/1'')')$$);
 SELECT * FROM tie_people ORDER BY id;
+-- ... while a clash elsewhere in the world doesn't hide that a row is tied to one left out (22023)
+SELECT * FROM worlds.sql('create world tie_both');
+SET worlds.world = tie_both;
+INSERT INTO tie_parent VALUES (70); INSERT INTO tie_child VALUES (3, 70); INSERT INTO tie_people VALUES (5, 'zed');
+RESET worlds.world;
+INSERT INTO tie_people VALUES (6, 'zed');
+SELECT left(try($$select * from worlds.sql('merge world tie_both only keys (''tie_child/3'')')$$), 5) AS sqlstate;
 -- values keep every digit through DIFF and MERGE (numeric beyond a double's precision, scale kept)
 CREATE TABLE acct (id int PRIMARY KEY, bal numeric(30,2), big bigint);
 INSERT INTO acct VALUES (1, 1.50, 1);

@@ -1187,11 +1187,20 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     if matches!(r.sql_error_code(), PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION | PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION) =>
                 {
                     let whole = MergeRequest { only_tables: None, only_keys: None, dry_run: true, target: None, at_version: None, ..req.clone() };
+                    // the same clash (same message) in the whole merge: the data's own; another clash elsewhere
+                    // in the world says nothing of this one
                     let whole_blocked = {
                         let previous = WHOLE_MERGE_PROBE.with(|q| q.replace(true));
-                        let rows = merge(whole);
+                        // (the whole plan's trial may raise the clash rather than show it as its blocked row)
+                        let whole_error = match in_subtransaction(|| merge(whole)) {
+                            Ok(rows) => rows.iter().find(|b| b["outcome"] == "blocked").and_then(|b| b["detail"].as_str().map(str::to_string)),
+                            Err(e) => match *e {
+                                pgrx::pg_sys::panic::CaughtError::PostgresError(x) => Some(x.message().to_string()),
+                                _ => None,
+                            },
+                        };
                         WHOLE_MERGE_PROBE.with(|q| q.set(previous));
-                        rows.iter().any(|r| r["outcome"] == "blocked")
+                        whole_error.is_some_and(|d| d.starts_with(r.message()))
                     };
                     if whole_blocked {
                         pgrx::pg_sys::panic::CaughtError::PostgresError(r).rethrow();
