@@ -216,6 +216,17 @@ UPDATE uniq_more SET email = 'B@X' WHERE id = 1;
 UPDATE uniq_more SET email = 'a@x', n = 1 WHERE id = 1;
 SELECT * FROM uniq_more ORDER BY id;
 RESET worlds.world;
+-- ... but not an index on a function of the database's own: the check runs with pg_worlds' rights, the
+-- function would too; such an index is checked at merge, by Postgres, as the merging role
+CREATE FUNCTION uniq_norm(text) RETURNS text IMMUTABLE LANGUAGE sql AS $$ SELECT lower($1) $$;
+CREATE TABLE uniq_fn (id int PRIMARY KEY, code text);
+CREATE UNIQUE INDEX uniq_fn_norm ON uniq_fn (uniq_norm(code));
+INSERT INTO uniq_fn VALUES (1, 'A');
+SELECT * FROM worlds.sql('create world uniq_fn_w');
+SET worlds.world = uniq_fn_w;
+INSERT INTO uniq_fn VALUES (2, 'a');
+RESET worlds.world;
+SELECT left(try($$select * from worlds.sql('merge world uniq_fn_w')$$), 5) AS merge_sqlstate;
 -- generated columns and identity columns GENERATED ALWAYS refuse a value in a world as in main (428C9)
 CREATE TABLE gen_items (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, qty int, price int, amount int GENERATED ALWAYS AS (qty * price) STORED);
 INSERT INTO gen_items (qty, price) VALUES (2, 5);

@@ -535,13 +535,14 @@ fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: bool, limit:
     for &pass in passes {
         for (table, layout, rows) in &tables {
             let order = live_columns(layout.relid);
+            let columns = if as_sql_out { column_types(layout.relid) } else { ColumnTypes::new() };
             for (key, before, after) in rows {
                 if pass.is_some_and(|deletes| (change_kind(before, after) == "delete") != deletes) {
                     continue;
                 }
                 if as_sql_out {
                     // (nothing to say for a row whose only changes are computed on the other side)
-                    let sql = as_sql(table, layout, &order, before, after);
+                    let sql = as_sql(table, layout, &order, &columns, before, after);
                     if !sql.is_empty() {
                         out.push(serde_json::json!({ "sql": sql }));
                     }
@@ -779,21 +780,26 @@ fn in_table_order(mut cols: Vec<String>, order: &[String]) -> Vec<String> {
     cols
 }
 
-fn as_sql(table: &str, layout: &Layout, order: &[String], before: &Option<Value>, after: &Option<Value>) -> String {
-    // each column's type, and whether it is an identity column GENERATED ALWAYS
-    let columns: HashMap<String, (String, bool)> = Spi::connect(|c| {
+/// Each column of a table: its type, and whether it is an identity column GENERATED ALWAYS.
+type ColumnTypes = HashMap<String, (String, bool)>;
+
+fn column_types(relid: pg_sys::Oid) -> ColumnTypes {
+    Spi::connect(|c| {
         c.select(
             "SELECT attname::text, format_type(atttypid, atttypmod), attidentity = 'a' FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
             None,
-            &[layout.relid.into()],
+            &[relid.into()],
         )
         .map(|r| {
             r.filter_map(|r| Some((r.get::<String>(1).ok()??, (r.get::<String>(2).ok()??, r.get::<bool>(3).ok()??))))
                 .collect()
         })
         .unwrap_or_default()
-    });
+    })
+}
+
+fn as_sql(table: &str, layout: &Layout, order: &[String], columns: &ColumnTypes, before: &Option<Value>, after: &Option<Value>) -> String {
     let value = |row: &Value, c: &str| sql_value(table, columns.get(c).map(|t| t.0.as_str()), c, &row[c]);
     // the row by its key; a table without a key: one physical row with these values (duplicates are
     // removed one statement each)

@@ -207,7 +207,12 @@ fn load_layout(tabno: i32) -> Layout {
                                         'pred', pg_get_expr(i.indpred, i.indrelid, true), 'nnd', i.indnullsnotdistinct)), '[]')
                                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                               WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
-                                AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL OR i.indnullsnotdistinct)) AS other_uniques
+                                AND (i.indpred IS NOT NULL OR i.indexprs IS NOT NULL OR i.indnullsnotdistinct)
+                                -- only built-in functions and operators: the check runs with pg_worlds' own
+                                -- rights, and a function of the table owner's would run with them (such an
+                                -- index is checked at merge, by Postgres, as the merging role)
+                                AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
+                                                  AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass) AND d.refobjid >= 16384)) AS other_uniques
                      FROM worlds.tables t WHERE tabno = $1",
                     None,
                     &[tabno.into()],
