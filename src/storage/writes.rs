@@ -531,14 +531,18 @@ fn serialize_key(
 
 /// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
 /// serialize on it (a lock per key would fill the lock table on bulk updates).
+/// (this transaction, the world): what LOCKED holds while the transaction has the world's write lock
+fn lock_key(world: &World) -> (u32, i32) {
+    (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num)
+}
+
 /// Does this transaction hold the world's write lock?
 pub fn holds_world_lock(world: &World) -> bool {
-    LOCKED.with(|l| l.get()) == (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num)
+    LOCKED.with(|l| l.get()) == lock_key(world)
 }
 
 pub fn lock_world(world: &World) {
-    let xact = (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num);
-    if LOCKED.with(|l| l.get()) == xact {
+    if holds_world_lock(world) {
         return;
     }
     as_internal(|| Spi::run_with_args("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()]))
@@ -560,7 +564,7 @@ pub fn lock_world(world: &World) {
             Some("The session now works in the world's parent: run the statement again if it should go there.".into()),
         );
     }
-    LOCKED.with(|l| l.set(xact));
+    LOCKED.with(|l| l.set(lock_key(world)));
     done_in(LOCK);
 }
 
