@@ -67,5 +67,50 @@ SELECT try(format('select * from worlds_data.%I', :'copy_view'));
 SELECT count(*) AS copy_rows_seen FROM worlds_data.:"copy_view";
 SELECT left(try(format('select * from worlds_data.%I', substr(:'copy_view', 2))), 5) AS copy_itself;
 RESET ROLE;
+-- A table's own code (CHECK constraints, generated columns, domain checks, its types' equality) runs on a
+-- world's rows as the table's owner, never with pg_worlds' superuser rights
+CREATE ROLE rights_owner;
+CREATE SCHEMA owned AUTHORIZATION rights_owner;
+SET ROLE rights_owner;
+CREATE FUNCTION owned.who(label text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN RAISE NOTICE '% runs as %, superuser: %', label, current_user, current_setting('is_superuser'); RETURN true; END $$;
+CREATE FUNCTION owned.who_int(v int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN RAISE NOTICE 'generated column runs as %', current_user; RETURN v * 2; END $$;
+CREATE DOMAIN owned.checked_text AS text CHECK (owned.who('domain check'));
+CREATE TABLE owned.gadgets (id int PRIMARY KEY, name owned.checked_text, n int CHECK (owned.who('check constraint')),
+                            twice int GENERATED ALWAYS AS (owned.who_int(n)) STORED);
+GRANT USAGE ON SCHEMA owned TO rights_alice;
+GRANT SELECT, INSERT, UPDATE ON owned.gadgets TO rights_alice;
+RESET ROLE;
+SELECT * FROM worlds.sql('create world w_owner');
+SET ROLE rights_alice;
+SET worlds.world = w_owner;
+INSERT INTO owned.gadgets (id, name, n) VALUES (1, 'one', 21);
+SELECT id, name, n, twice FROM owned.gadgets;
+RESET worlds.world;
+SELECT count(*) AS main_rows FROM owned.gadgets;
+RESET ROLE;
+-- the owner changes: the new owner's rights are the ones used
+CREATE ROLE rights_owner2;
+ALTER TABLE owned.gadgets OWNER TO rights_owner2;
+GRANT USAGE ON SCHEMA owned TO rights_owner2;
+SET ROLE rights_alice;
+SET worlds.world = w_owner;
+UPDATE owned.gadgets SET n = 5 WHERE id = 1;
+RESET worlds.world;
+RESET ROLE;
+SELECT array_agg(DISTINCT a.grantee::regrole::text ORDER BY a.grantee::regrole::text) AS storage_grantees
+FROM worlds.tables t, pg_class c, aclexplode(c.relacl) a
+WHERE t.relid = 'owned.gadgets'::regclass AND c.oid IN (t.delta, t.overlay) AND a.grantee <> c.relowner;
+SELECT * FROM worlds.sql('drop world w_owner');
+-- a drop that would cascade into pg_worlds' storage (its history keeps the domain's columns) is refused
+-- whole: the extension and every world stay
+DROP SCHEMA owned CASCADE;
+SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';
+SELECT count(*) AS table_kept FROM owned.gadgets;
+SELECT worlds.untrack('owned.gadgets');
+DROP SCHEMA owned CASCADE;
+DROP OWNED BY rights_owner, rights_owner2;
+DROP ROLE rights_owner, rights_owner2;
 DROP OWNED BY rights_alice, rights_carol;
 DROP ROLE rights_alice, rights_carol;

@@ -223,9 +223,32 @@ BEGIN
     FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = t.delta AND contype = 'c' LOOP
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t.delta, c.conname);
     END LOOP;
+    -- NOT VALID: the worlds' rows already there aren't checked again here, where the check would run with
+    -- pg_worlds' rights (rows written later are checked as the table's owner; a merge checks as the merger)
     FOR c IN SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = t.relid AND contype = 'c' LOOP
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', t.delta, c.conname, c.def);
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', t.delta, c.conname, regexp_replace(c.def, ' NOT VALID$', ''));
     END LOOP;
+END $$;
+
+-- The table's owner may read and add the delta's rows and read the overlay view: pg_worlds writes a
+-- world's rows as the owner (storage::as_table_owner), so the table's own code on them (CHECK constraints,
+-- generated columns, its types' casts and operators) runs with the owner's rights, not pg_worlds'. After
+-- tracking, any ALTER TABLE (OWNER TO among them) and REASSIGN OWNED.
+CREATE FUNCTION worlds._sync_owner(t worlds.tables) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    owner oid := (SELECT relowner FROM pg_class WHERE oid = t.relid);
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel, a.grantee::regrole AS grantee
+             FROM pg_class c, aclexplode(c.relacl) a
+             WHERE c.oid IN (t.delta, t.overlay) AND a.grantee <> c.relowner AND a.grantee <> 0 AND a.grantee <> owner LOOP
+        EXECUTE format('REVOKE ALL ON %s FROM %s', r.rel, r.grantee);
+    END LOOP;
+    IF owner IS NOT NULL AND NOT (SELECT rolsuper FROM pg_roles WHERE oid = owner) THEN
+        EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', t.delta, owner::regrole);
+        EXECUTE format('GRANT SELECT ON %s TO %s', t.overlay, owner::regrole);
+    END IF;
 END $$;
 
 -- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
@@ -278,6 +301,7 @@ BEGIN
     PERFORM worlds._build_overlay(t);
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
     PERFORM worlds._sync_checks(t);
+    PERFORM worlds._sync_owner(t);
 
     EXECUTE format('CREATE TRIGGER worlds_capture AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._capture(%s)', rel, n);
     EXECUTE format('CREATE TRIGGER worlds_capture_truncate BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION worlds._capture_truncate(%s)', rel, n);
@@ -521,6 +545,7 @@ BEGIN
             PERFORM worlds._build_overlay(t);
             SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
             PERFORM worlds._sync_checks(t);
+            PERFORM worlds._sync_owner(t);
             PERFORM worlds._tracking_changed(t.relid);
         END IF;
     END LOOP;

@@ -1348,6 +1348,13 @@ unsafe extern "C-unwind" fn process_utility(
             // remove them first, so a plain DROP EXTENSION works and leaves nothing behind
             storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
         }
+        // a DROP ... CASCADE of a type, domain, function or schema that pg_worlds' storage uses (its history
+        // and deltas keep the table's column types, its deltas the table's CHECK and generated expressions)
+        // would cascade to the whole extension, every world with it: checked after it ran, refused then
+        let guards_extension = !stmt.is_null()
+            && !dropping_extension
+            && matches!((*stmt).type_, pg_sys::NodeTag::T_DropStmt | pg_sys::NodeTag::T_DropOwnedStmt)
+            && this_extension_exists();
         if let Some(value) = history_retention_value(stmt) {
             // as Postgres's ALTER SYSTEM: not in a transaction block (25001), before any right is checked
             crate::api::refuse_in_transaction("ALTER SYSTEM");
@@ -1417,6 +1424,14 @@ unsafe extern "C-unwind" fn process_utility(
                 pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
             }
         }
+        if guards_extension && !this_extension_exists() {
+            crate::api::raise_with(
+                "2BP01",
+                "cannot drop objects that pg_worlds' storage uses",
+                Some("The drop cascades to extension pg_worlds: the history and worlds of a tracked table keep its columns' types, and its CHECK and generated expressions.".into()),
+                Some("Untrack the tables that use them first (SELECT worlds.untrack('table')), or drop without CASCADE to see what depends on them.".into()),
+            );
+        }
         if !stmt.is_null() && changes_world_setting(stmt) {
             if (*stmt).type_ == pg_sys::NodeTag::T_DiscardStmt {
                 crate::time::past_schema::forget(); // DISCARD ALL / TEMP dropped the views
@@ -1442,6 +1457,10 @@ unsafe extern "C-unwind" fn process_utility(
             .ok();
         }
     }
+}
+
+fn this_extension_exists() -> bool {
+    unsafe { pg_sys::get_extension_oid(c"pg_worlds".as_ptr(), true) != pg_sys::Oid::INVALID }
 }
 
 /// DROP TABLE, ALTER TABLE (DROP COLUMN, ALTER COLUMN TYPE, ...) on a tracked table would be refused

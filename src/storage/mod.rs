@@ -82,6 +82,13 @@ pub struct Layout {
     pub other_uniques: Vec<OtherUnique>,
 }
 
+impl Layout {
+    /// The relations the layout describes: an invalidation of any of them makes it stale.
+    fn relations(&self) -> [pg_sys::Oid; 8] {
+        [self.relid, self.history, self.inserts, self.delta, self.overlay, self.overlay_nothing, self.overlay_rows, self.sequence]
+    }
+}
+
 /// A unique index on expressions, partial, or NULLS NOT DISTINCT, as SQL over the table's columns.
 pub struct OtherUnique {
     pub name: String,
@@ -121,6 +128,52 @@ pub fn as_session_user<R>(f: impl FnOnce() -> R) -> R {
     unsafe { pg_sys::SetUserIdAndSecContext(outer, outer_sec) };
     let _g = Guard(user, sec);
     f()
+}
+
+
+/// Runs f, pg_worlds' own SQL over a table's storage that evaluates the table's code (its CHECK
+/// constraints, generated columns and defaults copied onto the delta, its column types' domains, casts and
+/// equality operators), as the table's owner under SECURITY_RESTRICTED_OPERATION, as Postgres runs a
+/// table's index expressions in VACUUM: as superuser, code a table owner wrote would run with pg_worlds'
+/// rights. The owner holds SELECT and INSERT on the delta and SELECT on the overlay view for this (see
+/// worlds._sync_owner); a superuser owner runs as now.
+pub fn as_table_owner<R>(layout: &Layout, f: impl FnOnce() -> R) -> R {
+    let owner = unsafe {
+        let rel = pg_sys::RelationIdGetRelation(layout.relid);
+        if rel.is_null() {
+            raise("42P01", format!("pg_worlds: relation {} is gone", layout.relid.to_u32()));
+        }
+        let owner = (*(*rel).rd_rel).relowner;
+        pg_sys::RelationClose(rel);
+        owner
+    };
+    if unsafe { pg_sys::superuser_arg(owner) } {
+        return as_internal(f);
+    }
+    // a new owner the event trigger didn't see (REASSIGN OWNED), or a table tracked before these grants
+    let granted = |rel: pg_sys::Oid, mode: u32| unsafe { pg_sys::pg_class_aclcheck(rel, owner, mode as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK };
+    if !granted(layout.delta, pg_sys::ACL_INSERT) || !granted(layout.overlay, pg_sys::ACL_SELECT) {
+        as_internal(|| Spi::run_with_args("SELECT worlds._sync_owner(t) FROM worlds.tables t WHERE t.tabno = $1", &[layout.tabno.into()]))
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: granting the table's owner its storage: {e}")));
+    }
+    as_internal(|| {
+        struct Guard(pg_sys::Oid, i32);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
+            }
+        }
+        let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+        unsafe {
+            pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
+            pg_sys::SetUserIdAndSecContext(
+                owner,
+                sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+            );
+        }
+        let _g = Guard(user, sec);
+        f()
+    })
 }
 
 
@@ -318,12 +371,18 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
-    // Cheap: the maps are rebuilt on next use. Any relcache invalidation may be DDL on a tracked table.
+unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    // The maps are rebuilt on next use. A layout goes only when one of its relations is invalidated (DDL
+    // on the table or its storage, an index added, tracking changed): autovacuum invalidates tracked
+    // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation();
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
-            m.clear();
+            if relid == pg_sys::Oid::INVALID {
+                m.clear();
+            } else {
+                m.retain(|_, l| !l.relations().contains(&relid));
+            }
         }
     });
     TRACKED.with(|t| {

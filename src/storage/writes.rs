@@ -4,7 +4,7 @@
 //! backend's overlay cache at once.
 use super::overlay::{key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
 use super::{app_triggers, snapshot_spi};
-use super::{as_internal, relation_layout, Layout};
+use super::{as_internal, as_table_owner, relation_layout, Layout};
 use crate::api::raise;
 use pgrx::prelude::*;
 
@@ -294,7 +294,7 @@ fn written_by_this_statement(
     );
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), (statement_cid as i64).into()];
     all.extend(args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }));
-    as_internal(|| Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
+    as_table_owner(layout, || Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
 }
 
 /// What an INSERT or UPDATE through the overlay returns: the new row, with generated columns computed.
@@ -509,9 +509,9 @@ fn serialize_key(
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
     all.extend(key_args);
     // the statement's snapshot
-    let seen = as_internal(|| snapshot_query(&latest, &all).into_iter().next().flatten());
+    let seen = as_table_owner(layout, || snapshot_query(&latest, &all).into_iter().next().flatten());
     lock_world(world);
-    as_internal(|| {
+    as_table_owner(layout, || {
         Spi::connect_mut(|c| {
             // read-write: a fresh snapshot, taken after the lock
             let now = c.update(&latest, None, &all).ok().and_then(|r| {
@@ -579,7 +579,7 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
         })
         .collect();
     let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", layout.overlay_name, conds.join(" AND "));
-    as_internal(|| !snapshot_query(&sql, args).is_empty())
+    as_table_owner(layout, || !snapshot_query(&sql, args).is_empty())
 }
 
 /// A query over the world's rows with the statement's snapshot (see snapshot_spi), arguments as given.
@@ -715,7 +715,7 @@ fn write_version_with(
     let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), super::capture::next_hseq().into()];
     all_args.extend(args);
     let insert = std::panic::AssertUnwindSafe(|| {
-        as_internal(|| {
+        as_table_owner(layout, || {
             Spi::connect_mut(|c| {
                 let rows = c
                     .update(&sql, None, &all_args)
@@ -855,14 +855,14 @@ fn other_unique_clash(layout: &Layout, u: &super::OtherUnique, names: &[String],
     let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
     let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
     // (on a fresh snapshot, as the plain unique check)
-    if as_internal(|| snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
+    if as_table_owner(layout, || snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
         return;
     }
     let shown = format!(
         "SELECT concat_ws(', ', {})",
         u.keys.iter().map(|e| format!("coalesce({}::text, 'null')", of_new(e))).collect::<Vec<_>>().join(", ")
     );
-    let values_text = as_internal(|| snapshot_spi::query_fresh(&shown, &types, &values, |r| r.get::<String>(1))).into_iter().next().flatten();
+    let values_text = as_table_owner(layout, || snapshot_spi::query_fresh(&shown, &types, &values, |r| r.get::<String>(1))).into_iter().next().flatten();
     pgrx::pg_sys::panic::ErrorReport::new(
         PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
         format!("duplicate key value violates unique constraint \"{}\"", u.name),
@@ -897,7 +897,7 @@ fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::D
         // one value clash, as in Postgres), and what committed since (the world's writers are serialized)
         let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
         let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
-        if as_internal(|| !snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
+        if as_table_owner(layout, || !snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
             return Some((index, cols));
         }
     }
