@@ -210,6 +210,10 @@ SELECT * FROM named_k ORDER BY k;
 SELECT * FROM worlds.sql('create world only_bad');
 SELECT try($$select * from worlds.sql('merge world only_bad only tables (pg_class)')$$);
 SELECT try($$select * from worlds.merge('only_bad', only_tables => '{}')$$);
+-- a null in a list is bad input (22004); a null flag is the flag not given
+SELECT try($$select * from worlds.merge('only_bad', only_tables => '{NULL}')$$);
+SELECT try($$select * from worlds.merge('only_bad', only_keys => array[NULL::text])$$);
+SELECT count(*) AS dry_run_rows FROM worlds.merge_dry_run('only_bad', by_columns => NULL);
 SELECT version FROM worlds.show_worlds() WHERE name = 'only_bad';
 -- a table without a key merged once from a world that stays open: merging it again is refused (0A000),
 -- since its rows can't be told merged from not

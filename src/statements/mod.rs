@@ -340,12 +340,12 @@ fn _diff(world: Option<&str>, as_sql: bool, lim: Option<i64>) -> SetOfIterator<'
 fn _merge(
     world: Option<&str>,
     into: Option<&str>,
-    only_tables: Option<Vec<String>>,
-    only_keys: Option<Vec<String>>,
+    only_tables: Option<Vec<Option<String>>>,
+    only_keys: Option<Vec<Option<String>>>,
     using: Option<&str>,
-    by_columns: bool,
+    by_columns: Option<bool>,
     resolve: Option<JsonB>,
-    confirm: bool,
+    confirm: Option<bool>,
     confirm_deletes: Option<i64>,
     target: Option<i64>,
     at_version: Option<i64>,
@@ -355,12 +355,12 @@ fn _merge(
         merge::merge(MergeRequest {
             world: world.map(str::to_string),
             into: into.map(str::to_string),
-            only_tables,
-            only_keys,
+            only_tables: no_nulls(only_tables, "ONLY TABLES"),
+            only_keys: no_nulls(only_keys, "ONLY KEYS"),
             using_ours: side(using),
-            by_columns,
+            by_columns: by_columns.unwrap_or(false),
             resolve: resolve_json(resolve),
-            confirm,
+            confirm: confirm.unwrap_or(false),
             confirm_deletes,
             target,
             at_version,
@@ -371,12 +371,21 @@ fn _merge(
     )
 }
 
+/// A list argument's elements: a null one is bad input (22004), as a NULL in a NOT NULL column.
+fn no_nulls(list: Option<Vec<Option<String>>>, clause: &str) -> Option<Vec<String>> {
+    list.map(|l| {
+        l.into_iter()
+            .map(|e| e.unwrap_or_else(|| raise("22004", format!("{clause}: an element of the list is null"))))
+            .collect()
+    })
+}
+
 #[pg_extern]
-fn _rebase(world: Option<&str>, using: Option<&str>, by_columns: bool, resolve: Option<JsonB>, at_version: Option<i64>) -> String {
+fn _rebase(world: Option<&str>, using: Option<&str>, by_columns: Option<bool>, resolve: Option<JsonB>, at_version: Option<i64>) -> String {
     let out = merge::rebase(RebaseRequest {
         world: world.map(str::to_string),
         using_ours: side(using),
-        by_columns,
+        by_columns: by_columns.unwrap_or(false),
         resolve: resolve_json(resolve),
         at_version,
     });
