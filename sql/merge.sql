@@ -229,3 +229,16 @@ SELECT try($$select * from worlds.sql('merge world klw only tables (kl)')$$);
 SELECT try($$select * from worlds.sql('merge world klw')$$);
 SELECT * FROM worlds.sql('merge world klw only tables (kl_keyed)');
 SELECT * FROM kl ORDER BY a;
+-- a unique value moved from an updated row to a new one merges (the updates go first), and so does an
+-- updated row that references a new row of its own table
+CREATE TABLE accounts_u (id int PRIMARY KEY, email text UNIQUE, manager int REFERENCES accounts_u);
+INSERT INTO accounts_u VALUES (1, 'a@x', NULL);
+SELECT * FROM worlds.sql('create world moves');
+SET worlds.world = moves;
+UPDATE accounts_u SET email = 'old-a@x' WHERE id = 1;
+INSERT INTO accounts_u VALUES (2, 'a@x', NULL);
+INSERT INTO accounts_u VALUES (3, 'boss@x', NULL);
+UPDATE accounts_u SET manager = 3 WHERE id = 1;
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world moves');
+SELECT * FROM accounts_u ORDER BY id;

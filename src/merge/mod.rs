@@ -1572,28 +1572,57 @@ pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
         let cols = table_columns(*relid, true);
         let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
         let inserts = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_none());
-        if !inserts.is_empty() {
-            let sql = format!(
-                "INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM jsonb_populate_recordset(NULL::{table}, $1)"
-            );
-            applied += run_dml(&sql, inserts);
-        }
+        let insert = |param: usize| {
+            format!(
+                "INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM jsonb_populate_recordset(NULL::{table}, ${param})"
+            )
+        };
         let updates = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_some());
-        if !updates.is_empty() {
-            let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
-            if set_cols.is_empty() {
-                continue;
-            }
-            let sql = format!(
-                "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
+        let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
+        let update = |param: usize| {
+            format!(
+                "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, ${param}) r WHERE {}",
                 set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
                 set_cols.iter().map(|c| format!("r.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 key_match(layout, "t", "r")
+            )
+        };
+        let updates = if set_cols.is_empty() { Vec::new() } else { updates };
+        let into_world = crate::storage::overlay::override_active() && crate::storage::overlay::routing_world().is_some();
+        if !inserts.is_empty() && !updates.is_empty() && !into_world {
+            // one statement, its updates first: a unique value moved from an updated row to a new one merges
+            // (the updates free it first), and so does an updated row referencing a new one (a foreign key is
+            // checked at the statement's end). The insert waits on the updates' count, so they run first.
+            let sql = format!(
+                "WITH _w_u AS ({} RETURNING 1), _w_i AS ({} WHERE (SELECT count(*) FROM _w_u) >= 0 RETURNING 1)
+                 SELECT (SELECT count(*) FROM _w_u) + (SELECT count(*) FROM _w_i)",
+                update(1),
+                insert(2)
             );
-            applied += run_dml(&sql, updates);
+            applied += run_dml_counted(&sql, updates, inserts);
+            continue;
+        }
+        if !inserts.is_empty() {
+            applied += run_dml(&insert(1), inserts);
+        }
+        if !updates.is_empty() {
+            applied += run_dml(&update(1), updates);
         }
     }
     applied
+}
+
+/// Runs a statement over two row sets ($1, $2) that returns the number of rows it changed.
+fn run_dml_counted(sql: &str, first: Vec<Value>, second: Vec<Value>) -> usize {
+    let args: [DatumWithOid; 2] = [JsonB(Value::Array(first)).into(), JsonB(Value::Array(second)).into()];
+    crate::storage::as_session_user(|| {
+        Spi::connect_mut(|c| {
+            c.update(sql, None, &args)
+                .and_then(|t| t.first().get::<i64>(1))
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .unwrap_or(0) as usize
+        })
+    })
 }
 
 /// A merge into another world: the plan applied through that world's overlays, then the foreign keys the
