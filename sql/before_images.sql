@@ -46,7 +46,27 @@ RESET enable_seqscan;
 SELECT v FROM s WHERE code = 'k3';
 SELECT id, v FROM n WHERE id IN (3, 7, 21) ORDER BY id;
 SELECT count(*), sum(id) FROM n;
+-- ... except for one key of an integer-key table: its before-images come from the cache by key, fetched
+-- by tid (O(1) in main's changes since the fork, where the tid list is O(all of them))
+EXPLAIN (COSTS OFF) SELECT v FROM n WHERE id = 3;
+SELECT id, v FROM n WHERE id = 3;
+SELECT id, v FROM n WHERE id = 7;
+SELECT id, v FROM n WHERE id = 5000;
+PREPARE by_key(int) AS SELECT id, v FROM n WHERE id = $1;
+EXECUTE by_key(21);
+EXECUTE by_key(22);
+EXECUTE by_key(NULL);
+SET plan_cache_mode = force_generic_plan;
+EXECUTE by_key(42);
+EXECUTE by_key(43);
+RESET plan_cache_mode;
+DEALLOCATE by_key;
 RESET worlds.world_scan;
+-- a write names its key the same way
+UPDATE n SET v = v || ' (seen)' WHERE id = 6 RETURNING id, v;
+DELETE FROM n WHERE id = 14 RETURNING id, v;
+UPDATE n SET v = 'n6' WHERE id = 6;
+SELECT id, v FROM n WHERE id IN (6, 14) ORDER BY id;
 -- the world writes rows main changed since the fork
 UPDATE n SET v = 'world' WHERE id IN (3, 7);
 UPDATE s SET v = 'world' WHERE code IN ('k3', 'k7');

@@ -53,6 +53,7 @@ pub fn install_hooks() {
         pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
     }
     super::world_scan::install();
+    super::history_lookup::install();
 }
 
 /// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a

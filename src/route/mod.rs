@@ -1,4 +1,5 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
+mod history_lookup;
 mod hooks;
 mod merge_command;
 pub mod upsert;

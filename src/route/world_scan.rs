@@ -95,6 +95,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
         if let Some(prev) = PREV_SET_REL_PATHLIST {
             prev(root, rel, rti, rte);
         }
+        super::history_lookup::add_path(rel, rte);
         if !marked(rte) || (*rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL || pg_sys::is_dummy_rel(rel) {
             return;
         }

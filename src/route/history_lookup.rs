@@ -1,0 +1,307 @@
+//! History lookup: how a statement read through a table's overlay view (every write in a world) reaches
+//! main's before-images of the one key it names.
+//!
+//! The overlay view's history branch keeps the before-images the world sees by their tids
+//! (`ctid = ANY(worlds._history_tids(tabno))`): history has no index on the key (capture would pay for it
+//! on every write of main), so that branch costs O(main's changes to the table since the fork) for every
+//! statement, and an old world over a busy main slows down as main works. When the table has one integer
+//! key column and the statement names the key (`WHERE id = 7`, `= $1`), this path replaces that branch's
+//! scan: it asks the overlay cache for that key's before-images (`ScanCache::history_rows_in`, the same
+//! tids filtered by key) and fetches them by tid, O(1) in main's changes. The branch's other quals (the
+//! world's visibility test among them) run on what it fetches, as before.
+use crate::storage::{self, overlay};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+struct Methods<T>(T);
+// SAFETY: read-only tables of function pointers and a static name
+unsafe impl<T> Sync for Methods<T> {}
+
+const NAME: &std::ffi::CStr = c"WorldHistoryLookup";
+
+static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(pg_sys::CustomPathMethods {
+    CustomName: NAME.as_ptr(),
+    PlanCustomPath: Some(plan_path),
+    ReparameterizeCustomPathByChild: None,
+});
+
+static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> =
+    Methods(pg_sys::CustomScanMethods { CustomName: NAME.as_ptr(), CreateCustomScanState: Some(create_state) });
+
+static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::CustomExecMethods {
+    CustomName: NAME.as_ptr(),
+    BeginCustomScan: Some(begin),
+    ExecCustomScan: Some(exec),
+    EndCustomScan: Some(end),
+    ReScanCustomScan: Some(rescan),
+    MarkPosCustomScan: None,
+    RestrPosCustomScan: None,
+    EstimateDSMCustomScan: None,
+    InitializeDSMCustomScan: None,
+    ReInitializeDSMCustomScan: None,
+    InitializeWorkerCustomScan: None,
+    ShutdownCustomScan: None,
+    ExplainCustomScan: None,
+});
+
+// ---------------------------------------------------------------------------------------------- planning
+
+/// The tracked table (tabno) whose before-images `relid` holds, when it has one integer key column.
+unsafe fn history_of(relid: pg_sys::Oid) -> Option<i32> {
+    unsafe {
+        let data = pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true);
+        if data == pg_sys::Oid::INVALID || pg_sys::get_rel_namespace(relid) != data {
+            return None;
+        }
+    }
+    storage::tracked_tables().values().copied().find(|&tabno| {
+        let l = storage::relation_layout(tabno);
+        l.history == relid && crate::route::world_scan::supports(&l)
+    })
+}
+
+/// The history attribute holding the table's key column.
+fn history_key_attno(layout: &storage::Layout) -> Option<i16> {
+    let key = layout.key_attnos[0];
+    layout.history_map.iter().position(|a| *a == Some(key)).map(|i| (storage::capture::H_FIXED + i + 1) as i16)
+}
+
+/// In a relation's restriction clauses: the overlay branch's `ctid = ANY(...)` filter (what marks the
+/// branch, and what the lookup replaces) and the expression the key column is compared equal to.
+struct Clauses {
+    tid_filters: Vec<*mut pg_sys::RestrictInfo>,
+    key_value: *mut pg_sys::Expr,
+}
+
+unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i16) -> Option<Clauses> {
+    unsafe {
+        let is_var = |n: *mut pg_sys::Node, attno: i16| {
+            !n.is_null()
+                && (*n).type_ == pg_sys::NodeTag::T_Var
+                && (*(n as *mut pg_sys::Var)).varno as u32 == relid
+                && (*(n as *mut pg_sys::Var)).varattno == attno
+                && (*(n as *mut pg_sys::Var)).varlevelsup == 0
+        };
+        let mut tid_filters = Vec::new();
+        let mut key_value: *mut pg_sys::Expr = std::ptr::null_mut();
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let ri = pg_sys::list_nth(list, i) as *mut pg_sys::RestrictInfo;
+            let clause = (*ri).clause as *mut pg_sys::Node;
+            match (*clause).type_ {
+                pg_sys::NodeTag::T_ScalarArrayOpExpr => {
+                    let sa = clause as *mut pg_sys::ScalarArrayOpExpr;
+                    if (*sa).useOr && is_var(pg_sys::list_nth((*sa).args, 0) as *mut pg_sys::Node, pg_sys::SelfItemPointerAttributeNumber as i16) {
+                        tid_filters.push(ri);
+                    }
+                }
+                pg_sys::NodeTag::T_OpExpr if key_value.is_null() => {
+                    let op = clause as *mut pg_sys::OpExpr;
+                    if (*(*op).args).length != 2
+                        || !pg_sys::op_in_opfamily((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID)
+                        || pg_sys::get_op_opfamily_strategy((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID) != pg_sys::BTEqualStrategyNumber as i32
+                    {
+                        continue;
+                    }
+                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    let other = if is_var(a, key_attno) {
+                        b
+                    } else if is_var(b, key_attno) {
+                        a
+                    } else {
+                        continue;
+                    };
+                    // a constant, a parameter or an expression of them: evaluated once, at the scan's start
+                    if !pg_sys::contain_var_clause(other) && !pg_sys::contain_volatile_functions(other) {
+                        key_value = other as *mut pg_sys::Expr;
+                    }
+                }
+                _ => {}
+            }
+        }
+        (!tid_filters.is_empty() && !key_value.is_null()).then_some(Clauses { tid_filters, key_value })
+    }
+}
+
+/// Called from the planner hook for every relation it plans: adds the lookup path for the history branch
+/// of an overlay view whose statement names the key.
+///
+/// # Safety
+/// The hook's arguments, as Postgres passes them.
+pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblEntry) {
+    unsafe {
+        if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
+            || !matches!((*rel).reloptkind, pg_sys::RelOptKind::RELOPT_BASEREL | pg_sys::RelOptKind::RELOPT_OTHER_MEMBER_REL)
+            || (*rel).baserestrictinfo.is_null()
+            || pg_sys::is_dummy_rel(rel)
+        {
+            return;
+        }
+        let Some(tabno) = history_of((*rte).relid) else { return };
+        let Some(key_attno) = history_key_attno(&storage::relation_layout(tabno)) else { return };
+        if clauses_of((*rel).baserestrictinfo, (*rel).relid, key_attno).is_none() {
+            return;
+        }
+        let cp = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()) as *mut pg_sys::CustomPath;
+        (*cp).path.type_ = pg_sys::NodeTag::T_CustomPath;
+        (*cp).path.pathtype = pg_sys::NodeTag::T_CustomScan;
+        (*cp).path.parent = rel;
+        (*cp).path.pathtarget = (*rel).reltarget;
+        // a key has a before-image or two at most: a few tid fetches
+        (*cp).path.rows = 1.0;
+        (*cp).path.startup_cost = 0.0;
+        (*cp).path.total_cost = 1.0;
+        let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
+        private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno as i32) as *mut std::ffi::c_void);
+        (*cp).custom_private = private;
+        (*cp).methods = &PATH_METHODS.0;
+        pg_sys::add_path(rel, cp as *mut pg_sys::Path);
+    }
+}
+
+unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
+    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn plan_path(
+    _root: *mut pg_sys::PlannerInfo,
+    rel: *mut pg_sys::RelOptInfo,
+    best_path: *mut pg_sys::CustomPath,
+    tlist: *mut pg_sys::List,
+    clauses: *mut pg_sys::List,
+    _custom_plans: *mut pg_sys::List,
+) -> *mut pg_sys::Plan {
+    unsafe {
+        let key_attno = int_at((*best_path).custom_private, 1) as i16;
+        let found = clauses_of(clauses, (*rel).relid, key_attno).expect("the clauses the path was made for");
+        // the tid filter is what the lookup does; every other clause is checked on the rows it fetches
+        let mut kept: *mut pg_sys::List = std::ptr::null_mut();
+        for i in 0..(*clauses).length {
+            let ri = pg_sys::list_nth(clauses, i) as *mut pg_sys::RestrictInfo;
+            if !found.tid_filters.contains(&ri) {
+                kept = pg_sys::lappend(kept, ri as *mut std::ffi::c_void);
+            }
+        }
+        let cscan = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()) as *mut pg_sys::CustomScan;
+        (*cscan).scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
+        (*cscan).scan.plan.targetlist = tlist;
+        (*cscan).scan.plan.qual = pg_sys::extract_actual_clauses(kept, false);
+        (*cscan).scan.scanrelid = (*rel).relid;
+        (*cscan).custom_exprs = pg_sys::lappend(std::ptr::null_mut(), found.key_value as *mut std::ffi::c_void);
+        (*cscan).custom_private = (*best_path).custom_private;
+        (*cscan).methods = &SCAN_METHODS.0;
+        cscan as *mut pg_sys::Plan
+    }
+}
+
+// --------------------------------------------------------------------------------------------- execution
+
+#[repr(C)]
+struct LookupNode {
+    css: pg_sys::CustomScanState,
+    tabno: i32,
+    key: *mut pg_sys::ExprState,
+    key_type: pg_sys::Oid,
+    /// history's tuples as fetched (the node's scan slot is a virtual one: they are copied there)
+    fetched: *mut pg_sys::TupleTableSlot,
+    /// the key's before-images still to fetch (tids as `pack_tid` packs them); None until the first row
+    /// is asked for
+    pending: Option<Vec<u64>>,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    unsafe {
+        let node = pg_sys::palloc0(std::mem::size_of::<LookupNode>()) as *mut LookupNode;
+        (*node).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
+        (*node).css.methods = &EXEC_METHODS.0;
+        (*node).tabno = int_at((*cscan).custom_private, 0);
+        std::ptr::write(std::ptr::addr_of_mut!((*node).pending), None);
+        node as *mut pg_sys::Node
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, _eflags: std::ffi::c_int) {
+    unsafe {
+        let n = node as *mut LookupNode;
+        let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
+        let expr = pg_sys::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
+        (*n).key_type = pg_sys::exprType(expr as *mut pg_sys::Node);
+        (*n).key = pg_sys::ExecInitExpr(expr, node as *mut pg_sys::PlanState);
+        let rel = (*node).ss.ss_currentRelation;
+        (*n).fetched = pg_sys::ExecInitExtraTupleSlot(estate, (*rel).rd_att, &pg_sys::TTSOpsBufferHeapTuple);
+    }
+}
+
+/// The key's before-images, from the overlay cache, on the first call.
+unsafe fn candidates(n: *mut LookupNode) -> Vec<u64> {
+    unsafe {
+        let econtext = (*n).css.ss.ps.ps_ExprContext;
+        let mut isnull = false;
+        let d = pg_sys::ExecEvalExprSwitchContext((*n).key, econtext, &mut isnull);
+        if isnull {
+            return Vec::new(); // key = NULL matches nothing
+        }
+        let key = match (*n).key_type {
+            pg_sys::INT2OID => d.value() as i16 as i64,
+            pg_sys::INT4OID => d.value() as i32 as i64,
+            _ => d.value() as i64,
+        };
+        let mut tids = overlay::ScanCache::none().history_rows_in((*n).tabno, key, key);
+        tids.reverse(); // popped from the end, so in history's order
+        tids
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let n = ss as *mut LookupNode;
+        if (*n).pending.is_none() {
+            (*n).pending = Some(candidates(n));
+        }
+        let slot = (*ss).ss_ScanTupleSlot;
+        let snapshot = (*(*ss).ps.state).es_snapshot;
+        while let Some(place) = (*n).pending.as_mut().and_then(|p| p.pop()) {
+            let mut tid = overlay::unpack_tid(place);
+            if pg_sys::table_tuple_fetch_row_version((*ss).ss_currentRelation, &mut tid, snapshot, (*n).fetched) {
+                pg_sys::ExecCopySlot(slot, (*n).fetched);
+                return slot;
+            }
+        }
+        pg_sys::ExecClearTuple(slot)
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
+    true // history rows never change
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+    unsafe { pg_sys::ExecScan(&mut (*node).ss, Some(next), Some(recheck)) }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
+    unsafe {
+        (*(node as *mut LookupNode)).pending = None;
+        pg_sys::ExecScanReScan(&mut (*node).ss);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    unsafe {
+        // the node's memory is the query's; only the Rust side needs dropping
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*(node as *mut LookupNode)).pending));
+        std::ptr::write(std::ptr::addr_of_mut!((*(node as *mut LookupNode)).pending), None);
+    }
+}
+
+/// Registers the scan's methods by name (as a plan read back needs them).
+pub fn install() {
+    unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
+}
