@@ -49,6 +49,8 @@ FIGURES = [
      [("asof", "as of", "ms"), ("plain", "plain", "ms")]),
     ("P6fn", "P6 the same through worlds.as_of() (a set-returning function)", None, "x",
      [("asof", "as_of()", "ms"), ("plain", "plain", "ms")]),
+    ("P7", "P7 TPC-B in an old world (forked before main's own TPC-B ran) / in a fresh world", None, "x",
+     [("old", "old", "tps"), ("fresh", "fresh", "tps")]),
 ]
 
 

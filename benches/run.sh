@@ -10,7 +10,7 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p2,p3,p6                   run only those groups of figures (p3 = P3, P4 and P5; default all)
+#   --only p1,p2,p3,p6,p7                run only those groups of figures (p3 = P3, P4 and P5; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -19,14 +19,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p2,p3,p6
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p2,p3,p6,p7
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) MODE=smoke ;;
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p2,p3,p6]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p2,p3,p6,p7]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -34,11 +34,11 @@ done
 # Sizes. T_* are pgbench durations in seconds; BIG_ROWS is the "1M-row table" of P3-P5, CHANGES the rows a
 # world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
 if [ $MODE = smoke ]; then
-  SCALE=1 T_WRITE=2 T_SELECT=2 T_READ=1 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
+  SCALE=1 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
 else
-  SCALE=10 T_WRITE=15 T_SELECT=10 T_READ=5 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
+  SCALE=10 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
 fi
-DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid"
+DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -242,6 +242,33 @@ explain_p2() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P7 old world
+# An old world over a busy main: TPC-B (pgbench's own script, one client) in a world forked before main ran
+# TPC-B for T_BUSY seconds, against the same in a world forked after. A world reaches main's rows changed
+# since its fork through history (see route/history_lookup.rs); its statements should not slow down as
+# main works.
+setup_old_world() {
+  fresh_db bench_old
+  pgbench_in -i -q -s $SCALE bench_old >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+  track bench_old
+  sql bench_old -c "select worlds.create_world('old')" >/dev/null
+  bench main bench_old -c 2 -j 2 -T $T_BUSY
+  sql bench_old -c "select worlds.create_world('fresh')" -c "vacuum analyze" >/dev/null
+}
+
+measure_p7() {
+  local rep o f
+  bench old bench_old -t 20; bench fresh bench_old -t 20  # warm-up: each world's cache
+  for rep in $(seq $REPS); do
+    if [ $((rep % 2)) -eq 1 ]; then
+      bench old bench_old -T $T_READ; o=$(tps); bench fresh bench_old -T $T_READ; f=$(tps)
+    else
+      bench fresh bench_old -T $T_READ; f=$(tps); bench old bench_old -T $T_READ; o=$(tps)
+    fi
+    pair P7 old "$o" fresh "$f"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -366,6 +393,7 @@ if want p1; then group "P1w P1s" setup_tpcb measure_p1; P1_OK=$GROUP_OK; fi
 if want p2; then group "P2point P2range P2join P2count" setup_reads measure_p2 explain_p2; fi
 if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi
+if want p7; then group "P7" setup_old_world measure_p7; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi
