@@ -284,7 +284,8 @@ BEGIN
     -- (measured: the key index was half of capture's cost under TPC-B). A world finds main's before-images
     -- through its cache, which holds each one's position (see storage/overlay.rs); merges join by key.
     IF kind <> 'r' THEN
-        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+        -- by key, then version: a key's latest version (or the one the cache names) without reading its others
+        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_dseq)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
     END IF;
     -- orders a world's own versions (history of main is ordered by WAL position instead)
     EXECUTE format('CREATE SEQUENCE worlds_data.%I', 's_' || base);
@@ -539,7 +540,7 @@ BEGIN
                 UPDATE worlds.tables SET key_columns = pk, key_kind = worlds._key_kind(t.relid, pk)
                 WHERE tabno = t.tabno RETURNING * INTO t;
                 IF cardinality(pk) > 0 THEN
-                    EXECUTE format('CREATE INDEX ON %s (%s)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+                    EXECUTE format('CREATE INDEX ON %s (%s, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
                 END IF;
             END IF;
             PERFORM worlds._build_overlay(t);

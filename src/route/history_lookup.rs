@@ -1,14 +1,20 @@
-//! History lookup: how a statement read through a table's overlay view (every write in a world) reaches
-//! main's before-images of the one key it names.
+//! Key lookups: how a statement read through a table's overlay view (every write in a world) reaches the
+//! world's rows of the one key it names, without reading everything else.
 //!
-//! The overlay view's history branch keeps the before-images the world sees by their tids
-//! (`ctid = ANY(worlds._history_tids(tabno))`): history has no index on the key (capture would pay for it
-//! on every write of main), so that branch costs O(main's changes to the table since the fork) for every
-//! statement, and an old world over a busy main slows down as main works. When the table has one integer
-//! key column and the statement names the key (`WHERE id = 7`, `= $1`), this path replaces that branch's
-//! scan: it asks the overlay cache for that key's before-images (`ScanCache::history_rows_in`, the same
-//! tids filtered by key) and fetches them by tid, O(1) in main's changes. The branch's other quals (the
-//! world's visibility test among them) run on what it fetches, as before.
+//! - **History.** The overlay view's history branch keeps the before-images the world sees by their tids
+//!   (`ctid = ANY(worlds._history_tids(tabno))`): history has no index on the key (capture would pay for
+//!   it on every write of main), so that branch cost O(main's changes to the table since the fork) for
+//!   every statement, and an old world over a busy main slowed down as main worked. Here the overlay
+//!   cache gives that key's before-images (`ScanCache::history_rows_in`, the same tids filtered by key),
+//!   fetched by tid: O(1) in main's changes.
+//! - **Delta.** The delta branch reads a key's versions through the delta's key index and keeps the one
+//!   the cache picked (`_delta_visible`): O(versions of the key), so a row the world updated thousands of
+//!   times slowed every statement on it. Here the cache names the key's winning version, read through the
+//!   delta's (key, version) index: one row.
+//!
+//! For tables with one integer key column, when the statement compares the key to a constant or parameter
+//! (`WHERE id = 7`, `= $1`). The branch's own quals (the world's visibility test among them) still run on
+//! what is fetched.
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -17,7 +23,7 @@ struct Methods<T>(T);
 // SAFETY: read-only tables of function pointers and a static name
 unsafe impl<T> Sync for Methods<T> {}
 
-const NAME: &std::ffi::CStr = c"WorldHistoryLookup";
+const NAME: &std::ffi::CStr = c"WorldKeyLookup";
 
 static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(pg_sys::CustomPathMethods {
     CustomName: NAME.as_ptr(),
@@ -44,36 +50,67 @@ static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::Custom
     ExplainCustomScan: None,
 });
 
+const HISTORY: i32 = 0;
+const DELTA: i32 = 1;
+
 // ---------------------------------------------------------------------------------------------- planning
 
-/// The tracked table (tabno) whose before-images `relid` holds, when it has one integer key column.
-unsafe fn history_of(relid: pg_sys::Oid) -> Option<i32> {
+/// The tracked table (tabno) and branch whose storage `relid` is, for a table with one integer key column.
+unsafe fn storage_of(relid: pg_sys::Oid) -> Option<(i32, i32)> {
     unsafe {
         let data = pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true);
         if data == pg_sys::Oid::INVALID || pg_sys::get_rel_namespace(relid) != data {
             return None;
         }
     }
-    storage::tracked_tables().values().copied().find(|&tabno| {
+    storage::tracked_tables().values().copied().find_map(|tabno| {
         let l = storage::relation_layout(tabno);
-        l.history == relid && crate::route::world_scan::supports(&l)
+        if !crate::route::world_scan::supports(&l) {
+            return None;
+        }
+        if l.history == relid {
+            Some((tabno, HISTORY))
+        } else if l.delta == relid {
+            Some((tabno, DELTA))
+        } else {
+            None
+        }
     })
 }
 
-/// The history attribute holding the table's key column.
-fn history_key_attno(layout: &storage::Layout) -> Option<i16> {
-    let key = layout.key_attnos[0];
-    layout.history_map.iter().position(|a| *a == Some(key)).map(|i| (storage::capture::H_FIXED + i + 1) as i16)
+/// The storage relation's attribute holding the table's key column.
+fn key_attno_in(layout: &storage::Layout, branch: i32) -> Option<i16> {
+    if branch == HISTORY {
+        let key = layout.key_attnos[0];
+        return layout.history_map.iter().position(|a| *a == Some(key)).map(|i| (storage::capture::H_FIXED + i + 1) as i16);
+    }
+    let name = std::ffi::CString::new(layout.key_columns[0].as_str()).ok()?;
+    let attno = unsafe { pg_sys::get_attnum(layout.delta, name.as_ptr()) };
+    (attno > 0).then_some(attno)
 }
 
-/// In a relation's restriction clauses: the overlay branch's `ctid = ANY(...)` filter (what marks the
-/// branch, and what the lookup replaces) and the expression the key column is compared equal to.
+/// In a relation's restriction clauses: what marks it as an overlay view's branch (history: its
+/// `ctid = ANY(...)` filter, which the lookup replaces; delta: its `_delta_visible` test), and the
+/// expression the key column is compared equal to.
 struct Clauses {
     tid_filters: Vec<*mut pg_sys::RestrictInfo>,
     key_value: *mut pg_sys::Expr,
 }
 
-unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i16) -> Option<Clauses> {
+unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
+    unsafe {
+        if (*n).type_ != pg_sys::NodeTag::T_FuncExpr {
+            return false;
+        }
+        let f = (*(n as *mut pg_sys::FuncExpr)).funcid;
+        let name = pg_sys::get_func_name(f);
+        !name.is_null()
+            && std::ffi::CStr::from_ptr(name) == c"_delta_visible"
+            && pg_sys::get_func_namespace(f) == pg_sys::get_namespace_oid(c"worlds".as_ptr(), true)
+    }
+}
+
+unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i16, branch: i32) -> Option<Clauses> {
     unsafe {
         let is_var = |n: *mut pg_sys::Node, attno: i16| {
             !n.is_null()
@@ -82,17 +119,22 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                 && (*(n as *mut pg_sys::Var)).varattno == attno
                 && (*(n as *mut pg_sys::Var)).varlevelsup == 0
         };
+        let mut marked = false;
         let mut tid_filters = Vec::new();
         let mut key_value: *mut pg_sys::Expr = std::ptr::null_mut();
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
             let ri = pg_sys::list_nth(list, i) as *mut pg_sys::RestrictInfo;
             let clause = (*ri).clause as *mut pg_sys::Node;
             match (*clause).type_ {
-                pg_sys::NodeTag::T_ScalarArrayOpExpr => {
+                pg_sys::NodeTag::T_ScalarArrayOpExpr if branch == HISTORY => {
                     let sa = clause as *mut pg_sys::ScalarArrayOpExpr;
                     if (*sa).useOr && is_var(pg_sys::list_nth((*sa).args, 0) as *mut pg_sys::Node, pg_sys::SelfItemPointerAttributeNumber as i16) {
                         tid_filters.push(ri);
+                        marked = true;
                     }
+                }
+                pg_sys::NodeTag::T_FuncExpr if branch == DELTA => {
+                    marked |= is_delta_visible(clause);
                 }
                 pg_sys::NodeTag::T_OpExpr if key_value.is_null() => {
                     let op = clause as *mut pg_sys::OpExpr;
@@ -118,12 +160,12 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                 _ => {}
             }
         }
-        (!tid_filters.is_empty() && !key_value.is_null()).then_some(Clauses { tid_filters, key_value })
+        (marked && !key_value.is_null()).then_some(Clauses { tid_filters, key_value })
     }
 }
 
-/// Called from the planner hook for every relation it plans: adds the lookup path for the history branch
-/// of an overlay view whose statement names the key.
+/// Called from the planner hook for every relation it plans: adds the lookup path for an overlay view's
+/// history or delta branch whose statement names the key.
 ///
 /// # Safety
 /// The hook's arguments, as Postgres passes them.
@@ -136,9 +178,9 @@ pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblE
         {
             return;
         }
-        let Some(tabno) = history_of((*rte).relid) else { return };
-        let Some(key_attno) = history_key_attno(&storage::relation_layout(tabno)) else { return };
-        if clauses_of((*rel).baserestrictinfo, (*rel).relid, key_attno).is_none() {
+        let Some((tabno, branch)) = storage_of((*rte).relid) else { return };
+        let Some(key_attno) = key_attno_in(&storage::relation_layout(tabno), branch) else { return };
+        if clauses_of((*rel).baserestrictinfo, (*rel).relid, key_attno, branch).is_none() {
             return;
         }
         let cp = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()) as *mut pg_sys::CustomPath;
@@ -146,12 +188,13 @@ pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblE
         (*cp).path.pathtype = pg_sys::NodeTag::T_CustomScan;
         (*cp).path.parent = rel;
         (*cp).path.pathtarget = (*rel).reltarget;
-        // a key has a before-image or two at most: a few tid fetches
+        // a key has a before-image or two, and one winning version: a few fetches
         (*cp).path.rows = 1.0;
         (*cp).path.startup_cost = 0.0;
         (*cp).path.total_cost = 1.0;
         let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
         private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno as i32) as *mut std::ffi::c_void);
+        private = pg_sys::lappend(private, pg_sys::makeInteger(branch) as *mut std::ffi::c_void);
         (*cp).custom_private = private;
         (*cp).methods = &PATH_METHODS.0;
         pg_sys::add_path(rel, cp as *mut pg_sys::Path);
@@ -172,9 +215,9 @@ unsafe extern "C-unwind" fn plan_path(
     _custom_plans: *mut pg_sys::List,
 ) -> *mut pg_sys::Plan {
     unsafe {
-        let key_attno = int_at((*best_path).custom_private, 1) as i16;
-        let found = clauses_of(clauses, (*rel).relid, key_attno).expect("the clauses the path was made for");
-        // the tid filter is what the lookup does; every other clause is checked on the rows it fetches
+        let (key_attno, branch) = (int_at((*best_path).custom_private, 1) as i16, int_at((*best_path).custom_private, 2));
+        let found = clauses_of(clauses, (*rel).relid, key_attno, branch).expect("the clauses the path was made for");
+        // history's tid filter is what the lookup does; every other clause is checked on the rows it fetches
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         for i in 0..(*clauses).length {
             let ri = pg_sys::list_nth(clauses, i) as *mut pg_sys::RestrictInfo;
@@ -200,12 +243,18 @@ unsafe extern "C-unwind" fn plan_path(
 struct LookupNode {
     css: pg_sys::CustomScanState,
     tabno: i32,
+    branch: i32,
     key: *mut pg_sys::ExprState,
     key_type: pg_sys::Oid,
-    /// history's tuples as fetched (the node's scan slot is a virtual one: they are copied there)
+    /// the storage's tuples as fetched (the node's scan slot is a virtual one: they are copied there)
     fetched: *mut pg_sys::TupleTableSlot,
-    /// the key's before-images still to fetch (tids as `pack_tid` packs them); None until the first row
-    /// is asked for
+    /// delta: its (key, version) index, and the scan of it for the current key
+    index: pg_sys::Relation,
+    index_scan: *mut pg_sys::IndexScanDescData,
+    /// the index scan is at the current key's winning version
+    scanning: bool,
+    /// history: the key's before-images still to fetch (tids as `pack_tid` packs them); None until the
+    /// first row is asked for (delta: whether the index scan has been started)
     pending: Option<Vec<u64>>,
 }
 
@@ -216,6 +265,7 @@ unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut
         (*node).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
         (*node).css.methods = &EXEC_METHODS.0;
         (*node).tabno = int_at((*cscan).custom_private, 0);
+        (*node).branch = int_at((*cscan).custom_private, 2);
         std::ptr::write(std::ptr::addr_of_mut!((*node).pending), None);
         node as *mut pg_sys::Node
     }
@@ -231,26 +281,77 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         (*n).key = pg_sys::ExecInitExpr(expr, node as *mut pg_sys::PlanState);
         let rel = (*node).ss.ss_currentRelation;
         (*n).fetched = pg_sys::ExecInitExtraTupleSlot(estate, (*rel).rd_att, &pg_sys::TTSOpsBufferHeapTuple);
+        if (*n).branch == DELTA {
+            (*n).index = version_index(rel, int_at((*cscan).custom_private, 1) as i16);
+        }
     }
 }
 
-/// The key's before-images, from the overlay cache, on the first call.
-unsafe fn candidates(n: *mut LookupNode) -> Vec<u64> {
+/// The delta's btree index on (key, _w_dseq), opened.
+unsafe fn version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
     unsafe {
-        let econtext = (*n).css.ss.ps.ps_ExprContext;
-        let mut isnull = false;
-        let d = pg_sys::ExecEvalExprSwitchContext((*n).key, econtext, &mut isnull);
-        if isnull {
-            return Vec::new(); // key = NULL matches nothing
+        let dseq = pg_sys::get_attnum((*rel).rd_id, c"_w_dseq".as_ptr());
+        let list = pg_sys::RelationGetIndexList(rel);
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
+            let ix = (*index).rd_index;
+            let keys = (*ix).indkey.values.as_ptr();
+            if (*ix).indnkeyatts == 2 && *keys == key_attno && *keys.add(1) == dseq && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID {
+                return index;
+            }
+            pg_sys::index_close(index, pg_sys::AccessShareLock as i32);
         }
-        let key = match (*n).key_type {
+        let name = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
+        crate::api::raise("XX000", format!("pg_worlds: {name} has no index on (key, _w_dseq); run SELECT worlds.untrack(...) and worlds.track(...) on its table"))
+    }
+}
+
+/// The key the statement names, None when it is NULL (matches nothing).
+unsafe fn key_value(n: *mut LookupNode) -> Option<i64> {
+    unsafe {
+        let mut isnull = false;
+        let d = pg_sys::ExecEvalExprSwitchContext((*n).key, (*n).css.ss.ps.ps_ExprContext, &mut isnull);
+        (!isnull).then(|| match (*n).key_type {
             pg_sys::INT2OID => d.value() as i16 as i64,
             pg_sys::INT4OID => d.value() as i32 as i64,
             _ => d.value() as i64,
-        };
+        })
+    }
+}
+
+/// The key's before-images, from the overlay cache (in history's order, popped from the end).
+unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {
+    unsafe {
+        let Some(key) = key_value(n) else { return Vec::new() };
         let mut tids = overlay::ScanCache::none().history_rows_in((*n).tabno, key, key);
-        tids.reverse(); // popped from the end, so in history's order
+        tids.reverse();
         tids
+    }
+}
+
+/// Starts the delta's index scan at the key's winning version (none when the chain has no live one).
+unsafe fn start_version_scan(n: *mut LookupNode) {
+    unsafe {
+        (*n).scanning = false;
+        let Some(key) = key_value(n) else { return };
+        let Some((dseq, false)) = overlay::ScanCache::none().winner_of((*n).tabno, key) else { return };
+        let index = (*n).index;
+        let key_type = (*(*index).rd_att).attrs.as_ptr().read().atttypid;
+        let (eq, datum) = match key_type {
+            pg_sys::INT2OID => (pg_sys::F_INT2EQ, pg_sys::Datum::from(key as i16)),
+            pg_sys::INT4OID => (pg_sys::F_INT4EQ, pg_sys::Datum::from(key as i32)),
+            _ => (pg_sys::F_INT8EQ, pg_sys::Datum::from(key)),
+        };
+        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), datum);
+        pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT8EQ), pg_sys::Datum::from(dseq));
+        let rel = (*n).css.ss.ss_currentRelation;
+        let snapshot = (*(*n).css.ss.ps.state).es_snapshot;
+        if (*n).index_scan.is_null() {
+            (*n).index_scan = pg_sys::index_beginscan(rel, index, snapshot, 2, 0);
+        }
+        pg_sys::index_rescan((*n).index_scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
+        (*n).scanning = true;
     }
 }
 
@@ -258,10 +359,21 @@ unsafe fn candidates(n: *mut LookupNode) -> Vec<u64> {
 unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let n = ss as *mut LookupNode;
-        if (*n).pending.is_none() {
-            (*n).pending = Some(candidates(n));
-        }
         let slot = (*ss).ss_ScanTupleSlot;
+        if (*n).branch == DELTA {
+            if (*n).pending.is_none() {
+                (*n).pending = Some(Vec::new());
+                start_version_scan(n);
+            }
+            if (*n).scanning && pg_sys::index_getnext_slot((*n).index_scan, pg_sys::ScanDirection::ForwardScanDirection, (*n).fetched) {
+                pg_sys::ExecCopySlot(slot, (*n).fetched);
+                return slot;
+            }
+            return pg_sys::ExecClearTuple(slot);
+        }
+        if (*n).pending.is_none() {
+            (*n).pending = Some(before_images(n));
+        }
         let snapshot = (*(*ss).ps.state).es_snapshot;
         while let Some(place) = (*n).pending.as_mut().and_then(|p| p.pop()) {
             let mut tid = overlay::unpack_tid(place);
@@ -276,7 +388,7 @@ unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::Tup
 
 #[pg_guard]
 unsafe extern "C-unwind" fn recheck(_ss: *mut pg_sys::ScanState, _slot: *mut pg_sys::TupleTableSlot) -> bool {
-    true // history rows never change
+    true // storage rows never change
 }
 
 #[pg_guard]
@@ -287,7 +399,8 @@ unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_
 #[pg_guard]
 unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
     unsafe {
-        (*(node as *mut LookupNode)).pending = None;
+        let n = node as *mut LookupNode;
+        (*n).pending = None;
         pg_sys::ExecScanReScan(&mut (*node).ss);
     }
 }
@@ -295,9 +408,18 @@ unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
 #[pg_guard]
 unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
     unsafe {
+        let n = node as *mut LookupNode;
+        if !(*n).index_scan.is_null() {
+            pg_sys::index_endscan((*n).index_scan);
+            (*n).index_scan = std::ptr::null_mut();
+        }
+        if !(*n).index.is_null() {
+            pg_sys::index_close((*n).index, pg_sys::AccessShareLock as i32);
+            (*n).index = std::ptr::null_mut();
+        }
         // the node's memory is the query's; only the Rust side needs dropping
-        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*(node as *mut LookupNode)).pending));
-        std::ptr::write(std::ptr::addr_of_mut!((*(node as *mut LookupNode)).pending), None);
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).pending));
+        std::ptr::write(std::ptr::addr_of_mut!((*n).pending), None);
     }
 }
 

@@ -772,7 +772,8 @@ unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(p
 /// Main's index and the side's index on the same column compare with the same operators: main's scan keys
 /// are valid for the side's index.
 unsafe fn same_operators(a: pg_sys::Relation, b: pg_sys::Relation) -> bool {
-    unsafe { *(*a).rd_opfamily == *(*b).rd_opfamily && (*(*a).rd_index).indnatts == 1 && (*(*b).rd_index).indnatts == 1 }
+    // (the side's index may go on past the key: the delta's is on (key, version))
+    unsafe { *(*a).rd_opfamily == *(*b).rd_opfamily && (*(*a).rd_index).indnatts == 1 }
 }
 
 unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: bool) -> Side {
@@ -843,7 +844,7 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
     }
 }
 
-/// The relation's btree index on the key column alone, opened (null when it has none).
+/// The relation's btree index led by the key column, opened (null when it has none).
 unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relation {
     unsafe {
         let list = pg_sys::RelationGetIndexList(rel);
@@ -851,7 +852,7 @@ unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relatio
             let oid = pg_sys::list_nth_oid(list, i);
             let index = pg_sys::index_open(oid, pg_sys::AccessShareLock as i32);
             let ix = (*index).rd_index;
-            if (*ix).indnatts == 1 && *(*ix).indkey.values.as_ptr() as i32 == key_attno && pg_sys::RelationGetIndexPredicate(index).is_null() {
+            if *(*ix).indkey.values.as_ptr() as i32 == key_attno && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID && pg_sys::RelationGetIndexPredicate(index).is_null() {
                 return index;
             }
             pg_sys::index_close(index, pg_sys::AccessShareLock as i32);

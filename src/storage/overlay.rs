@@ -654,10 +654,11 @@ pub fn quote_ident(s: &str) -> String {
     unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
 }
 
-pub(super) fn read_key(layout: &Layout, row: &pgrx::spi::SpiTupleTable, ord: usize) -> Option<Key> {
+/// The key of a row as the cache keeps it (column `ord` of a `snapshot_spi` row).
+pub(super) fn read_key_of(layout: &Layout, row: &super::snapshot_spi::Row, ord: usize) -> Option<Key> {
     match layout.key_kind {
-        b'i' => row.get::<i64>(ord).ok().flatten().map(Key::I),
-        b't' => row.get::<String>(ord).ok().flatten().map(Key::T),
+        b'i' => row.get::<i64>(ord).map(Key::I),
+        b't' => row.get::<String>(ord).map(Key::T),
         _ => None,
     }
 }
@@ -1069,6 +1070,11 @@ impl ScanCache {
             return Vec::new();
         }
         with_cache(tabno, |c| c.hist_keys.range((lo, 0)..=(hi, u64::MAX)).map(|&(_, tid)| tid).collect())
+    }
+
+    /// The world chain's version of a key: (its number, a tombstone?), None when the chain has none.
+    pub fn winner_of(&self, tabno: i32, key: i64) -> Option<(i64, bool)> {
+        with_cache(tabno, |c| self.world_of(c).winner.get(&Key::I(key)).copied())
     }
 
     /// Is this before-image part of the world (main changed the row since the fork)?

@@ -47,18 +47,37 @@ impl Row {
 /// Runs `sql` (with `$n` parameters of the given types) read-only on the active snapshot and calls `f`
 /// for each row. The plan is prepared once per backend and kept.
 pub fn query<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
-    run(sql, types, args, true, f)
+    run(sql, types, args, true, false, f)
+}
+
+/// As `query`, always on one generic plan: for the lookups of a write by key, whose custom plans (one per
+/// call, as Postgres keeps choosing them for queries through the overlay views) were a tenth of a world's
+/// TPC-B. Not for range conditions, whose generic estimates may pick a scan of everything.
+pub fn query_generic<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    run(sql, types, args, true, true, f)
 }
 
 /// As `query`, but on a fresh snapshot (READ COMMITTED: what has committed by now), seeing this
 /// transaction's own latest writes: for reading a row under a lock, as Postgres re-reads one it waited for.
 pub fn query_fresh<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
-    run(sql, types, args, false, f)
+    run(sql, types, args, false, false, f)
 }
 
-fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool, mut f: impl FnMut(&Row) -> R) -> Vec<R> {
+/// `query_fresh` on one generic plan (see `query_generic`).
+pub fn query_fresh_generic<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    run(sql, types, args, false, true, f)
+}
+
+fn run<R>(
+    sql: &str,
+    types: &[pg_sys::Oid],
+    args: &[Option<pg_sys::Datum>],
+    read_only: bool,
+    generic: bool,
+    mut f: impl FnMut(&Row) -> R,
+) -> Vec<R> {
     Spi::connect(|_client| unsafe {
-        execute_plan(sql, types, args, read_only);
+        execute_plan(sql, types, args, read_only, generic);
         let table = pg_sys::SPI_tuptable;
         let mut out = Vec::new();
         if !table.is_null() {
@@ -73,9 +92,9 @@ fn run<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read
 
 /// Runs the kept plan of `sql` inside a connected SPI: its rows are in SPI_tuptable, its count in
 /// SPI_processed.
-unsafe fn execute_plan(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool) {
+unsafe fn execute_plan(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool, generic: bool) {
     unsafe {
-        let plan = plan_for(sql, types);
+        let plan = plan_for(sql, types, generic);
         let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();
         let nulls: Vec<std::ffi::c_char> = args.iter().map(|a| if a.is_some() { b' ' as _ } else { b'n' as _ }).collect();
         let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 0);
@@ -89,20 +108,21 @@ unsafe fn execute_plan(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::
 /// run; the number of rows it wrote.
 pub fn execute(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> u64 {
     Spi::connect(|_client| unsafe {
-        execute_plan(sql, types, args, false);
+        execute_plan(sql, types, args, false, false);
         pg_sys::SPI_processed
     })
 }
 
-unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
+unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid], generic: bool) -> pg_sys::SPIPlanPtr {
     // one text can be planned with different parameter types (an upsert's action, prepared twice)
-    let key = format!("{sql}\u{0}{:?}", types.iter().map(|t| t.to_u32()).collect::<Vec<_>>());
+    let key = format!("{sql}\u{0}{:?}{generic}", types.iter().map(|t| t.to_u32()).collect::<Vec<_>>());
     if let Some(p) = PLANS.with(|p| p.borrow().get(&key).copied()) {
         return p;
     }
     let c = std::ffi::CString::new(sql).unwrap();
     let mut types = types.to_vec();
-    let plan = unsafe { pg_sys::SPI_prepare(c.as_ptr(), types.len() as i32, types.as_mut_ptr()) };
+    let options = if generic { pg_sys::CURSOR_OPT_GENERIC_PLAN as i32 } else { 0 };
+    let plan = unsafe { pg_sys::SPI_prepare_cursor(c.as_ptr(), types.len() as i32, types.as_mut_ptr(), options) };
     if plan.is_null() {
         raise("XX000", format!("pg_worlds: could not prepare {sql}"));
     }

@@ -2,7 +2,7 @@
 //! INSERT ... ON CONFLICT). A write is a new version of the row in the table's delta, checked as the
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
-use super::overlay::{key_expr, quote_ident, read_key, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
+use super::overlay::{key_expr, quote_ident, read_key_of, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
 use super::{app_triggers, snapshot_spi};
 use super::{as_internal, as_table_owner, relation_layout, Layout};
 use crate::api::raise;
@@ -294,7 +294,7 @@ fn written_by_this_statement(
     );
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), (statement_cid as i64).into()];
     all.extend(args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }));
-    as_table_owner(layout, || Spi::connect_mut(|c| c.update(&sql, None, &all).map(|r| !r.is_empty()).unwrap_or(false)))
+    as_table_owner(layout, || !kept(&sql, &all, |_| ()).is_empty())
 }
 
 /// What an INSERT or UPDATE through the overlay returns: the new row, with generated columns computed.
@@ -512,20 +512,18 @@ fn serialize_key(
     let seen = as_table_owner(layout, || snapshot_query(&latest, &all).into_iter().next().flatten());
     lock_world(world);
     as_table_owner(layout, || {
-        Spi::connect_mut(|c| {
-            // read-write: a fresh snapshot, taken after the lock
-            let now = c.update(&latest, None, &all).ok().and_then(|r| {
-                r.into_iter().next().map(|r| {
-                    let key = match layout.key_kind {
-                        b'i' => r.get::<i64>(3).ok().flatten().map(super::overlay::Key::I),
-                        b't' => r.get::<String>(3).ok().flatten().map(super::overlay::Key::T),
-                        _ => None,
-                    };
-                    (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<bool>(2).ok().flatten().unwrap_or(false), key)
-                })
-            });
-            (seen, now)
+        // a fresh snapshot, taken after the lock
+        let now = kept(&latest, &all, |r| {
+            let key = match layout.key_kind {
+                b'i' => r.get::<i64>(3).map(super::overlay::Key::I),
+                b't' => r.get::<String>(3).map(super::overlay::Key::T),
+                _ => None,
+            };
+            (r.get::<i64>(1).unwrap_or(0), r.get::<bool>(2).unwrap_or(false), key)
         })
+        .into_iter()
+        .next();
+        (seen, now)
     })
 }
 
@@ -545,17 +543,13 @@ pub fn lock_world(world: &World) {
     if holds_world_lock(world) {
         return;
     }
-    as_internal(|| Spi::run_with_args("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()]))
-        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    as_internal(|| kept("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()], |_| ()));
     // a DROP WORLD holds the lock while it frees the world's rows: once it is ours, the world may be gone
     // (read on a fresh snapshot, after the lock)
-    let live = as_internal(|| {
-        Spi::connect_mut(|c| {
-            c.update("SELECT dropped IS NULL FROM worlds.world WHERE num = $1", None, &[world.num.into()])
-                .ok()
-                .and_then(|r| r.into_iter().next().and_then(|r| r.get::<bool>(1).ok().flatten()))
-        })
-    });
+    let live = as_internal(|| kept("SELECT dropped IS NULL FROM worlds.world WHERE num = $1", &[world.num.into()], |r| r.get::<bool>(1)))
+        .into_iter()
+        .next()
+        .flatten();
     if live == Some(false) {
         crate::api::raise_with(
             "0A000",
@@ -583,10 +577,18 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
 }
 
 /// A query over the world's rows with the statement's snapshot (see snapshot_spi), arguments as given.
+/// A statement of pg_worlds' own on a write's path: planned once per backend (planning them every time was
+/// a sixth of a world's TPC-B), run as a statement of its own would run (on a fresh snapshot).
+fn kept<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&snapshot_spi::Row) -> R) -> Vec<R> {
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    snapshot_spi::query_fresh_generic(sql, &types, &values, f)
+}
+
 fn snapshot_query(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<Option<i64>> {
     let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
     let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
-    snapshot_spi::query(sql, &types, &values, |r| r.get::<i64>(1))
+    snapshot_spi::query_generic(sql, &types, &values, |r| r.get::<i64>(1))
 }
 
 /// What a write checks about the row's key before it writes a version.
@@ -716,19 +718,18 @@ fn write_version_with(
     all_args.extend(args);
     let insert = std::panic::AssertUnwindSafe(|| {
         as_table_owner(layout, || {
-            Spi::connect_mut(|c| {
-                let rows = c
-                    .update(&sql, None, &all_args)
-                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: writing the world's row: {e}")))
-                    .first();
+            kept(&sql, &all_args, |row| {
                 let generated = (0..layout.generated.len())
                     .map(|k| {
-                        let d = rows.get_datum_by_ordinal(3 + k).ok()??;
+                        let d = row.raw(3 + k)?;
                         Some(unsafe { copy_out(desc, &layout.generated[k], d, upper) })
                     })
                     .collect::<Vec<_>>();
-                (rows.get::<i64>(1).ok().flatten().unwrap_or(0), read_key(layout, &rows, 2), generated)
+                (row.get::<i64>(1).unwrap_or(0), read_key_of(layout, row, 2), generated)
             })
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| raise("XX000", "pg_worlds: writing the world's row returned nothing"))
         })
     });
     // the table's CHECK constraints fire on the delta's copies: report them as Postgres would for the table
@@ -897,7 +898,7 @@ fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::D
         // one value clash, as in Postgres), and what committed since (the world's writers are serialized)
         let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
         let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
-        if as_table_owner(layout, || !snapshot_spi::query_fresh(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
+        if as_table_owner(layout, || !snapshot_spi::query_fresh_generic(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
             return Some((index, cols));
         }
     }
@@ -996,7 +997,7 @@ pub fn _flush_event_rows() {
         if pushed {
             unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
         }
-        as_internal(|| Spi::run_with_args("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[event.into(), rows.into()])).ok();
+        as_internal(|| kept("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[event.into(), rows.into()], |_| ()));
         if pushed {
             unsafe { pg_sys::PopActiveSnapshot() };
         }
@@ -1052,12 +1053,14 @@ fn bump_version(world: &World) {
         xact_event
     } else {
         let seq = as_internal(|| {
-            Spi::get_one_with_args::<i64>(
+            kept(
                 "INSERT INTO worlds.event (world, event, rows) VALUES ($1, $2, 1) RETURNING seq",
                 &[world.num.into(), (if in_block { "commit" } else { "write" }).into()],
+                |r| r.get::<i64>(1),
             )
         })
-        .ok()
+        .into_iter()
+        .next()
         .flatten()
         .unwrap_or(0);
         if in_block {
@@ -1068,16 +1071,15 @@ fn bump_version(world: &World) {
     };
     WRITE_EVENT.with(|e| e.set(event));
     let new_version = as_internal(|| {
-        Spi::connect_mut(|c| {
-            c.update(
-                "UPDATE worlds.world SET version = version + 1, active = clock_timestamp() WHERE num = $1 RETURNING version",
-                None,
-                &[world.num.into()],
-            )
-            .ok()
-            .and_then(|r| r.into_iter().next().and_then(|r| r.get::<i64>(1).ok().flatten()))
-        })
-    });
+        kept(
+            "UPDATE worlds.world SET version = version + 1, active = clock_timestamp() WHERE num = $1 RETURNING version",
+            &[world.num.into()],
+            |r| r.get::<i64>(1),
+        )
+    })
+    .into_iter()
+    .next()
+    .flatten();
     if new_version != Some(world.version + 1) {
         // another session wrote the world since this statement's cache was read: the caches stay at the
         // version they were read at, and the next statement (on a snapshot that sees those writes) brings
