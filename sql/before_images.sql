@@ -41,6 +41,8 @@ SELECT count(*) FROM n JOIN s ON s.code = 'k' || n.id WHERE n.id BETWEEN 1 AND 3
 -- scan once history is larger than a few pages
 SET worlds.world_scan = off;
 SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT v FROM s WHERE code >= 'k3' AND code < 'k4';
+-- ... but one key of a text key is looked up (its versions and before-images, by the cache)
 EXPLAIN (COSTS OFF) SELECT v FROM s WHERE code = 'k3';
 RESET enable_seqscan;
 SELECT v FROM s WHERE code = 'k3';
@@ -141,3 +143,34 @@ SELECT id, v FROM n WHERE id = 900001;
 RESET worlds.world_scan;
 RESET worlds.world;
 SELECT * FROM worlds.sql('drop world parent_w cascade');
+-- varchar and uuid keys are looked up the same way; a nondeterministic collation's equality is not
+CREATE TABLE vk (code varchar(10) PRIMARY KEY, v text);
+CREATE TABLE uk (id uuid PRIMARY KEY, v text);
+INSERT INTO vk SELECT 'c' || g, 'v' || g FROM generate_series(1, 50) g;
+INSERT INTO uk SELECT ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, 'u' || g FROM generate_series(1, 50) g;
+SELECT * FROM worlds.sql('create world keys_w');
+UPDATE vk SET v = 'main' WHERE code IN ('c1', 'c2');
+UPDATE uk SET v = 'main' WHERE id = '00000000-0000-0000-0000-000000000001';
+SET worlds.world = keys_w;
+UPDATE vk SET v = 'world' WHERE code = 'c2' RETURNING code, v;
+UPDATE vk SET v = v || '+' WHERE code = 'c2' RETURNING code, v;
+SELECT code, v FROM vk WHERE code = 'c1';
+SELECT code, v FROM vk WHERE code = 'c2';
+EXPLAIN (COSTS OFF) SELECT v FROM vk WHERE code = 'c1';
+UPDATE uk SET v = v || ' seen' WHERE id = '00000000-0000-0000-0000-000000000001' RETURNING v;
+SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000001';
+SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000002';
+EXPLAIN (COSTS OFF) SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000001';
+RESET worlds.world;
+-- a key under a case-insensitive collation: 'C1' and 'c1' are one key, which the text lookup can't tell
+CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE ck (code text COLLATE ci PRIMARY KEY, v text);
+INSERT INTO ck VALUES ('c1', 'one');
+SELECT * FROM worlds.sql('create world ci_w');
+UPDATE ck SET v = 'main' WHERE code = 'c1';
+SET worlds.world = ci_w;
+SELECT code, v FROM ck WHERE code = 'C1';
+EXPLAIN (COSTS OFF) SELECT v FROM ck WHERE code = 'C1';
+RESET worlds.world;
+SELECT * FROM worlds.sql('drop world ci_w');
+SELECT * FROM worlds.sql('drop world keys_w');

@@ -12,8 +12,9 @@
 //!   times slowed every statement on it. Here the cache names the key's winning version, read through the
 //!   delta's (key, version) index: one row.
 //!
-//! For tables with one integer key column, when the statement compares the key to a constant or parameter
-//! (`WHERE id = 7`, `= $1`). The branch's own quals (the world's visibility test among them) still run on
+//! For tables with one integer key column, or one text, varchar or uuid key column (a type whose text is
+//! its identity, the key as the cache keeps it), when the statement compares the key to a constant or
+//! parameter (`WHERE id = 7`, `= $1`) with the type's own equality (and a deterministic collation). The branch's own quals (the world's visibility test among them) still run on
 //! what is fetched.
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
@@ -65,7 +66,7 @@ unsafe fn storage_of(relid: pg_sys::Oid) -> Option<(i32, i32)> {
     }
     storage::tracked_tables().values().copied().find_map(|tabno| {
         let l = storage::relation_layout(tabno);
-        if !crate::route::world_scan::supports(&l) {
+        if !crate::route::world_scan::supports(&l) && !overlay::text_keyed(&l) {
             return None;
         }
         if l.history == relid {
@@ -110,9 +111,28 @@ unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
     }
 }
 
-unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i16, branch: i32) -> Option<Clauses> {
+/// Is `opno` the key's equality: an integer comparison for an integer key, else the text key type's own
+/// `=` under a deterministic collation (so equal keys have equal text)?
+unsafe fn key_equality(op: *mut pg_sys::OpExpr, text_key_type: pg_sys::Oid) -> bool {
+    unsafe {
+        let opno = (*op).opno;
+        if text_key_type == pg_sys::Oid::INVALID {
+            return pg_sys::op_in_opfamily(opno, pg_sys::INTEGER_BTREE_FAM_OID)
+                && pg_sys::get_op_opfamily_strategy(opno, pg_sys::INTEGER_BTREE_FAM_OID) == pg_sys::BTEqualStrategyNumber as i32;
+        }
+        let tc = pg_sys::lookup_type_cache(text_key_type, pg_sys::TYPECACHE_EQ_OPR as i32);
+        let collation = (*op).inputcollid;
+        !tc.is_null()
+            && (*tc).eq_opr == opno
+            && (collation == pg_sys::Oid::INVALID || pg_sys::get_collation_isdeterministic(collation))
+    }
+}
+
+unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i16, branch: i32, text_key_type: pg_sys::Oid) -> Option<Clauses> {
     unsafe {
         let is_var = |n: *mut pg_sys::Node, attno: i16| {
+            // (a varchar key compared as text: under a relabelling)
+            let n = if !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_RelabelType { (*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node } else { n };
             !n.is_null()
                 && (*n).type_ == pg_sys::NodeTag::T_Var
                 && (*(n as *mut pg_sys::Var)).varno as u32 == relid
@@ -138,10 +158,7 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                 }
                 pg_sys::NodeTag::T_OpExpr if key_value.is_null() => {
                     let op = clause as *mut pg_sys::OpExpr;
-                    if (*(*op).args).length != 2
-                        || !pg_sys::op_in_opfamily((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID)
-                        || pg_sys::get_op_opfamily_strategy((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID) != pg_sys::BTEqualStrategyNumber as i32
-                    {
+                    if (*(*op).args).length != 2 || !key_equality(op, text_key_type) {
                         continue;
                     }
                     let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
@@ -179,8 +196,10 @@ pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblE
             return;
         }
         let Some((tabno, branch)) = storage_of((*rte).relid) else { return };
-        let Some(key_attno) = key_attno_in(&storage::relation_layout(tabno), branch) else { return };
-        if clauses_of((*rel).baserestrictinfo, (*rel).relid, key_attno, branch).is_none() {
+        let layout = storage::relation_layout(tabno);
+        let Some(key_attno) = key_attno_in(&layout, branch) else { return };
+        let text_key_type = text_key_type(&layout);
+        if clauses_of((*rel).baserestrictinfo, (*rel).relid, key_attno, branch, text_key_type).is_none() {
             return;
         }
         if branch == DELTA {
@@ -205,10 +224,19 @@ pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblE
         let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
         private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno as i32) as *mut std::ffi::c_void);
         private = pg_sys::lappend(private, pg_sys::makeInteger(branch) as *mut std::ffi::c_void);
+        private = pg_sys::lappend(private, pg_sys::makeInteger(text_key_type.to_u32() as i32) as *mut std::ffi::c_void);
         (*cp).custom_private = private;
         (*cp).methods = &PATH_METHODS.0;
         pg_sys::add_path(rel, cp as *mut pg_sys::Path);
     }
+}
+
+/// The key column's type for a text-keyed table, InvalidOid for an integer key.
+fn text_key_type(layout: &storage::Layout) -> pg_sys::Oid {
+    if layout.key_kind == b'i' {
+        return pg_sys::Oid::INVALID;
+    }
+    unsafe { pg_sys::get_atttype(layout.relid, layout.key_attnos[0] as i16) }
 }
 
 unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
@@ -225,8 +253,10 @@ unsafe extern "C-unwind" fn plan_path(
     _custom_plans: *mut pg_sys::List,
 ) -> *mut pg_sys::Plan {
     unsafe {
-        let (key_attno, branch) = (int_at((*best_path).custom_private, 1) as i16, int_at((*best_path).custom_private, 2));
-        let found = clauses_of(clauses, (*rel).relid, key_attno, branch).expect("the clauses the path was made for");
+        let private = (*best_path).custom_private;
+        let (key_attno, branch) = (int_at(private, 1) as i16, int_at(private, 2));
+        let text_key_type = pg_sys::Oid::from(int_at(private, 3) as u32);
+        let found = clauses_of(clauses, (*rel).relid, key_attno, branch, text_key_type).expect("the clauses the path was made for");
         // history's tid filter is what the lookup does; every other clause is checked on the rows it fetches
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         for i in 0..(*clauses).length {
@@ -327,24 +357,47 @@ unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::R
     }
 }
 
-/// The key the statement names, None when it is NULL (matches nothing).
-unsafe fn key_value(n: *mut LookupNode) -> Option<i64> {
+/// The key the statement names (as the cache keeps it, and as a datum of the expression's type in the
+/// query's memory), None when it is NULL (matches nothing).
+unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)> {
     unsafe {
         let mut isnull = false;
         let d = pg_sys::ExecEvalExprSwitchContext((*n).key, (*n).css.ss.ps.ps_ExprContext, &mut isnull);
-        (!isnull).then(|| match (*n).key_type {
-            pg_sys::INT2OID => d.value() as i16 as i64,
-            pg_sys::INT4OID => d.value() as i32 as i64,
-            _ => d.value() as i64,
+        if isnull {
+            return None;
+        }
+        Some(match (*n).key_type {
+            pg_sys::INT2OID => (overlay::Key::I(d.value() as i16 as i64), d),
+            pg_sys::INT4OID => (overlay::Key::I(d.value() as i32 as i64), d),
+            pg_sys::INT8OID => (overlay::Key::I(d.value() as i64), d),
+            typ => {
+                let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
+                pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
+                let text = std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned();
+                // the index scan reads it past this row's memory
+                let old = pg_sys::MemoryContextSwitchTo((*(*n).css.ss.ps.state).es_query_cxt);
+                let (mut len, mut by_val) = (0i16, false);
+                pg_sys::get_typlenbyval(typ, &mut len, &mut by_val);
+                let copy = storage_datum_copy(d, by_val, len as i32);
+                pg_sys::MemoryContextSwitchTo(old);
+                (overlay::Key::T(text), copy)
+            }
         })
     }
+}
+
+unsafe fn storage_datum_copy(d: pg_sys::Datum, by_val: bool, len: i32) -> pg_sys::Datum {
+    unsafe { storage::datum_copy(d, by_val, len) }
 }
 
 /// The key's before-images, from the overlay cache (in history's order, popped from the end).
 unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {
     unsafe {
-        let Some(key) = key_value(n) else { return Vec::new() };
-        let mut tids = overlay::ScanCache::none().history_rows_in((*n).tabno, key, key);
+        let Some((key, _)) = key_value(n) else { return Vec::new() };
+        let mut tids = match key {
+            overlay::Key::I(k) => overlay::ScanCache::none().history_rows_in((*n).tabno, k, k),
+            overlay::Key::T(t) => overlay::ScanCache::none().history_rows_of((*n).tabno, &t),
+        };
         tids.reverse();
         tids
     }
@@ -354,17 +407,38 @@ unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {
 unsafe fn start_version_scan(n: *mut LookupNode) {
     unsafe {
         (*n).scanning = false;
-        let Some(key) = key_value(n) else { return };
-        let Some((dseq, false)) = overlay::ScanCache::none().winner_of((*n).tabno, key) else { return };
+        let Some((key, datum)) = key_value(n) else { return };
+        let Some((dseq, false)) = overlay::ScanCache::none().winner_of((*n).tabno, key.clone()) else { return };
         let index = (*n).index;
         let key_type = (*(*index).rd_att).attrs.as_ptr().read().atttypid;
-        let (eq, datum) = match key_type {
-            pg_sys::INT2OID => (pg_sys::F_INT2EQ, pg_sys::Datum::from(key as i16)),
-            pg_sys::INT4OID => (pg_sys::F_INT4EQ, pg_sys::Datum::from(key as i32)),
-            _ => (pg_sys::F_INT8EQ, pg_sys::Datum::from(key)),
-        };
         let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
-        pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), datum);
+        match key {
+            overlay::Key::I(k) => {
+                let (eq, datum) = match key_type {
+                    pg_sys::INT2OID => (pg_sys::F_INT2EQ, pg_sys::Datum::from(k as i16)),
+                    pg_sys::INT4OID => (pg_sys::F_INT4EQ, pg_sys::Datum::from(k as i32)),
+                    _ => (pg_sys::F_INT8EQ, pg_sys::Datum::from(k)),
+                };
+                pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), datum);
+            }
+            overlay::Key::T(_) => {
+                // the index's own equality, under its collation (the value is of the key's type, or binary
+                // coercible to it: text for varchar)
+                let family = *(*index).rd_opfamily;
+                let intype = *(*index).rd_opcintype;
+                let eq = pg_sys::get_opfamily_member(family, intype, intype, pg_sys::BTEqualStrategyNumber as i16);
+                pg_sys::ScanKeyEntryInitialize(
+                    &mut keys[0],
+                    0,
+                    1,
+                    pg_sys::BTEqualStrategyNumber as u16,
+                    pg_sys::Oid::INVALID,
+                    *(*index).rd_indcollation,
+                    pg_sys::get_opcode(eq),
+                    datum,
+                );
+            }
+        }
         pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT8EQ), pg_sys::Datum::from(dseq));
         let rel = (*n).css.ss.ss_currentRelation;
         let snapshot = (*(*n).css.ss.ps.state).es_snapshot;

@@ -95,6 +95,8 @@ pub(super) struct TableCache {
     hist_rows: Vec<u64>,
     /// the same, by key, for a table with an integer key: (key, tid), what the world scan looks up
     hist_keys: std::collections::BTreeSet<(i64, u64)>,
+    /// the same for a table with one text-keyed column (its key as text): what a key lookup looks up
+    hist_text_keys: HashMap<String, Vec<u64>>,
     /// the history relation's storage (relfilenode) the tids above point into: VACUUM FULL or CLUSTER of
     /// it moves every row, and the main part is then read again
     hist_file: u32,
@@ -800,7 +802,16 @@ fn reset_main_part(cache: &mut TableCache, main_snapshot: &str) {
     cache.hist_pick.clear();
     cache.hist_rows.clear();
     cache.hist_keys.clear();
+    cache.hist_text_keys.clear();
     cache.main_snapshot = main_snapshot.to_string();
+}
+
+/// A table with one key column of a type whose text is its identity (text, varchar, uuid): its key as the
+/// cache keeps it (`col::text`) is what a key lookup (route/history_lookup.rs) looks up.
+pub fn text_keyed(layout: &Layout) -> bool {
+    layout.key_kind == b't'
+        && layout.key_attnos.len() == 1
+        && matches!(unsafe { pg_sys::get_atttype(layout.relid, layout.key_attnos[0] as i16) }, pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::UUIDOID)
 }
 
 /// The relfilenode of the table's before-images, from the relcache (no catalog read when it is cached).
@@ -829,14 +840,17 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
         }
     );
     let key = if layout.key_kind == b'i' { key_expr(layout, "h") } else { "NULL::int8".to_string() };
+    let text_key = text_keyed(layout);
+    let tkey = if text_key { key_expr(layout, "h") } else { "NULL::text".to_string() };
     let sql = format!(
         "SELECT pg_current_snapshot()::text,
                 array_agg(_w_hseq ORDER BY _w_hseq), array_agg(_w_op::text ORDER BY _w_hseq),
                 array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq),
-                array_agg(coalesce(r::text, '') ORDER BY _w_hseq), array_agg(coalesce(k, 0) ORDER BY _w_hseq)
-         FROM (SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, h.ctid AS r, {key} AS k FROM {} h WHERE {cond}
+                array_agg(coalesce(r::text, '') ORDER BY _w_hseq), array_agg(coalesce(k, 0) ORDER BY _w_hseq),
+                array_agg(kt ORDER BY _w_hseq)
+         FROM (SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, h.ctid AS r, {key} AS k, {tkey} AS kt FROM {} h WHERE {cond}
                UNION ALL
-               SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, NULL::tid, NULL::int8 FROM {} h WHERE {cond}) h",
+               SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, NULL::tid, NULL::int8, NULL::text FROM {} h WHERE {cond}) h",
         layout.before_images_name, layout.inserts_name,
     );
     let rows = snapshot_spi::query(
@@ -852,10 +866,11 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 row.get::<Vec<String>>(5).unwrap_or_default(),
                 row.get::<Vec<String>>(6).unwrap_or_default(),
                 row.get::<Vec<i64>>(7).unwrap_or_default(),
+                if text_key { row.get::<Vec<Option<String>>>(8).unwrap_or_default() } else { Vec::new() },
             )
         },
     );
-    let Some((now, hseqs, ops, olds, news, places, keys)) = rows.into_iter().next() else { return };
+    let Some((now, hseqs, ops, olds, news, places, keys, text_keys)) = rows.into_iter().next() else { return };
     let int_key = layout.key_kind == b'i';
     for i in 0..hseqs.len() {
         if !olds[i].is_empty() {
@@ -865,6 +880,9 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 cache.hist_rows.push(place);
                 if int_key {
                     cache.hist_keys.insert((keys[i], place));
+                }
+                if let Some(Some(k)) = text_keys.get(i) {
+                    cache.hist_text_keys.entry(k.clone()).or_default().push(place);
                 }
             }
         }
@@ -1073,8 +1091,13 @@ impl ScanCache {
     }
 
     /// The world chain's version of a key: (its number, a tombstone?), None when the chain has none.
-    pub fn winner_of(&self, tabno: i32, key: i64) -> Option<(i64, bool)> {
-        with_cache(tabno, |c| self.world_of(c).winner.get(&Key::I(key)).copied())
+    pub fn winner_of(&self, tabno: i32, key: Key) -> Option<(i64, bool)> {
+        with_cache(tabno, |c| self.world_of(c).winner.get(&key).copied())
+    }
+
+    /// Where main's before-images of a text key are in history (candidates, as `history_rows_in`).
+    pub fn history_rows_of(&self, tabno: i32, key: &str) -> Vec<u64> {
+        with_cache(tabno, |c| c.hist_text_keys.get(key).cloned().unwrap_or_default())
     }
 
     /// Is this before-image part of the world (main changed the row since the fork)?
