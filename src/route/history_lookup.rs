@@ -16,40 +16,16 @@
 //! its identity, the key as the cache keeps it), when the statement compares the key to a constant or
 //! parameter (`WHERE id = 7`, `= $1`) with the type's own equality (and a deterministic collation). The branch's own quals (the world's visibility test among them) still run on
 //! what is fetched.
+use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-struct Methods<T>(T);
-// SAFETY: read-only tables of function pointers and a static name
-unsafe impl<T> Sync for Methods<T> {}
-
 const NAME: &std::ffi::CStr = c"WorldKeyLookup";
 
-static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(pg_sys::CustomPathMethods {
-    CustomName: NAME.as_ptr(),
-    PlanCustomPath: Some(plan_path),
-    ReparameterizeCustomPathByChild: None,
-});
-
-static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> =
-    Methods(pg_sys::CustomScanMethods { CustomName: NAME.as_ptr(), CreateCustomScanState: Some(create_state) });
-
-static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::CustomExecMethods {
-    CustomName: NAME.as_ptr(),
-    BeginCustomScan: Some(begin),
-    ExecCustomScan: Some(exec),
-    EndCustomScan: Some(end),
-    ReScanCustomScan: Some(rescan),
-    MarkPosCustomScan: None,
-    RestrPosCustomScan: None,
-    EstimateDSMCustomScan: None,
-    InitializeDSMCustomScan: None,
-    ReInitializeDSMCustomScan: None,
-    InitializeWorkerCustomScan: None,
-    ShutdownCustomScan: None,
-    ExplainCustomScan: None,
-});
+static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(path_methods(NAME, plan_path));
+static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> = Methods(scan_methods(NAME, create_state));
+static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(exec_methods(NAME, begin, exec, end, rescan));
 
 const HISTORY: i32 = 0;
 const DELTA: i32 = 1;
@@ -237,10 +213,6 @@ fn text_key_type(layout: &storage::Layout) -> pg_sys::Oid {
         return pg_sys::Oid::INVALID;
     }
     unsafe { pg_sys::get_atttype(layout.relid, layout.key_attnos[0] as i16) }
-}
-
-unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
-    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
 }
 
 #[pg_guard]

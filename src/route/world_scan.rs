@@ -14,6 +14,7 @@
 //! One relation is planned where the overlay view gave a three-branch append: planning was about half the
 //! time of a point read in a world. Used for tables with one integer key column, without row-level
 //! security; other reads, and all writes, go through the overlay views.
+use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -40,35 +41,16 @@ pub fn supports(layout: &storage::Layout) -> bool {
     layout.key_kind == b'i' && layout.key_attnos.len() == 1
 }
 
-struct Methods<T>(T);
-// SAFETY: read-only tables of function pointers and a static name
-unsafe impl<T> Sync for Methods<T> {}
-
 const NAME: &std::ffi::CStr = c"WorldScan";
 
-static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(pg_sys::CustomPathMethods {
-    CustomName: NAME.as_ptr(),
-    PlanCustomPath: Some(plan_path),
-    ReparameterizeCustomPathByChild: None,
-});
-
-static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> =
-    Methods(pg_sys::CustomScanMethods { CustomName: NAME.as_ptr(), CreateCustomScanState: Some(create_state) });
-
+static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(path_methods(NAME, plan_path));
+static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> = Methods(scan_methods(NAME, create_state));
 static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::CustomExecMethods {
-    CustomName: NAME.as_ptr(),
-    BeginCustomScan: Some(begin),
-    ExecCustomScan: Some(exec),
-    EndCustomScan: Some(end),
-    ReScanCustomScan: Some(rescan),
-    MarkPosCustomScan: None,
-    RestrPosCustomScan: None,
     EstimateDSMCustomScan: Some(estimate_dsm),
     InitializeDSMCustomScan: Some(initialize_dsm),
     ReInitializeDSMCustomScan: Some(reinitialize_dsm),
     InitializeWorkerCustomScan: Some(initialize_worker),
-    ShutdownCustomScan: None,
-    ExplainCustomScan: None,
+    ..exec_methods(NAME, begin, exec, end, rescan)
 });
 
 static mut PREV_SET_REL_PATHLIST: pg_sys::set_rel_pathlist_hook_type = None;
@@ -335,10 +317,6 @@ unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut
 
 unsafe fn run_of<'a>(node: *mut pg_sys::CustomScanState) -> &'a mut Run {
     unsafe { &mut *(*(node as *mut ScanNode)).run }
-}
-
-unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
-    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
 }
 
 #[pg_guard]

@@ -1,0 +1,61 @@
+//! What pg_worlds' Custom Scans (route/world_scan.rs, route/history_lookup.rs) share: their method tables,
+//! kept as statics, and reading the integers of their private lists.
+use pgrx::pg_sys;
+
+/// A method table Postgres keeps a pointer to.
+pub struct Methods<T>(pub T);
+// SAFETY: read-only tables of function pointers and a static name
+unsafe impl<T> Sync for Methods<T> {}
+
+type PlanFn = unsafe extern "C-unwind" fn(
+    *mut pg_sys::PlannerInfo,
+    *mut pg_sys::RelOptInfo,
+    *mut pg_sys::CustomPath,
+    *mut pg_sys::List,
+    *mut pg_sys::List,
+    *mut pg_sys::List,
+) -> *mut pg_sys::Plan;
+
+pub const fn path_methods(name: &'static std::ffi::CStr, plan: PlanFn) -> pg_sys::CustomPathMethods {
+    pg_sys::CustomPathMethods { CustomName: name.as_ptr(), PlanCustomPath: Some(plan), ReparameterizeCustomPathByChild: None }
+}
+
+pub const fn scan_methods(
+    name: &'static std::ffi::CStr,
+    create: unsafe extern "C-unwind" fn(*mut pg_sys::CustomScan) -> *mut pg_sys::Node,
+) -> pg_sys::CustomScanMethods {
+    pg_sys::CustomScanMethods { CustomName: name.as_ptr(), CreateCustomScanState: Some(create) }
+}
+
+/// A scan's execution methods, without parallel ones.
+pub const fn exec_methods(
+    name: &'static std::ffi::CStr,
+    begin: unsafe extern "C-unwind" fn(*mut pg_sys::CustomScanState, *mut pg_sys::EState, std::ffi::c_int),
+    exec: unsafe extern "C-unwind" fn(*mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot,
+    end: unsafe extern "C-unwind" fn(*mut pg_sys::CustomScanState),
+    rescan: unsafe extern "C-unwind" fn(*mut pg_sys::CustomScanState),
+) -> pg_sys::CustomExecMethods {
+    pg_sys::CustomExecMethods {
+        CustomName: name.as_ptr(),
+        BeginCustomScan: Some(begin),
+        ExecCustomScan: Some(exec),
+        EndCustomScan: Some(end),
+        ReScanCustomScan: Some(rescan),
+        MarkPosCustomScan: None,
+        RestrPosCustomScan: None,
+        EstimateDSMCustomScan: None,
+        InitializeDSMCustomScan: None,
+        ReInitializeDSMCustomScan: None,
+        InitializeWorkerCustomScan: None,
+        ShutdownCustomScan: None,
+        ExplainCustomScan: None,
+    }
+}
+
+/// The `n`th integer of a private list.
+///
+/// # Safety
+/// `list` is a list of Integer nodes with more than `n` members.
+pub unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
+    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
+}
