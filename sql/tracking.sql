@@ -188,3 +188,24 @@ SELECT total_bytes < 1000000 AS small FROM pg_backend_memory_contexts WHERE name
 COMMIT;
 SELECT count(*) FROM :lk_history;
 SELECT worlds.untrack('np2'), worlds.untrack('lk');
+-- DROP SCHEMA ... CASCADE and DROP OWNED drop tracked tables as DROP TABLE does (the rows go to history
+-- first); the extension and every world stay
+CREATE SCHEMA doomed;
+CREATE TABLE doomed.a (id int PRIMARY KEY, v text);
+CREATE TABLE doomed.b (v text);
+INSERT INTO doomed.a VALUES (1, 'x');
+SELECT * FROM worlds.sql('create world survives');
+SET worlds.world = survives; UPDATE doomed.a SET v = 'world'; RESET worlds.world;
+DROP SCHEMA doomed CASCADE;
+SELECT count(*) AS doomed_tracked FROM worlds.tables WHERE relid::text LIKE 'doomed.%';
+SELECT name FROM worlds.show_worlds() WHERE name = 'survives';
+CREATE ROLE tracking_gone;
+GRANT CREATE, USAGE ON SCHEMA public TO tracking_gone;
+SET ROLE tracking_gone;
+CREATE TABLE gone_items (id int PRIMARY KEY);
+RESET ROLE;
+DROP OWNED BY tracking_gone;
+SELECT to_regclass('gone_items') IS NULL AS dropped, count(*) AS gone_tracked FROM worlds.tables WHERE relid::text = 'gone_items';
+DROP ROLE tracking_gone;
+SELECT * FROM worlds.sql('drop world survives');
+SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';

@@ -1487,6 +1487,36 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
                         rels.push(lookup(rv));
                     }
                 }
+                // DROP SCHEMA ... CASCADE drops the tracked tables in it: as DROP TABLE (the overlay views,
+                // the extension's, depend on them: left in place they would carry the drop to the extension)
+                if (*d).removeType == pg_sys::ObjectType::OBJECT_SCHEMA
+                    && (*d).behavior == pg_sys::DropBehavior::DROP_CASCADE
+                    && !(*d).objects.is_null()
+                    && crate::storage::extension_installed()
+                {
+                    let schemas: Vec<pg_sys::Oid> = (0..(*(*d).objects).length)
+                        .map(|i| pg_sys::get_namespace_oid((*(pg_sys::list_nth((*d).objects, i) as *mut pg_sys::String)).sval, true))
+                        .filter(|o| *o != pg_sys::Oid::INVALID)
+                        .collect();
+                    rels.extend(storage::tracked_tables().keys().copied().filter(|r| schemas.contains(&pg_sys::get_rel_namespace(*r))));
+                }
+            }
+            // DROP OWNED drops the role's tables: the same
+            pg_sys::NodeTag::T_DropOwnedStmt if crate::storage::extension_installed() => {
+                let roles = (*(stmt as *mut pg_sys::DropOwnedStmt)).roles;
+                let owners: Vec<pg_sys::Oid> = (0..if roles.is_null() { 0 } else { (*roles).length })
+                    .map(|i| pg_sys::get_rolespec_oid(pg_sys::list_nth(roles, i) as *mut pg_sys::RoleSpec, true))
+                    .filter(|o| *o != pg_sys::Oid::INVALID)
+                    .collect();
+                for r in storage::tracked_tables().keys().copied() {
+                    let rel = pg_sys::RelationIdGetRelation(r);
+                    if !rel.is_null() {
+                        if owners.contains(&(*(*rel).rd_rel).relowner) {
+                            rels.push(r);
+                        }
+                        pg_sys::RelationClose(rel);
+                    }
+                }
             }
             _ => return,
         }
@@ -1495,7 +1525,7 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
             return;
         }
         let tracked = storage::tracked_tables();
-        let dropping = (*stmt).type_ == pg_sys::NodeTag::T_DropStmt;
+        let dropping = matches!((*stmt).type_, pg_sys::NodeTag::T_DropStmt | pg_sys::NodeTag::T_DropOwnedStmt);
         for rel in rels.into_iter().filter(|r| tracked.contains_key(r)) {
             if dropping {
                 // every row into history first: worlds forked before, and AS OF, still read the table
