@@ -1356,6 +1356,9 @@ unsafe extern "C-unwind" fn process_utility(
             && !dropping_extension
             && matches!((*stmt).type_, pg_sys::NodeTag::T_DropStmt | pg_sys::NodeTag::T_DropOwnedStmt)
             && this_extension_exists();
+        if guards_extension && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt {
+            refuse_drop_of_storage_types(stmt as *mut pg_sys::DropStmt);
+        }
         if let Some(value) = history_retention_value(stmt) {
             // as Postgres's ALTER SYSTEM: not in a transaction block (25001), before any right is checked
             crate::api::refuse_in_transaction("ALTER SYSTEM");
@@ -1426,12 +1429,7 @@ unsafe extern "C-unwind" fn process_utility(
             }
         }
         if guards_extension && !this_extension_exists() {
-            crate::api::raise_with(
-                "2BP01",
-                "cannot drop objects that pg_worlds' storage uses",
-                Some("The drop cascades to extension pg_worlds: the history and worlds of a tracked table keep its columns' types, and its CHECK and generated expressions.".into()),
-                Some("Untrack the tables that use them first (SELECT worlds.untrack('table')), or drop without CASCADE to see what depends on them.".into()),
-            );
+            refuse_storage_drop();
         }
         if !stmt.is_null() && changes_world_setting(stmt) {
             if (*stmt).type_ == pg_sys::NodeTag::T_DiscardStmt {
@@ -1458,6 +1456,58 @@ unsafe extern "C-unwind" fn process_utility(
             .ok();
         }
     }
+}
+
+/// DROP TYPE / DOMAIN / SCHEMA ... CASCADE of a type that pg_worlds' storage has columns of (history and
+/// deltas keep the tracked tables' column types): refused before it runs, with the guard's error (Postgres
+/// itself would fail halfway, dropping the extension's members in an order it can't finish).
+unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
+    unsafe {
+        if (*d).behavior != pg_sys::DropBehavior::DROP_CASCADE || (*d).objects.is_null() {
+            return;
+        }
+        let (mut types, mut schemas): (Vec<pg_sys::Oid>, Vec<pg_sys::Oid>) = (Vec::new(), Vec::new());
+        for i in 0..(*(*d).objects).length {
+            let o = pg_sys::list_nth((*d).objects, i);
+            match (*d).removeType {
+                pg_sys::ObjectType::OBJECT_TYPE | pg_sys::ObjectType::OBJECT_DOMAIN => {
+                    types.push(pg_sys::LookupTypeNameOid(std::ptr::null_mut(), o as *const pg_sys::TypeName, true))
+                }
+                pg_sys::ObjectType::OBJECT_SCHEMA => schemas.push(pg_sys::get_namespace_oid((*(o as *mut pg_sys::String)).sval, true)),
+                _ => return,
+            }
+        }
+        types.retain(|t| *t != pg_sys::Oid::INVALID);
+        schemas.retain(|t| *t != pg_sys::Oid::INVALID);
+        if types.is_empty() && schemas.is_empty() {
+            return;
+        }
+        let used = storage::as_internal(|| {
+            pgrx::Spi::get_one_with_args::<bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                                 JOIN pg_type ty ON ty.oid = a.atttypid
+                                 LEFT JOIN pg_type el ON el.oid = ty.typelem AND ty.typelem <> 0
+                                WHERE c.relnamespace = 'worlds_data'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+                                  AND (ty.oid = ANY ($1) OR el.oid = ANY ($1) OR ty.typnamespace = ANY ($2) OR el.typnamespace = ANY ($2)))",
+                &[types.into(), schemas.into()],
+            )
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        if used {
+            refuse_storage_drop();
+        }
+    }
+}
+
+fn refuse_storage_drop() -> ! {
+    crate::api::raise_with(
+        "2BP01",
+        "cannot drop objects that pg_worlds' storage uses",
+        Some("The drop cascades to extension pg_worlds: the history and worlds of a tracked table keep its columns' types, and its CHECK and generated expressions.".into()),
+        Some("Untrack the tables that use them first (SELECT worlds.untrack('table')), or drop without CASCADE to see what depends on them.".into()),
+    )
 }
 
 fn this_extension_exists() -> bool {
