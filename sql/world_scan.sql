@@ -196,6 +196,29 @@ FETCH ALL FROM cr;
 COMMIT;
 SELECT * FROM cur_t ORDER BY id;
 SELECT * FROM cur_r ORDER BY id;
+-- ... also when its first row is fetched only after the writes (the world as of DECLARE), and through a
+-- key's lookup
+SET worlds.world = cur_tw;
+BEGIN;
+DECLARE ct2 CURSOR FOR SELECT * FROM cur_t ORDER BY id;
+DECLARE ck2 CURSOR FOR SELECT * FROM cur_t WHERE id = 'k3';
+DECLARE ck4 CURSOR FOR SELECT * FROM cur_t WHERE id = 'k4';
+UPDATE cur_t SET v = v + 100 WHERE id IN ('k3', 'k4');
+DELETE FROM cur_t WHERE id = 'k5';
+FETCH ALL FROM ct2;
+FETCH ALL FROM ck2;
+FETCH ALL FROM ck4;
+COMMIT;
+SET worlds.world = cur_w;
+SET worlds.world_scan = off;
+BEGIN;
+DECLARE ci CURSOR FOR SELECT * FROM cur WHERE id = 3;
+DECLARE cj CURSOR FOR SELECT * FROM cur WHERE id <= 4 ORDER BY id;
+UPDATE cur SET v = v + 100 WHERE id IN (3, 4);
+FETCH ALL FROM ci;
+FETCH ALL FROM cj;
+COMMIT;
+RESET worlds.world_scan;
 -- a plpgsql FOR loop over a query that the loop's body writes (it fetches in batches)
 RESET worlds.world;
 CREATE TABLE seen (id int);

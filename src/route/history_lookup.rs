@@ -265,6 +265,8 @@ struct LookupNode {
     index_scan: *mut pg_sys::IndexScanDescData,
     /// the index scan is at the current key's winning version
     scanning: bool,
+    /// the world part a cursor started with (none held for other statements: see overlay::site_world)
+    cache: overlay::ScanCache,
     /// history: the key's before-images still to fetch (tids as `pack_tid` packs them); None until the
     /// first row is asked for (delta: whether the index scan has been started)
     pending: Option<Vec<u64>>,
@@ -279,6 +281,7 @@ unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut
         (*node).tabno = int_at((*cscan).custom_private, 0);
         (*node).branch = int_at((*cscan).custom_private, 2);
         std::ptr::write(std::ptr::addr_of_mut!((*node).pending), None);
+        std::ptr::write(std::ptr::addr_of_mut!((*node).cache), overlay::ScanCache::none());
         node as *mut pg_sys::Node
     }
 }
@@ -295,6 +298,7 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         (*n).fetched = pg_sys::ExecInitExtraTupleSlot(estate, (*rel).rd_att, &pg_sys::TTSOpsBufferHeapTuple);
         if (*n).branch == DELTA {
             (*n).index = version_index(rel, int_at((*cscan).custom_private, 1) as i16);
+            (*n).cache = overlay::ScanCache::for_portal((*n).tabno);
         }
     }
 }
@@ -380,7 +384,7 @@ unsafe fn start_version_scan(n: *mut LookupNode) {
     unsafe {
         (*n).scanning = false;
         let Some((key, datum)) = key_value(n) else { return };
-        let Some((dseq, false)) = overlay::ScanCache::none().winner_of((*n).tabno, key.clone()) else { return };
+        let Some((dseq, false)) = (*n).cache.winner_of((*n).tabno, key.clone()) else { return };
         let index = (*n).index;
         let key_type = (*(*index).rd_att).attrs.as_ptr().read().atttypid;
         let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
@@ -487,6 +491,8 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
         // the node's memory is the query's; only the Rust side needs dropping
         std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).pending));
         std::ptr::write(std::ptr::addr_of_mut!((*n).pending), None);
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).cache));
+        std::ptr::write(std::ptr::addr_of_mut!((*n).cache), overlay::ScanCache::none());
     }
 }
 

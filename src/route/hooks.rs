@@ -1008,6 +1008,19 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
             refuse_writes_to_main((*query_desc).plannedstmt);
             lock_world_before_reading(query_desc);
         }
+        if (*query_desc).operation == pg_sys::CmdType::CMD_SELECT && routing_active() && !storage::internal() && overlay::session_world().is_some() {
+            // a cursor (or a FOR loop's query) reads the world as of its start, whenever its rows are fetched
+            let rtable = (*(*query_desc).plannedstmt).rtable;
+            let tracked = storage::tracked_tables();
+            let tabnos: Vec<i32> = (0..if rtable.is_null() { 0 } else { (*rtable).length })
+                .map(|i| pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry)
+                .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
+                .filter_map(|rte| tracked.get(&(*rte).relid).copied())
+                .collect();
+            if !tabnos.is_empty() {
+                overlay::freeze_for_portal(&tabnos);
+            }
+        }
         match PREV_EXECUTOR_START {
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             // pg_sys functions are already guarded: wrapping them again aborts on an error

@@ -181,6 +181,9 @@ pub fn forget_all() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    if matches!(event, pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PREPARE) {
+        forget_portal_parts(); // a cursor lives in its transaction (WITH HOLD ones are read whole at commit)
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
         super::writes::_flush_event_rows();
     }
@@ -1090,6 +1093,14 @@ impl ScanCache {
         with_cache(tabno, |c| c.hist_keys.range((lo, 0)..=(hi, u64::MAX)).map(|&(_, tid)| tid).collect())
     }
 
+    /// The world part a query of one SELECT started with (see `freeze_for_portal`), held; else none held.
+    pub fn for_portal(tabno: i32) -> Self {
+        match portal_part(tabno) {
+            Some(w) => ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0, world: Some(w) },
+            None => Self::none(),
+        }
+    }
+
     /// The world chain's version of a key: (its number, a tombstone?), None when the chain has none.
     pub fn winner_of(&self, tabno: i32, key: Key) -> Option<(i64, bool)> {
         with_cache(tabno, |c| self.world_of(c).winner.get(&key).copied())
@@ -1201,6 +1212,44 @@ unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> 
     }
 }
 
+thread_local! {
+    /// The world parts a query of one SELECT (a cursor, a plpgsql FOR loop's query) reads, taken when it
+    /// started: by its portal (address and creation time), then table. A cursor's first row may come after
+    /// later statements of its transaction wrote the world, and it must read the world as of its start.
+    static PORTAL_PARTS: RefCell<HashMap<(usize, i64), HashMap<i32, Rc<WorldPart>>>> = RefCell::new(HashMap::new());
+}
+
+/// The active portal, when it runs one SELECT: the key of its parts.
+fn select_portal() -> Option<(usize, i64)> {
+    unsafe {
+        let portal = pg_sys::ActivePortal;
+        (!portal.is_null() && (*portal).strategy == pg_sys::PortalStrategy::PORTAL_ONE_SELECT)
+            .then(|| (portal as usize, (*portal).creation_time))
+    }
+}
+
+/// At the start of a query of one SELECT in a world (ExecutorStart): the world parts of the tables it
+/// reads, made current and kept for its life.
+pub fn freeze_for_portal(tabnos: &[i32]) {
+    let Some(key) = select_portal() else { return };
+    let parts: HashMap<i32, Rc<WorldPart>> = tabnos.iter().map(|&t| (t, with_cache(t, |c| c.world.clone()))).collect();
+    PORTAL_PARTS.with(|p| p.borrow_mut().insert(key, parts));
+}
+
+/// The part a query of one SELECT started with, if it was kept.
+fn portal_part(tabno: i32) -> Option<Rc<WorldPart>> {
+    let key = select_portal()?;
+    PORTAL_PARTS.with(|p| p.borrow().get(&key).and_then(|m| m.get(&tabno).cloned()))
+}
+
+fn forget_portal_parts() {
+    PORTAL_PARTS.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            p.clear();
+        }
+    });
+}
+
 /// What one call site of the visibility functions keeps in its `fn_extra` for the query's life: the world
 /// part it reads (None: the cache's current one).
 struct CallSite {
@@ -1213,16 +1262,16 @@ struct CallSite {
 /// does: a cursor reads the world as of its start while later statements write it (a write copies the part
 /// first while a query holds it). Other statements (an UPDATE reading its rows) read the current part:
 /// holding it would make each of their writes copy it.
-unsafe fn site_world(fcinfo: pg_sys::FunctionCallInfo, c: &TableCache) -> &WorldPart {
+unsafe fn site_world(fcinfo: pg_sys::FunctionCallInfo, c: &TableCache, tabno: i32) -> &WorldPart {
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         if flinfo.is_null() {
             return &c.world;
         }
         if (*flinfo).fn_extra.is_null() {
-            let portal = pg_sys::ActivePortal;
-            let select = !portal.is_null() && (*portal).strategy == pg_sys::PortalStrategy::PORTAL_ONE_SELECT;
-            let site = CallSite { world_num: c.world_num, part: select.then(|| c.world.clone()) };
+            // (the part its query started with, else the one current at its first row)
+            let part = select_portal().map(|_| portal_part(tabno).unwrap_or_else(|| c.world.clone()));
+            let site = CallSite { world_num: c.world_num, part };
             let mem = pg_sys::MemoryContextAlloc((*flinfo).fn_mcxt, std::mem::size_of::<CallSite>()) as *mut CallSite;
             std::ptr::write(mem, site);
             // the part is let go when the query's memory is (its Rc must not outlive it)
@@ -1250,7 +1299,7 @@ unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sy
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let visible = with_cache(tabno, |c| {
-            sees_base(&c.created_tids, site_world(fcinfo, c), || tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
+            sees_base(&c.created_tids, site_world(fcinfo, c, tabno), || tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
         });
         pg_sys::Datum::from(visible)
     }
@@ -1277,7 +1326,7 @@ pub unsafe extern "C-unwind" fn worlds_delta_visible(fcinfo: pg_sys::FunctionCal
     unsafe {
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let dseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2).value() as i64;
-        pg_sys::Datum::from(with_cache(tabno, |c| site_world(fcinfo, c).delta_pick.contains(&dseq)))
+        pg_sys::Datum::from(with_cache(tabno, |c| site_world(fcinfo, c, tabno).delta_pick.contains(&dseq)))
     }
 }
 
@@ -1289,7 +1338,7 @@ unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg
             if !c.hist_pick.contains(&hseq) {
                 return false;
             }
-            let world = site_world(fcinfo, c);
+            let world = site_world(fcinfo, c, tabno);
             if !world.hidden_tids.is_empty() {
                 // a table without a key passes the physical row's tid as its key
                 if let Some(Key::T(tid)) = arg_key(fcinfo, 2, int_key) {
