@@ -1008,8 +1008,15 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
             refuse_writes_to_main((*query_desc).plannedstmt);
             lock_world_before_reading(query_desc);
         }
-        if (*query_desc).operation == pg_sys::CmdType::CMD_SELECT && routing_active() && !storage::internal() && overlay::session_world().is_some() {
-            // a cursor (or a FOR loop's query) reads the world as of its start, whenever its rows are fetched
+        // a portal's own SELECT (a cursor, a FOR loop's query) reads the world as of its start, whenever its
+        // rows are fetched: the world parts of the tables it reads are kept once it has started
+        let freeze = (*query_desc).operation == pg_sys::CmdType::CMD_SELECT && routing_active() && overlay::starting_portal_select();
+        match PREV_EXECUTOR_START {
+            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
+            // pg_sys functions are already guarded: wrapping them again aborts on an error
+            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
+        }
+        if freeze && !(*query_desc).estate.is_null() {
             let rtable = (*(*query_desc).plannedstmt).rtable;
             let tracked = storage::tracked_tables();
             let tabnos: Vec<i32> = (0..if rtable.is_null() { 0 } else { (*rtable).length })
@@ -1018,13 +1025,8 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
                 .filter_map(|rte| tracked.get(&(*rte).relid).copied())
                 .collect();
             if !tabnos.is_empty() {
-                overlay::freeze_for_portal(&tabnos);
+                overlay::freeze_for_query((*(*query_desc).estate).es_query_cxt, &tabnos);
             }
-        }
-        match PREV_EXECUTOR_START {
-            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
-            // pg_sys functions are already guarded: wrapping them again aborts on an error
-            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
         }
     }
 }

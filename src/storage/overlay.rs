@@ -181,9 +181,6 @@ pub fn forget_all() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    if matches!(event, pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PREPARE) {
-        forget_portal_parts(); // a cursor lives in its transaction (WITH HOLD ones are read whole at commit)
-    }
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
         super::writes::_flush_event_rows();
     }
@@ -1093,12 +1090,14 @@ impl ScanCache {
         with_cache(tabno, |c| c.hist_keys.range((lo, 0)..=(hi, u64::MAX)).map(|&(_, tid)| tid).collect())
     }
 
-    /// The world part a query of one SELECT started with (see `freeze_for_portal`), held; else none held.
+    /// The world part current now, held, when a portal's own SELECT is starting (a cursor reads the world
+    /// as of its start); else none held (holding it would make each later write copy it).
     pub fn for_portal(tabno: i32) -> Self {
-        match portal_part(tabno) {
-            Some(w) => ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0, world: Some(w) },
-            None => Self::none(),
+        if !starting_portal_select() || super::internal() {
+            return Self::none();
         }
+        let world = with_cache(tabno, |c| c.world.clone());
+        ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0, world: Some(world) }
     }
 
     /// The world chain's version of a key: (its number, a tombstone?), None when the chain has none.
@@ -1214,40 +1213,54 @@ unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> 
 
 thread_local! {
     /// The world parts a query of one SELECT (a cursor, a plpgsql FOR loop's query) reads, taken when it
-    /// started: by its portal (address and creation time), then table. A cursor's first row may come after
-    /// later statements of its transaction wrote the world, and it must read the world as of its start.
-    static PORTAL_PARTS: RefCell<HashMap<(usize, i64), HashMap<i32, Rc<WorldPart>>>> = RefCell::new(HashMap::new());
+    /// started: by its executor memory (where its call sites live), then table. A cursor's first row may
+    /// come after later statements of its transaction wrote the world, and it must read the world as of
+    /// its start.
+    static QUERY_PARTS: RefCell<HashMap<usize, PartsByTable>> = RefCell::new(HashMap::new());
 }
 
-/// The active portal, when it runs one SELECT: the key of its parts.
-fn select_portal() -> Option<(usize, i64)> {
+type PartsByTable = HashMap<i32, Rc<WorldPart>>;
+
+/// The active portal, when it runs one SELECT.
+fn select_portal() -> Option<*mut pg_sys::PortalData> {
     unsafe {
         let portal = pg_sys::ActivePortal;
-        (!portal.is_null() && (*portal).strategy == pg_sys::PortalStrategy::PORTAL_ONE_SELECT)
-            .then(|| (portal as usize, (*portal).creation_time))
+        (!portal.is_null() && (*portal).strategy == pg_sys::PortalStrategy::PORTAL_ONE_SELECT).then_some(portal)
     }
 }
 
-/// At the start of a query of one SELECT in a world (ExecutorStart): the world parts of the tables it
-/// reads, made current and kept for its life.
-pub fn freeze_for_portal(tabnos: &[i32]) {
-    let Some(key) = select_portal() else { return };
-    let parts: HashMap<i32, Rc<WorldPart>> = tabnos.iter().map(|&t| (t, with_cache(t, |c| c.world.clone()))).collect();
-    PORTAL_PARTS.with(|p| p.borrow_mut().insert(key, parts));
+/// Is the query being started the active portal's own one SELECT (not a query run inside it)?
+pub fn starting_portal_select() -> bool {
+    select_portal().is_some_and(|p| unsafe { (*p).queryDesc.is_null() })
 }
 
-/// The part a query of one SELECT started with, if it was kept.
-fn portal_part(tabno: i32) -> Option<Rc<WorldPart>> {
-    let key = select_portal()?;
-    PORTAL_PARTS.with(|p| p.borrow().get(&key).and_then(|m| m.get(&tabno).cloned()))
+/// After ExecutorStart of a portal's own SELECT in a world: the world parts of the tables it reads, kept
+/// for its life (dropped with its executor memory).
+///
+/// # Safety
+/// `query_cxt` is the started query's `es_query_cxt`.
+pub unsafe fn freeze_for_query(query_cxt: pg_sys::MemoryContext, tabnos: &[i32]) {
+    let parts: PartsByTable = tabnos.iter().map(|&t| (t, with_cache(t, |c| c.world.clone()))).collect();
+    QUERY_PARTS.with(|p| p.borrow_mut().insert(query_cxt as usize, parts));
+    unsafe {
+        let cb = pg_sys::MemoryContextAlloc(query_cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>()) as *mut pg_sys::MemoryContextCallback;
+        (*cb).func = Some(forget_query_parts);
+        (*cb).arg = query_cxt as *mut std::ffi::c_void;
+        pg_sys::MemoryContextRegisterResetCallback(query_cxt, cb);
+    }
 }
 
-fn forget_portal_parts() {
-    PORTAL_PARTS.with(|p| {
+unsafe extern "C-unwind" fn forget_query_parts(arg: *mut std::ffi::c_void) {
+    QUERY_PARTS.with(|p| {
         if let Ok(mut p) = p.try_borrow_mut() {
-            p.clear();
+            p.remove(&(arg as usize));
         }
     });
+}
+
+/// The part the query owning `query_cxt` started with, if it was kept.
+fn query_part(query_cxt: pg_sys::MemoryContext, tabno: i32) -> Option<Rc<WorldPart>> {
+    QUERY_PARTS.with(|p| p.borrow().get(&(query_cxt as usize)).and_then(|m| m.get(&tabno).cloned()))
 }
 
 /// What one call site of the visibility functions keeps in its `fn_extra` for the query's life: the world
@@ -1270,7 +1283,7 @@ unsafe fn site_world(fcinfo: pg_sys::FunctionCallInfo, c: &TableCache, tabno: i3
         }
         if (*flinfo).fn_extra.is_null() {
             // (the part its query started with, else the one current at its first row)
-            let part = select_portal().map(|_| portal_part(tabno).unwrap_or_else(|| c.world.clone()));
+            let part = select_portal().map(|_| query_part((*flinfo).fn_mcxt, tabno).unwrap_or_else(|| c.world.clone()));
             let site = CallSite { world_num: c.world_num, part };
             let mem = pg_sys::MemoryContextAlloc((*flinfo).fn_mcxt, std::mem::size_of::<CallSite>()) as *mut CallSite;
             std::ptr::write(mem, site);
