@@ -1010,7 +1010,10 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         }
         // a portal's own SELECT (a cursor, a FOR loop's query) reads the world as of its start, whenever its
         // rows are fetched: the world parts of the tables it reads are kept once it has started
-        let freeze = (*query_desc).operation == pg_sys::CmdType::CMD_SELECT && routing_active() && overlay::starting_portal_select();
+        let freeze = (*query_desc).operation == pg_sys::CmdType::CMD_SELECT
+            && routing_active()
+            && !overlay::override_active()
+            && overlay::starting_portal_select();
         match PREV_EXECUTOR_START {
             Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             // pg_sys functions are already guarded: wrapping them again aborts on an error

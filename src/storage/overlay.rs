@@ -1093,7 +1093,7 @@ impl ScanCache {
     /// The world part current now, held, when a portal's own SELECT is starting (a cursor reads the world
     /// as of its start); else none held (holding it would make each later write copy it).
     pub fn for_portal(tabno: i32) -> Self {
-        if !starting_portal_select() || super::internal() {
+        if !starting_portal_select() || super::internal() || override_active() {
             return Self::none();
         }
         let world = with_cache(tabno, |c| c.world.clone());
@@ -1240,6 +1240,20 @@ pub fn starting_portal_select() -> bool {
 /// # Safety
 /// `query_cxt` is the started query's `es_query_cxt`.
 pub unsafe fn freeze_for_query(query_cxt: pg_sys::MemoryContext, tabnos: &[i32]) {
+    thread_local! {
+        static FREEZING: Cell<bool> = const { Cell::new(false) };
+    }
+    // making a cache current may run queries of one SELECT itself (a moment's world, AS OF): not again
+    if FREEZING.with(|f| f.replace(true)) {
+        return;
+    }
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            FREEZING.with(|f| f.set(false));
+        }
+    }
+    let _done = Done;
     let parts: PartsByTable = tabnos.iter().map(|&t| (t, with_cache(t, |c| c.world.clone()))).collect();
     QUERY_PARTS.with(|p| p.borrow_mut().insert(query_cxt as usize, parts));
     unsafe {
