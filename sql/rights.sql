@@ -112,6 +112,13 @@ CREATE TYPE owned.mood AS ENUM ('ok', 'sad');
 CREATE TABLE mooded (id int PRIMARY KEY, m owned.mood);
 SELECT try('DROP TYPE owned.mood CASCADE');
 SELECT try('DROP DOMAIN owned.checked_text CASCADE');
+SELECT try('DROP FUNCTION owned.who_int(int) CASCADE');
+-- a function only a column default uses drops with it, as in main
+CREATE FUNCTION owned.default_n() RETURNS int LANGUAGE sql AS 'SELECT 7';
+CREATE TABLE defaulted (id int PRIMARY KEY, n int DEFAULT owned.default_n());
+DROP FUNCTION owned.default_n() CASCADE;
+SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';
+DROP TABLE defaulted;
 SELECT worlds.untrack('mooded');
 DROP TABLE mooded;
 SELECT worlds.untrack('owned.gadgets');

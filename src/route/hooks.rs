@@ -1477,14 +1477,15 @@ unsafe extern "C-unwind" fn process_utility(
 }
 
 /// DROP TYPE / DOMAIN / SCHEMA ... CASCADE of a type that pg_worlds' storage has columns of (history and
-/// deltas keep the tracked tables' column types): refused before it runs, with the guard's error (Postgres
-/// itself would fail halfway, dropping the extension's members in an order it can't finish).
+/// deltas keep the tracked tables' column types), or DROP FUNCTION ... CASCADE of one a delta's generated
+/// column computes with: refused before it runs, with the guard's error (Postgres itself would fail
+/// halfway, dropping the extension's members in an order it can't finish).
 unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
     unsafe {
         if (*d).behavior != pg_sys::DropBehavior::DROP_CASCADE || (*d).objects.is_null() {
             return;
         }
-        let (mut types, mut schemas): (Vec<pg_sys::Oid>, Vec<pg_sys::Oid>) = (Vec::new(), Vec::new());
+        let (mut types, mut schemas, mut functions): (Vec<pg_sys::Oid>, Vec<pg_sys::Oid>, Vec<pg_sys::Oid>) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..(*(*d).objects).length {
             let o = pg_sys::list_nth((*d).objects, i);
             match (*d).removeType {
@@ -1492,12 +1493,16 @@ unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
                     types.push(pg_sys::LookupTypeNameOid(std::ptr::null_mut(), o as *const pg_sys::TypeName, true))
                 }
                 pg_sys::ObjectType::OBJECT_SCHEMA => schemas.push(pg_sys::get_namespace_oid((*(o as *mut pg_sys::String)).sval, true)),
+                pg_sys::ObjectType::OBJECT_FUNCTION => {
+                    functions.push(pg_sys::LookupFuncWithArgs(pg_sys::ObjectType::OBJECT_FUNCTION, o as *mut pg_sys::ObjectWithArgs, true))
+                }
                 _ => return,
             }
         }
         types.retain(|t| *t != pg_sys::Oid::INVALID);
         schemas.retain(|t| *t != pg_sys::Oid::INVALID);
-        if types.is_empty() && schemas.is_empty() {
+        functions.retain(|t| *t != pg_sys::Oid::INVALID);
+        if types.is_empty() && schemas.is_empty() && functions.is_empty() {
             return;
         }
         let used = storage::as_internal(|| {
@@ -1506,8 +1511,12 @@ unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
                                  JOIN pg_type ty ON ty.oid = a.atttypid
                                  LEFT JOIN pg_type el ON el.oid = ty.typelem AND ty.typelem <> 0
                                 WHERE c.relnamespace = 'worlds_data'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
-                                  AND (ty.oid = ANY ($1) OR el.oid = ANY ($1) OR ty.typnamespace = ANY ($2) OR el.typnamespace = ANY ($2)))",
-                &[types.into(), schemas.into()],
+                                  AND (ty.oid = ANY ($1) OR el.oid = ANY ($1) OR ty.typnamespace = ANY ($2) OR el.typnamespace = ANY ($2)))
+                     OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_attrdef ad ON ad.oid = d.objid JOIN pg_class c ON c.oid = ad.adrelid
+                                  JOIN pg_attribute ga ON ga.attrelid = ad.adrelid AND ga.attnum = ad.adnum AND ga.attgenerated <> ''
+                                WHERE d.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_proc'::regclass
+                                  AND d.refobjid = ANY ($3) AND c.relnamespace = 'worlds_data'::regnamespace)",
+                &[types.into(), schemas.into(), functions.into()],
             )
         })
         .ok()
