@@ -164,7 +164,10 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
 /// The hook's arguments, as Postgres passes them.
 pub unsafe fn add_path(rel: *mut pg_sys::RelOptInfo, rte: *mut pg_sys::RangeTblEntry) {
     unsafe {
-        if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
+        // main's own planning pays nothing here: overlay views are read only in worlds (the session's, or
+        // one a merge or diff reads on purpose)
+        if (crate::guc::in_main() && !overlay::override_active())
+            || (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
             || !matches!((*rel).reloptkind, pg_sys::RelOptKind::RELOPT_BASEREL | pg_sys::RelOptKind::RELOPT_OTHER_MEMBER_REL)
             || (*rel).baserestrictinfo.is_null()
             || pg_sys::is_dummy_rel(rel)
@@ -354,7 +357,7 @@ unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)>
                 let old = pg_sys::MemoryContextSwitchTo((*(*n).css.ss.ps.state).es_query_cxt);
                 let (mut len, mut by_val) = (0i16, false);
                 pg_sys::get_typlenbyval(typ, &mut len, &mut by_val);
-                let copy = storage_datum_copy(d, by_val, len as i32);
+                let copy = storage::datum_copy(d, by_val, len as i32);
                 pg_sys::MemoryContextSwitchTo(old);
                 (overlay::Key::T(text), copy)
             }
@@ -362,9 +365,6 @@ unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)>
     }
 }
 
-unsafe fn storage_datum_copy(d: pg_sys::Datum, by_val: bool, len: i32) -> pg_sys::Datum {
-    unsafe { storage::datum_copy(d, by_val, len) }
-}
 
 /// The key's before-images, from the overlay cache (in history's order, popped from the end).
 unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {

@@ -1096,8 +1096,7 @@ impl ScanCache {
         if !starting_portal_select() || super::internal() || override_active() {
             return Self::none();
         }
-        let world = with_cache(tabno, |c| c.world.clone());
-        ScanCache { cache: std::ptr::null(), gen: 0, epoch: 0, world: Some(world) }
+        Self::freeze(tabno)
     }
 
     /// The world chain's version of a key: (its number, a tombstone?), None when the chain has none.
