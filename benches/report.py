@@ -27,6 +27,10 @@ FIGURES = [
      [("tracked", "tracked", "tps"), ("nopreload", "no preload", "tps")]),
     ("P1sn", "P1 select-only vs cluster without preload", (">=", 0.98), "x",
      [("tracked", "tracked", "tps"), ("nopreload", "no preload", "tps")]),
+    ("P1wi", "P1 writes, counted: instructions per TPC-B transaction, plain / tracked (valgrind; same data, one backend)", (">=", 0.85), "x",
+     [("tracked", "tracked", "instr"), ("plain", "plain", "instr")]),
+    ("P1si", "P1 select-only, counted: instructions per SELECT, plain / tracked", (">=", 0.98), "x",
+     [("tracked", "tracked", "instr"), ("plain", "plain", "instr")]),
     ("P2point", "P2 point lookup: latency world / main", ("<=", 1.3), "x",
      [("world", "world", "ms"), ("main", "main", "ms")]),
     ("P2range", "P2 range scan (100 rows): world / main", ("<=", 1.3), "x",
@@ -57,7 +61,7 @@ FIGURES = [
 def num(v, unit):
     if unit == "x":
         return f"{v:.2f}x"
-    if unit in ("tps", "rows/s"):
+    if unit in ("tps", "rows/s", "instr"):
         return f"{v:,.0f} {unit}"
     return f"{v:.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
 

@@ -10,7 +10,8 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p2,p3,p6,p7                run only those groups of figures (p3 = P3, P4 and P5; default all)
+#   --only p1,p1c,p2,p3,p6,p7            run only those groups of figures (p1c = P1 counted in instructions,
+#                                        p3 = P3, P4 and P5; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -19,14 +20,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p2,p3,p6,p7
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p3,p6,p7
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) MODE=smoke ;;
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p2,p3,p6,p7]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p3,p6,p7]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -34,9 +35,9 @@ done
 # Sizes. T_* are pgbench durations in seconds; BIG_ROWS is the "1M-row table" of P3-P5, CHANGES the rows a
 # world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
 if [ $MODE = smoke ]; then
-  SCALE=1 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
+  SCALE=1 INSTR_TX=50 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
 else
-  SCALE=10 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
+  SCALE=10 INSTR_TX=2000 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
 fi
 DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old"
 WORK=$(mktemp -d)
@@ -183,6 +184,76 @@ measure_p1_nopreload() {
     bench main bench_tpcb_plain -c 2 -j 2 -S -T $T_SELECT; ps=$(tps)
     pair P1wn tracked "$tw" nopreload "$pw"; pair P1sn tracked "$ts" nopreload "$ps"
   done
+}
+
+# ---------------------------------------------------------------------------------------------- P1, counted
+# P1's tps swings by ±10% between runs on these machines, more than the gap it measures. The same
+# comparison counted: instructions a backend executes per transaction (valgrind's callgrind, which counts
+# exactly and is not disturbed by the machine's other work). One backend in single-user mode runs a fixed
+# TPC-B script (pgbench's statements, random values from a fixed seed) against a fresh copy of one
+# database: tracked (library preloaded, capture on) or plain (not preloaded, triggers off through
+# session_replication_role = replica: the same rows, pages and plans). Each side runs N and then 2N
+# transactions; (count(2N) - count(N)) / N is a transaction without start-up. Select-only the same way.
+# The ratios are plain / tracked, as P1's tps ratios are tracked / plain.
+INSTR=instr
+setup_instr() {
+  command -v valgrind >/dev/null || { echo "bench: valgrind is missing (scripts/setup.sh installs it)" >&2; return 1; }
+  stop_cluster $INSTR; rm -rf "$(cluster_dir $INSTR)"
+  start_cluster $INSTR yes
+  local dir; dir=$(cluster_dir $INSTR)
+  $PGBIN/pgbench -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -i -q -s $SCALE postgres >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; return 1; }
+  psql_in $INSTR -qAt -c "create extension pg_worlds" -c "checkpoint" >/dev/null
+  stop_cluster $INSTR
+  python3 - "$WORK" $INSTR_TX $SCALE <<'PY'
+import random, sys
+work, n, scale = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def tpcb(count, seed):
+    r = random.Random(seed); out = []
+    for _ in range(count):
+        aid, bid, tid, d = r.randint(1, 100000 * scale), r.randint(1, scale), r.randint(1, 10 * scale), r.randint(-5000, 5000)
+        out += ["BEGIN;", f"UPDATE pgbench_accounts SET abalance = abalance + {d} WHERE aid = {aid};",
+                f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid};",
+                f"UPDATE pgbench_tellers SET tbalance = tbalance + {d} WHERE tid = {tid};",
+                f"UPDATE pgbench_branches SET bbalance = bbalance + {d} WHERE bid = {bid};",
+                f"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ({tid}, {bid}, {aid}, {d}, CURRENT_TIMESTAMP);", "END;"]
+    return out
+def select(count, seed):
+    r = random.Random(seed)
+    return [f"SELECT abalance FROM pgbench_accounts WHERE aid = {r.randint(1, 100000 * scale)};" for _ in range(count)]
+# the 2N script starts with the N script: the extra N transactions are the same for both sides
+for name, lines in (("tpcb1", tpcb(n, 1)), ("tpcb2", tpcb(n, 1) + tpcb(n, 2)),
+                    ("sel1", select(2 * n, 3)), ("sel2", select(2 * n, 3) + select(2 * n, 4))):
+    open(f"{work}/{name}.sql", "w").write("\n".join(lines) + "\n")
+PY
+  chmod 755 "$WORK"; chmod 644 "$WORK"/*.sql
+}
+
+# count SCRIPT [postgres -c settings]: instructions one single-user backend executes for the script, on a
+# fresh copy of the database
+count() {
+  local script=$1 copy=$WORK/instr_data; shift
+  rm -rf "$copy"; cp -a "$(cluster_dir $INSTR)/data" "$copy"
+  as_pg valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    $PGBIN/postgres --single -D "$copy" -c fsync=off "$@" postgres <"$WORK/$script.sql" >"$WORK/count.log" 2>&1 \
+    || { tail -20 "$WORK/count.log" >&2; return 1; }
+  sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$WORK/count.log"
+}
+
+# per_tx NAME N [settings]: instructions per transaction (or statement) of script NAME
+per_tx() {
+  local name=$1 n=$2 a b; shift 2
+  a=$(count ${name}1 "$@"); b=$(count ${name}2 "$@")
+  awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / n }'
+}
+
+measure_instr() {
+  local tracked="-c shared_preload_libraries=pg_worlds" plain="-c session_replication_role=replica"
+  local t p
+  t=$(per_tx tpcb $INSTR_TX $tracked); p=$(per_tx tpcb $INSTR_TX $plain)
+  pair P1wi plain "$p" tracked "$t"
+  t=$(per_tx sel $((2 * INSTR_TX)) $tracked); p=$(per_tx sel $((2 * INSTR_TX)) $plain)
+  pair P1si plain "$p" tracked "$t"
+  rm -rf "$WORK/instr_data"; rm -rf "$(cluster_dir $INSTR)"
 }
 
 # ---------------------------------------------------------------------------------------------- P2 world reads
@@ -390,6 +461,7 @@ echo "bench: $MODE run on cluster $CLUSTER, $REPS repetition(s)"
 
 want() { [[ ,$ONLY, == *,$1,* ]]; }
 if want p1; then group "P1w P1s" setup_tpcb measure_p1; P1_OK=$GROUP_OK; fi
+if want p1c; then group "P1wi P1si" setup_instr measure_instr; fi
 if want p2; then group "P2point P2range P2join P2count" setup_reads measure_p2 explain_p2; fi
 if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi

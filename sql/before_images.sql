@@ -174,3 +174,36 @@ EXPLAIN (COSTS OFF) SELECT v FROM ck WHERE code = 'C1';
 RESET worlds.world;
 SELECT * FROM worlds.sql('drop world ci_w');
 SELECT * FROM worlds.sql('drop world keys_w');
+-- Capture keeps its description of history's indexes across transactions (btree only); one added later,
+-- in this session or in the writing transaction, is filled from the next write on, one dropped is no
+-- longer written, and another kind of index is described anew in each transaction.
+SELECT history AS n_history FROM worlds.tables WHERE relid = 'n'::regclass \gset
+UPDATE n SET v = 'before the index' WHERE id = 1;
+CREATE INDEX n_history_op ON :n_history (_w_op);
+UPDATE n SET v = 'after the index' WHERE id = 2;
+BEGIN;
+CREATE INDEX n_history_at ON :n_history (_w_at);
+UPDATE n SET v = 'in its transaction' WHERE id = 4;
+COMMIT;
+CREATE INDEX n_history_hash ON :n_history USING hash (_w_op);
+UPDATE n SET v = 'after the hash index' WHERE id = 5;
+UPDATE n SET v = 'again' WHERE id = 5;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+-- through each index: every captured update (the counts agree with the heap's below)
+SELECT count(*) AS by_op FROM :n_history WHERE _w_op = 'U';
+SELECT count(*) AS by_at FROM :n_history WHERE _w_at > '-infinity';
+SET enable_indexscan = off;
+SET enable_bitmapscan = on;
+SELECT count(*) AS by_hash FROM :n_history WHERE _w_op = 'U';
+RESET enable_seqscan;
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+SELECT count(*) FILTER (WHERE _w_op = 'U') AS heap_updates, count(*) AS heap_rows FROM :n_history;
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+DROP INDEX worlds_data.n_history_op, worlds_data.n_history_at, worlds_data.n_history_hash;
+UPDATE n SET v = 'after the drop' WHERE id = 8;
+SELECT id, v FROM n WHERE id IN (1, 2, 4, 5, 8) ORDER BY id;

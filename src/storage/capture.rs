@@ -34,7 +34,11 @@ thread_local! {
 /// row lock, and the second is captured after the first one's history insert reached the WAL, so its
 /// position is later; the backend number keeps two backends reading one position apart.
 pub fn next_hseq() -> i64 {
-    let lsn = unsafe { pg_sys::GetXLogInsertRecPtr() } as i64;
+    next_hseq_at(unsafe { pg_sys::GetXLogInsertRecPtr() })
+}
+
+fn next_hseq_at(lsn: pg_sys::XLogRecPtr) -> i64 {
+    let lsn = lsn as i64;
     let backend = unsafe { pg_sys::MyBackendId } as i64 & 1023;
     let candidate = (lsn << 10) | backend;
     LAST_HSEQ.with(|l| {
@@ -111,6 +115,32 @@ unsafe fn key_changed(layout: &Layout, rel: pg_sys::Relation, old: pg_sys::HeapT
     }
 }
 
+/// Postgres functions capture calls without pgrx's guard, each group of them inside one
+/// `pg_guard_ffi_boundary` (whose closure holds nothing to drop and cannot panic): a guard per call
+/// (sigsetjmp and its bookkeeping) was a tenth of capture's instructions.
+mod raw {
+    use pgrx::pg_sys::{Datum, FullTransactionId, HeapTuple, IndexInfo, IndexUniqueCheck, ItemPointer, Relation, TimestampTz, TupleDesc, XLogRecPtr};
+    unsafe extern "C-unwind" {
+        pub fn heap_deform_tuple(tuple: HeapTuple, desc: TupleDesc, values: *mut Datum, isnull: *mut bool);
+        pub fn heap_form_tuple(desc: TupleDesc, values: *mut Datum, isnull: *mut bool) -> HeapTuple;
+        pub fn simple_heap_insert(relation: Relation, tup: HeapTuple);
+        pub fn heap_freetuple(tup: HeapTuple);
+        pub fn index_insert(
+            index: Relation,
+            values: *mut Datum,
+            isnull: *mut bool,
+            heap_tid: ItemPointer,
+            heap: Relation,
+            check_unique: IndexUniqueCheck::Type,
+            index_unchanged: bool,
+            info: *mut IndexInfo,
+        ) -> bool;
+        pub fn GetTopFullTransactionId() -> FullTransactionId;
+        pub fn GetCurrentStatementStartTimestamp() -> TimestampTz;
+        pub fn GetXLogInsertRecPtr() -> XLogRecPtr;
+    }
+}
+
 /// Forms and inserts one history row. `image` is the tuple whose columns are stored (the before-image,
 /// or for an insert the new row, of which only the key columns are kept).
 unsafe fn write_entry(
@@ -126,67 +156,81 @@ unsafe fn write_entry(
         let (hist, indexes) = open_target(if op == b'I' { layout.inserts } else { layout.history });
         let hdesc = (*hist).rd_att;
         let natts = (*hdesc).natts as usize;
-        let mut values = vec![pg_sys::Datum::from(0usize); natts];
-        let mut nulls = vec![true; natts];
+        let sdesc = (*rel).rd_att;
+        let snatts = (*sdesc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0usize); natts + snatts];
+        let mut nulls = vec![true; natts + snatts];
+        let (row_values, source_values) = values.split_at_mut(natts);
+        let (row_nulls, source_nulls) = nulls.split_at_mut(natts);
+        // a table without a key is told apart by new_tid alone; an insert keeps only the key
+        let keep_columns = op != b'I' || !layout.key_attnos.is_empty();
+        let (xid, at, lsn) = pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            if keep_columns {
+                raw::heap_deform_tuple(image, sdesc, source_values.as_mut_ptr(), source_nulls.as_mut_ptr());
+            }
+            (raw::GetTopFullTransactionId().value, raw::GetCurrentStatementStartTimestamp(), raw::GetXLogInsertRecPtr())
+        });
 
-        values[H_HSEQ] = pg_sys::Datum::from(next_hseq());
-        nulls[H_HSEQ] = false;
-        values[H_XID] = pg_sys::Datum::from(pg_sys::GetTopFullTransactionId().value);
-        nulls[H_XID] = false;
-        values[H_AT] = pg_sys::Datum::from(pg_sys::GetCurrentStatementStartTimestamp());
-        nulls[H_AT] = false;
-        values[H_OP] = pg_sys::Datum::from(op as i8);
-        nulls[H_OP] = false;
+        row_values[H_HSEQ] = pg_sys::Datum::from(next_hseq_at(lsn));
+        row_values[H_XID] = pg_sys::Datum::from(xid);
+        row_values[H_AT] = pg_sys::Datum::from(at);
+        row_values[H_OP] = pg_sys::Datum::from(op as i8);
+        row_nulls[H_HSEQ..=H_OP].fill(false);
         // tids are stored by reference: point at the tuples' own t_self, copied when the tuple is formed
         if !old_tuple.is_null() {
-            values[H_OLD_TID] = pg_sys::Datum::from(&mut (*old_tuple).t_self as *mut pg_sys::ItemPointerData);
-            nulls[H_OLD_TID] = false;
+            row_values[H_OLD_TID] = pg_sys::Datum::from(&mut (*old_tuple).t_self as *mut pg_sys::ItemPointerData);
+            row_nulls[H_OLD_TID] = false;
         }
         if !new_tuple.is_null() {
-            values[H_NEW_TID] = pg_sys::Datum::from(&mut (*new_tuple).t_self as *mut pg_sys::ItemPointerData);
-            nulls[H_NEW_TID] = false;
+            row_values[H_NEW_TID] = pg_sys::Datum::from(&mut (*new_tuple).t_self as *mut pg_sys::ItemPointerData);
+            row_nulls[H_NEW_TID] = false;
         }
-        if let Some(src) = MERGE_SOURCE.with(|s| s.borrow().clone()) {
-            values[H_SRC] = pgrx::IntoDatum::into_datum(src.as_str()).unwrap();
-            nulls[H_SRC] = false;
+        let src = MERGE_SOURCE.with(|s| s.borrow().clone());
+        if let Some(src) = &src {
+            row_values[H_SRC] = pgrx::IntoDatum::into_datum(src.as_str()).unwrap();
+            row_nulls[H_SRC] = false;
         }
-        let sdesc = (*rel).rd_att;
-        for (i, src_attno) in layout.history_map.iter().enumerate() {
-            let Some(src_attno) = *src_attno else { continue };
-            if op == b'I' && !layout.key_attnos.contains(&src_attno) && !layout.key_attnos.is_empty() {
-                continue;
+        if keep_columns {
+            for (i, src_attno) in layout.history_map.iter().enumerate() {
+                let Some(src_attno) = *src_attno else { continue };
+                if op == b'I' && !layout.key_attnos.contains(&src_attno) {
+                    continue;
+                }
+                // (a column added since the row was written: deform gave its default, as heap_getattr does)
+                row_values[H_FIXED + i] = source_values[src_attno as usize - 1];
+                row_nulls[H_FIXED + i] = source_nulls[src_attno as usize - 1];
             }
-            if op == b'I' && layout.key_attnos.is_empty() {
-                continue; // a table without a key is told apart by new_tid alone
-            }
-            let mut isnull = false;
-            let d = pg_sys::heap_getattr(image, src_attno, sdesc, &mut isnull);
-            values[H_FIXED + i] = d;
-            nulls[H_FIXED + i] = isnull;
         }
-        let tup = pg_sys::heap_form_tuple(hdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        pg_sys::simple_heap_insert(hist, tup);
         // the storage's indexes are on plain columns (the key, _w_xid): their values are the row's
-        let mut ivalues = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
-        let mut inulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
-        for &(index, info) in indexes.iter() {
-            for j in 0..(*info).ii_NumIndexAttrs as usize {
+        let mut index_values = Vec::with_capacity(indexes.len());
+        for &(_, info) in indexes.iter() {
+            let n = (*info).ii_NumIndexAttrs as usize;
+            let mut v = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
+            let mut isnull = [true; pg_sys::INDEX_MAX_KEYS as usize];
+            for j in 0..n {
                 let attno = (*info).ii_IndexAttrNumbers[j] as usize;
-                ivalues[j] = values[attno - 1];
-                inulls[j] = nulls[attno - 1];
+                v[j] = row_values[attno - 1];
+                isnull[j] = row_nulls[attno - 1];
             }
-            pg_sys::index_insert(
-                index,
-                ivalues.as_mut_ptr(),
-                inulls.as_mut_ptr(),
-                &mut (*tup).t_self,
-                hist,
-                pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO,
-                false,
-                info,
-            );
+            index_values.push((v, isnull));
         }
-        pg_sys::heap_freetuple(tup);
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            let tup = raw::heap_form_tuple(hdesc, row_values.as_mut_ptr(), row_nulls.as_mut_ptr());
+            raw::simple_heap_insert(hist, tup);
+            for (&(index, info), (v, isnull)) in indexes.iter().zip(index_values.iter_mut()) {
+                raw::index_insert(
+                    index,
+                    v.as_mut_ptr(),
+                    isnull.as_mut_ptr(),
+                    &mut (*tup).t_self,
+                    hist,
+                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO,
+                    false,
+                    info,
+                );
+            }
+            raw::heap_freetuple(tup);
+        });
     }
 }
 
@@ -195,28 +239,41 @@ unsafe fn write_entry(
 /// belong to the top transaction's resource owner and are closed before commit and prepare, when a
 /// subtransaction aborts (a relation it created would otherwise stay referenced), and before a utility
 /// statement (DDL refuses a table the session holds open); at a top-level abort Postgres closes them and
-/// they are only forgotten here. Their IndexInfos live in a memory context deleted when they are closed.
+/// they are only forgotten here.
 struct Target {
     relid: pg_sys::Oid,
     rel: pg_sys::Relation,
-    /// the indexes ready for inserts, each with its IndexInfo
+    /// the indexes ready for inserts, each with its IndexInfo (from the relation's IndexPlan)
     indexes: IndexList,
 }
 
 type IndexList = Rc<Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>>;
 
+/// What capture needs to fill a storage relation's indexes: their oids and IndexInfos, in a memory context
+/// of their own. Kept across transactions when every index is a btree (which keeps nothing in an IndexInfo
+/// between inserts): listing the indexes and BuildIndexInfo in every transaction were a third of opening a
+/// target. A relcache invalidation of the relation or of one of its indexes makes a plan stale; a stale
+/// plan (and one made for other kinds of index, stale from the start) is freed when no target uses it.
+struct IndexPlan {
+    relid: pg_sys::Oid,
+    indexes: Vec<(pg_sys::Oid, *mut pg_sys::IndexInfo)>,
+    cxt: pg_sys::MemoryContext,
+    stale: bool,
+}
+
 struct Held {
     targets: Vec<Target>,
     /// relations opened by an `open_target` that hasn't finished (an error may stop it halfway)
     opening: Vec<pg_sys::Relation>,
-    /// holds the IndexInfos and index lists (a child of the transaction's context)
-    cxt: pg_sys::MemoryContext,
 }
 
 thread_local! {
-    static HELD: RefCell<Held> = const { RefCell::new(Held { targets: Vec::new(), opening: Vec::new(), cxt: std::ptr::null_mut() }) };
+    static HELD: RefCell<Held> = const { RefCell::new(Held { targets: Vec::new(), opening: Vec::new() }) };
+    static PLANS: RefCell<Vec<IndexPlan>> = const { RefCell::new(Vec::new()) };
     /// a relcache invalidation arrived since they were opened: an index may have been added
     static TARGETS_STALE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// relcache invalidations seen: one during the making of a plan leaves it stale
+    static INVALIDATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
@@ -227,36 +284,60 @@ unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
         if let Some(found) = HELD.with(|h| h.borrow().targets.iter().find(|t| t.relid == relid).map(|t| (t.rel, t.indexes.clone()))) {
             return found;
         }
-        let mut cxt = HELD.with(|h| h.borrow().cxt);
-        if cxt.is_null() {
-            cxt = pg_sys::AllocSetContextCreateInternal(pg_sys::TopTransactionContext, c"pg_worlds capture".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
-            HELD.with(|h| h.borrow_mut().cxt = cxt);
-        }
-        let old_cxt = pg_sys::MemoryContextSwitchTo(cxt);
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
-        let restore = || {
-            pg_sys::CurrentResourceOwner = owner;
-            pg_sys::MemoryContextSwitchTo(old_cxt);
-        };
+        let restore = || pg_sys::CurrentResourceOwner = owner;
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32);
         HELD.with(|h| h.borrow_mut().opening.push(rel));
+        // after the lock: an index added before it was granted has invalidated the plan by now
+        let planned = PLANS.with(|p| p.borrow().iter().find(|p| p.relid == relid && !p.stale).map(|p| p.indexes.clone()));
         let mut indexes = Vec::new();
-        let list = pg_sys::RelationGetIndexList(rel);
-        for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::RowExclusiveLock as i32);
-            HELD.with(|h| h.borrow_mut().opening.push(index));
-            let info = pg_sys::BuildIndexInfo(index);
-            if !(*info).ii_Expressions.is_null() || !(*info).ii_Predicate.is_null() {
-                restore();
-                let name = std::ffi::CStr::from_ptr((*(*index).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
-                crate::api::raise(
-                    "0A000",
-                    format!("pg_worlds: capture can't fill index \"{name}\" of history storage (on expressions or with a predicate); drop it"),
-                );
+        match planned {
+            Some(planned) => {
+                for (oid, info) in planned {
+                    let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                    HELD.with(|h| h.borrow_mut().opening.push(index));
+                    indexes.push((index, info));
+                }
             }
-            if (*info).ii_ReadyForInserts {
-                indexes.push((index, info));
+            None => {
+                let cxt = pg_sys::AllocSetContextCreateInternal(pg_sys::TopMemoryContext, c"pg_worlds capture indexes".as_ptr(), 0, 1024, 8 * 1024);
+                // stale until complete: an error halfway leaves it to be freed
+                let invalidations = INVALIDATIONS.with(|n| n.get());
+                PLANS.with(|p| p.borrow_mut().push(IndexPlan { relid, indexes: Vec::new(), cxt, stale: true }));
+                let old_cxt = pg_sys::MemoryContextSwitchTo(cxt);
+                let list = pg_sys::RelationGetIndexList(rel);
+                let mut all_btree = true;
+                let mut plan = Vec::new();
+                for i in 0..if list.is_null() { 0 } else { (*list).length } {
+                    let oid = pg_sys::list_nth_oid(list, i);
+                    let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                    HELD.with(|h| h.borrow_mut().opening.push(index));
+                    let info = pg_sys::BuildIndexInfo(index);
+                    if !(*info).ii_Expressions.is_null() || !(*info).ii_Predicate.is_null() {
+                        pg_sys::MemoryContextSwitchTo(old_cxt);
+                        restore();
+                        let name = std::ffi::CStr::from_ptr((*(*index).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
+                        crate::api::raise(
+                            "0A000",
+                            format!("pg_worlds: capture can't fill index \"{name}\" of history storage (on expressions or with a predicate); drop it"),
+                        );
+                    }
+                    all_btree &= (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID;
+                    if (*info).ii_ReadyForInserts {
+                        indexes.push((index, info));
+                        plan.push((oid, info));
+                    } else {
+                        all_btree = false; // being built concurrently: look again next time
+                    }
+                }
+                pg_sys::MemoryContextSwitchTo(old_cxt);
+                PLANS.with(|p| {
+                    if let Some(p) = p.borrow_mut().iter_mut().rev().find(|p| p.cxt == cxt) {
+                        p.indexes = plan;
+                        p.stale = !all_btree || INVALIDATIONS.with(|n| n.get()) != invalidations;
+                    }
+                });
             }
         }
         restore();
@@ -283,12 +364,12 @@ unsafe fn close_held(rel: pg_sys::Relation) {
     }
 }
 
-/// Closes the relations capture holds open and frees what described them (before commit, prepare, a
-/// utility statement, or when a subtransaction aborts).
+/// Closes the relations capture holds open (before commit, prepare, a utility statement, or when a
+/// subtransaction aborts), then frees the stale plans no target uses any more.
 pub fn close_targets() {
-    let (targets, opening, cxt) = HELD.with(|h| {
+    let (targets, opening) = HELD.with(|h| {
         let mut h = h.borrow_mut();
-        (std::mem::take(&mut h.targets), std::mem::take(&mut h.opening), std::mem::replace(&mut h.cxt, std::ptr::null_mut()))
+        (std::mem::take(&mut h.targets), std::mem::take(&mut h.opening))
     });
     unsafe {
         for t in targets {
@@ -300,20 +381,30 @@ pub fn close_targets() {
         for r in opening {
             close_held(r);
         }
-        if !cxt.is_null() {
-            pg_sys::MemoryContextDelete(cxt);
-        }
     }
+    free_stale_plans();
 }
 
-/// Forgets them: the transaction's end closes them and frees its memory.
+/// Forgets them: the transaction's end closes them.
 fn forget_targets() {
     HELD.with(|h| {
         let mut h = h.borrow_mut();
         h.targets.clear();
         h.opening.clear();
-        h.cxt = std::ptr::null_mut();
     });
+    free_stale_plans();
+}
+
+fn free_stale_plans() {
+    let stale: Vec<pg_sys::MemoryContext> = PLANS.with(|p| {
+        let mut p = p.borrow_mut();
+        let stale = p.iter().filter(|p| p.stale).map(|p| p.cxt).collect();
+        p.retain(|p| !p.stale);
+        stale
+    });
+    for cxt in stale {
+        unsafe { pg_sys::MemoryContextDelete(cxt) };
+    }
 }
 
 #[pg_guard]
@@ -326,9 +417,21 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     }
 }
 
-/// An index may have been added to a storage relation: reopen before the next insert.
-pub fn on_relcache_invalidation() {
+/// An index may have been added to a storage relation or dropped: reopen before the next insert, and
+/// describe that relation's indexes anew (`relid` invalid: every relation).
+pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
     TARGETS_STALE.with(|s| s.set(true));
+    INVALIDATIONS.with(|n| n.set(n.get() + 1));
+    PLANS.with(|p| {
+        // (never borrowed across a call into Postgres, where invalidations arrive)
+        if let Ok(mut p) = p.try_borrow_mut() {
+            for plan in p.iter_mut() {
+                if relid == pg_sys::Oid::INVALID || plan.relid == relid || plan.indexes.iter().any(|&(i, _)| i == relid) {
+                    plan.stale = true;
+                }
+            }
+        }
+    });
 }
 
 pub fn register_callbacks() {

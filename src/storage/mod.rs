@@ -375,7 +375,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // The maps are rebuilt on next use. A layout goes only when one of its relations is invalidated (DDL
     // on the table or its storage, an index added, tracking changed): autovacuum invalidates tracked
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
-    capture::on_relcache_invalidation();
+    capture::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             if relid == pg_sys::Oid::INVALID {
