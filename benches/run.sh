@@ -10,8 +10,8 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p1c,p2,p3,p6,p7            run only those groups of figures (p1c = P1 counted in instructions,
-#                                        p3 = P3, P4 and P5; default all)
+#   --only p1,p1c,p2,p2c,p3,p6,p7        run only those groups of figures (p1c, p2c = P1, P2 counted in
+#                                        instructions; p3 = P3, P4 and P5; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -20,14 +20,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p3,p6,p7
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p2c,p3,p6,p7
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) MODE=smoke ;;
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p3,p6,p7]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -35,9 +35,9 @@ done
 # Sizes. T_* are pgbench durations in seconds; BIG_ROWS is the "1M-row table" of P3-P5, CHANGES the rows a
 # world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
 if [ $MODE = smoke ]; then
-  SCALE=1 INSTR_TX=50 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
+  SCALE=1 INSTR_TX=50 INSTR_SCANS=2 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
 else
-  SCALE=10 INSTR_TX=2000 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
+  SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
 fi
 DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old"
 WORK=$(mktemp -d)
@@ -228,32 +228,79 @@ PY
   chmod 755 "$WORK"; chmod 644 "$WORK"/*.sql
 }
 
-# count SCRIPT [postgres -c settings]: instructions one single-user backend executes for the script, on a
-# fresh copy of the database
+# count CLUSTER SCRIPT [postgres -c settings]: instructions one single-user backend executes for the
+# script, on a fresh copy of that (stopped) cluster's database postgres
 count() {
-  local script=$1 copy=$WORK/instr_data; shift
-  rm -rf "$copy"; cp -a "$(cluster_dir $INSTR)/data" "$copy"
+  local cluster=$1 script=$2 copy=$WORK/instr_data; shift 2
+  rm -rf "$copy"; cp -a "$(cluster_dir $cluster)/data" "$copy"
   as_pg valgrind --tool=callgrind --callgrind-out-file=/dev/null \
     $PGBIN/postgres --single -D "$copy" -c fsync=off "$@" postgres <"$WORK/$script.sql" >"$WORK/count.log" 2>&1 \
     || { tail -20 "$WORK/count.log" >&2; return 1; }
+  rm -rf "$copy"
   sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$WORK/count.log"
 }
 
-# per_tx NAME N [settings]: instructions per transaction (or statement) of script NAME
+# per_tx CLUSTER NAME N [settings]: instructions per transaction (or statement) of script NAME
 per_tx() {
-  local name=$1 n=$2 a b; shift 2
-  a=$(count ${name}1 "$@"); b=$(count ${name}2 "$@")
+  local cluster=$1 name=$2 n=$3 a b; shift 3
+  a=$(count $cluster ${name}1 "$@"); b=$(count $cluster ${name}2 "$@")
   awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / n }'
 }
 
 measure_instr() {
   local tracked="-c shared_preload_libraries=pg_worlds" plain="-c session_replication_role=replica"
   local t p
-  t=$(per_tx tpcb $INSTR_TX $tracked); p=$(per_tx tpcb $INSTR_TX $plain)
+  t=$(per_tx $INSTR tpcb $INSTR_TX $tracked); p=$(per_tx $INSTR tpcb $INSTR_TX $plain)
   pair P1wi plain "$p" tracked "$t"
-  t=$(per_tx sel $((2 * INSTR_TX)) $tracked); p=$(per_tx sel $((2 * INSTR_TX)) $plain)
+  t=$(per_tx $INSTR sel $((2 * INSTR_TX)) $tracked); p=$(per_tx $INSTR sel $((2 * INSTR_TX)) $plain)
   pair P1si plain "$p" tracked "$t"
-  rm -rf "$WORK/instr_data"; rm -rf "$(cluster_dir $INSTR)"
+  rm -rf "$(cluster_dir $INSTR)"
+}
+
+# ---------------------------------------------------------------------------------------------- P2, counted
+# P2's reads counted the same way: P2's tables and world (items and orders, 1% of both changed in world
+# w) in a cluster of their own, each query's script run in main and in w (worlds.world set at start).
+# pgbench's latency includes the round trip and the client, which both sides pay alike; the count is the
+# server's work alone, so its ratios are the stricter ones.
+INSTR_READS=instr_reads
+setup_instr_reads() {
+  command -v valgrind >/dev/null || { echo "bench: valgrind is missing (scripts/setup.sh installs it)" >&2; return 1; }
+  stop_cluster $INSTR_READS; rm -rf "$(cluster_dir $INSTR_READS)"
+  start_cluster $INSTR_READS yes
+  psql_in $INSTR_READS -qAt -c "set client_min_messages = warning" \
+    -c "create table items (id int primary key, name text, price int)" \
+    -c "insert into items select g, 'item ' || g, g % 1000 from generate_series(1, $READ_ROWS) g" \
+    -c "create table orders (id int primary key, item_id int, qty int)" \
+    -c "insert into orders select g, 1 + (g::bigint * 7919) % $READ_ROWS, g % 10 from generate_series(1, $READ_ROWS) g" \
+    -c "create extension pg_worlds" -c "select worlds.create_world('w')" >/dev/null
+  psql_in $INSTR_READS -qAt -c "set worlds.world = 'w'" -c "update items set price = price + 1 where id % 100 = 0" \
+    -c "update orders set qty = qty + 1 where id % 100 = 0" >/dev/null
+  psql_in $INSTR_READS -qAt -c "vacuum analyze" -c "checkpoint" >/dev/null
+  stop_cluster $INSTR_READS
+  local q
+  for q in $P2_QUERIES; do
+    python3 - "$WORK" "$q" "${QUERY[$q]}" "${SPAN[$q]}" $READ_ROWS $([ $q = count ] && echo $INSTR_SCANS || echo $INSTR_TX) <<'PY'
+import random, sys
+work, name, query, span, rows, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+def script(seed):
+    r = random.Random(seed)
+    return [query.replace(":id", str(r.randint(1, rows - span))) + ";" for _ in range(n)]
+first = script(1)
+open(f"{work}/{name}1.sql", "w").write("\n".join(first) + "\n")
+open(f"{work}/{name}2.sql", "w").write("\n".join(first + script(2)) + "\n")
+PY
+  done
+  chmod 755 "$WORK"; chmod 644 "$WORK"/*.sql
+}
+
+measure_instr_reads() {
+  local q n m w preload="-c shared_preload_libraries=pg_worlds"
+  for q in $P2_QUERIES; do
+    n=$INSTR_TX; [ $q = count ] && n=$INSTR_SCANS
+    m=$(per_tx $INSTR_READS $q $n $preload); w=$(per_tx $INSTR_READS $q $n $preload -c worlds.world=w)
+    pair "P2${q}i" world "$w" main "$m"
+  done
+  rm -rf "$(cluster_dir $INSTR_READS)"
 }
 
 # ---------------------------------------------------------------------------------------------- P2 world reads
@@ -463,6 +510,7 @@ want() { [[ ,$ONLY, == *,$1,* ]]; }
 if want p1; then group "P1w P1s" setup_tpcb measure_p1; P1_OK=$GROUP_OK; fi
 if want p1c; then group "P1wi P1si" setup_instr measure_instr; fi
 if want p2; then group "P2point P2range P2join P2count" setup_reads measure_p2 explain_p2; fi
+if want p2c; then group "P2pointi P2rangei P2joini P2counti" setup_instr_reads measure_instr_reads; fi
 if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi
 if want p7; then group "P7" setup_old_world measure_p7; fi

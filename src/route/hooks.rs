@@ -294,7 +294,7 @@ struct RouteContext {
     /// for the world scan to read (see world_scan.rs)
     world_scan: bool,
     /// the overlay views themselves (already routed; never inlined again)
-    overlays: std::collections::HashSet<pg_sys::Oid>,
+    overlays: std::rc::Rc<std::collections::HashSet<pg_sys::Oid>>,
 }
 
 thread_local! {
@@ -355,13 +355,7 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
     if tracked.is_empty() {
         return;
     }
-    let overlays = tracked
-        .values()
-        .flat_map(|&t| {
-            let l = storage::relation_layout(t);
-            [l.overlay, l.overlay_nothing, l.overlay_rows]
-        })
-        .collect();
+    let overlays = storage::overlay_relations();
     let world_scan = guc::WORLD_SCAN.get()
         && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
     let mut ctx = RouteContext { tracked, world_scan, overlays };

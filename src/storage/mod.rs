@@ -103,6 +103,8 @@ thread_local! {
     static LAYOUTS: RefCell<HashMap<i32, Rc<Layout>>> = RefCell::new(HashMap::new());
     /// relid -> tabno of every tracked table, for the router; None until loaded.
     static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
+    /// the overlay views of every tracked table (the router leaves them alone); None until made
+    static OVERLAYS: RefCell<Option<Rc<std::collections::HashSet<pg_sys::Oid>>>> = const { RefCell::new(None) };
 }
 
 thread_local! {
@@ -370,6 +372,24 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
     map
 }
 
+/// The overlay views of every tracked table (each table's three), kept until a relcache invalidation: the
+/// router asks for them in every statement of a world.
+pub fn overlay_relations() -> Rc<std::collections::HashSet<pg_sys::Oid>> {
+    if let Some(o) = OVERLAYS.with(|o| o.borrow().clone()) {
+        return o;
+    }
+    let overlays: std::collections::HashSet<pg_sys::Oid> = tracked_tables()
+        .values()
+        .flat_map(|&t| {
+            let l = relation_layout(t);
+            [l.overlay, l.overlay_nothing, l.overlay_rows]
+        })
+        .collect();
+    let overlays = Rc::new(overlays);
+    OVERLAYS.with(|o| *o.borrow_mut() = Some(overlays.clone()));
+    overlays
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     // The maps are rebuilt on next use. A layout goes only when one of its relations is invalidated (DDL
@@ -388,6 +408,11 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     TRACKED.with(|t| {
         if let Ok(mut t) = t.try_borrow_mut() {
             *t = None;
+        }
+    });
+    OVERLAYS.with(|o| {
+        if let Ok(mut o) = o.try_borrow_mut() {
+            *o = None;
         }
     });
 }

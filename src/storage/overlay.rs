@@ -28,9 +28,31 @@ pub enum Key {
     T(String),
 }
 
-/// The session's world as resolved from `worlds.world`.
+/// The session's world as resolved from `worlds.world`: shared, since it is asked for many times in
+/// every statement (routing, each scan, each write).
 #[derive(Clone, Debug)]
-pub struct World {
+pub struct World(std::rc::Rc<WorldData>);
+
+impl World {
+    pub fn new(data: WorldData) -> World {
+        World(std::rc::Rc::new(data))
+    }
+
+    /// The world's version moved on (a write of this session): copied if shared.
+    pub fn set_version(&mut self, v: i64) {
+        std::rc::Rc::make_mut(&mut self.0).version = v;
+    }
+}
+
+impl std::ops::Deref for World {
+    type Target = WorldData;
+    fn deref(&self) -> &WorldData {
+        &self.0
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WorldData {
     pub num: i32,
     pub name: String,
     pub version: i64,
@@ -384,7 +406,7 @@ pub fn past_of(name: &str, when: &str) -> World {
     });
     let cut = format!("@{at}");
     match world_by_num(num) {
-        None => World {
+        None => World::new(WorldData {
             num: -1,
             name: source,
             version: 0,
@@ -392,23 +414,23 @@ pub fn past_of(name: &str, when: &str) -> World {
             layer_snapshots: Vec::new(),
             main_snapshot: cut,
             read_only: true,
-        },
+        }),
         Some(w) => {
             use std::hash::Hasher;
             let mut h = Fx::default();
             h.write(cut.as_bytes());
             let mut layer_snapshots = w.layer_snapshots.clone();
             layer_snapshots[0] = Some(cut);
-            World {
+            World::new(WorldData {
                 // its own cache entry: a number no world has, a version that changes with the moment
                 num: -1_000_000 - w.num,
                 name: source,
                 version: h.finish() as i64,
-                chain: w.chain,
+                chain: w.chain.clone(),
                 layer_snapshots,
-                main_snapshot: w.main_snapshot,
+                main_snapshot: w.main_snapshot.clone(),
                 read_only: true,
-            }
+            })
         }
     }
 }
@@ -456,7 +478,7 @@ pub fn world_by_num(num: i32) -> Option<World> {
     for i in 1..layers.len() {
         layer_snapshots.push(layers[i - 1].3.clone());
     }
-    Some(World {
+    Some(World::new(WorldData {
         num,
         name: layers[0].1.clone(),
         version: layers[0].2,
@@ -464,7 +486,7 @@ pub fn world_by_num(num: i32) -> Option<World> {
         layer_snapshots,
         main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
         read_only: false,
-    })
+    }))
 }
 
 /// What a world stood on when it forked: its parent as of the fork (None when the parent is main, which
@@ -473,7 +495,7 @@ pub fn base_of(world: &World) -> Option<World> {
     if world.chain.len() < 2 {
         return None;
     }
-    Some(World {
+    Some(World::new(WorldData {
         num: -world.num,
         name: format!("{} (fork point)", world.name),
         version: world.version,
@@ -481,7 +503,7 @@ pub fn base_of(world: &World) -> Option<World> {
         layer_snapshots: world.layer_snapshots[1..].to_vec(),
         main_snapshot: world.main_snapshot.clone(),
         read_only: true,
-    })
+    }))
 }
 
 thread_local! {

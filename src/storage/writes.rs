@@ -1107,7 +1107,7 @@ fn move_cached_version(world: &World, v: i64) {
     WORLD.with(|w| {
         if let Some((_, _, w)) = w.borrow_mut().as_mut() {
             if w.num == world.num {
-                w.version = v;
+                w.set_version(v);
             }
         }
     });
