@@ -3,7 +3,7 @@
 #
 #   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
 #                                        every figure 3 times (alternating the two sides of each ratio), prints
-#                                        the table and writes docs/benchmarks.md. About 10 minutes on 2 cores.
+#                                        the table and writes docs/benchmarks.md. About 15 minutes on 2 cores.
 #   bash benches/run.sh --smoke          tiny sizes, one repetition, goals shown but not enforced; part of
 #                                        scripts/test.sh so the suite cannot rot. Writes no docs.
 #   --cluster NAME                       use that running cluster (started by scripts/lib.sh with the preload)

@@ -27,8 +27,8 @@ pub fn explicit_transaction_block() -> bool {
     IN_BLOCK.with(|b| b.get()) && unsafe { pg_sys::IsTransactionBlock() }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn on_xact_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+/// At a transaction's end (called by storage's one transaction callback, last).
+pub fn on_xact_end(event: pg_sys::XactEvent::Type) {
     use pg_sys::XactEvent::*;
     if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
         IN_BLOCK.with(|b| b.set(false));
@@ -50,7 +50,6 @@ pub fn install_hooks() {
         pg_sys::ProcessUtility_hook = Some(process_utility);
         PREV_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
         pg_sys::ExecutorRun_hook = Some(executor_run);
-        pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
     }
     super::world_scan::install();
     super::history_lookup::install();

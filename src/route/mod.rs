@@ -6,6 +6,6 @@ mod merge_command;
 pub mod upsert;
 mod view_writes;
 pub mod world_scan;
-pub use hooks::{explicit_transaction_block, install_hooks};
+pub use hooks::{explicit_transaction_block, install_hooks, on_xact_end};
 
 pub use hooks::sync_past_schema;

@@ -407,9 +407,15 @@ fn free_stale_plans() {
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+/// At a transaction's end (called by storage's one transaction callback, first). Most transactions
+/// captured nothing and have nothing to close.
+pub fn on_xact(event: pg_sys::XactEvent::Type) {
     use pg_sys::XactEvent::*;
+    let idle = HELD.with(|h| h.try_borrow().is_ok_and(|h| h.targets.is_empty() && h.opening.is_empty()))
+        && PLANS.with(|p| p.try_borrow().is_ok_and(|p| !p.iter().any(|p| p.stale)));
+    if idle {
+        return;
+    }
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => close_targets(),
         XACT_EVENT_ABORT | XACT_EVENT_COMMIT | XACT_EVENT_PREPARE => forget_targets(),
@@ -434,8 +440,3 @@ pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
     });
 }
 
-pub fn register_callbacks() {
-    unsafe {
-        pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
-    }
-}

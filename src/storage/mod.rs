@@ -417,12 +417,21 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     });
 }
 
+/// The one transaction callback (each registered callback costs a guarded call at every transaction's
+/// end): capture closes its relations before the overlay flushes its event rows.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    capture::on_xact(event);
+    overlay::on_xact(event);
+    crate::route::on_xact_end(event);
+}
+
 pub fn register_callbacks() {
     unsafe {
         pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0usize));
     }
     overlay::register_xact_callbacks();
-    capture::register_callbacks();
+    unsafe { pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut()) };
 }
 
 /// Sets a setting for this transaction's current nesting level; undo it with `pop_setting(level)` (as

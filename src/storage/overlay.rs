@@ -201,8 +201,8 @@ pub fn forget_all() {
     });
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+/// At a transaction's end (called by storage's one transaction callback, after capture's).
+pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
         super::writes::_flush_event_rows();
     }
@@ -237,7 +237,6 @@ unsafe extern "C-unwind" fn on_subxact(
 
 pub fn register_xact_callbacks() {
     unsafe {
-        pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
     }
 }
