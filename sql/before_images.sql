@@ -161,6 +161,15 @@ UPDATE uk SET v = v || ' seen' WHERE id = '00000000-0000-0000-0000-000000000001'
 SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000001';
 SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000002';
 EXPLAIN (COSTS OFF) SELECT v FROM uk WHERE id = '00000000-0000-0000-0000-000000000001';
+-- IN lists and = ANY name several keys: each one's before-images and winning version, each key once
+SELECT code, v FROM vk WHERE code IN ('c1', 'c2', 'c2', 'c3', NULL) ORDER BY code;
+EXPLAIN (COSTS OFF) SELECT v FROM vk WHERE code IN ('c1', 'c2');
+WITH u AS (UPDATE vk SET v = v || ' in' WHERE code IN ('c1', 'c2', 'c9') RETURNING code, v) SELECT * FROM u ORDER BY code;
+PREPARE in_keys(text[]) AS SELECT code, v FROM vk WHERE code = ANY ($1) ORDER BY code;
+EXECUTE in_keys('{c1,c2,c4}');
+EXECUTE in_keys('{}');
+DEALLOCATE in_keys;
+SELECT v FROM uk WHERE id IN ('00000000-0000-0000-0000-000000000001', '00000000-0000-0000-0000-000000000002') ORDER BY v;
 RESET worlds.world;
 -- a key under a case-insensitive collation: 'C1' and 'c1' are one key, which the text lookup can't tell
 CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
@@ -207,3 +216,13 @@ RESET enable_bitmapscan;
 DROP INDEX worlds_data.n_history_op, worlds_data.n_history_at, worlds_data.n_history_hash;
 UPDATE n SET v = 'after the drop' WHERE id = 8;
 SELECT id, v FROM n WHERE id IN (1, 2, 4, 5, 8) ORDER BY id;
+-- key IN (...) and = ANY through the overlay views of an integer key (every write in a world)
+SELECT * FROM worlds.sql('create world in_w');
+UPDATE n SET v = 'main after in_w' WHERE id IN (10, 11);
+SET worlds.world = in_w;
+WITH u AS (UPDATE n SET v = v || ' in' WHERE id IN (10, 11, 11, 12, NULL) RETURNING id, v) SELECT * FROM u ORDER BY id;
+WITH d AS (DELETE FROM n WHERE id = ANY ('{12, 13}'::int[]) RETURNING id) SELECT * FROM d ORDER BY id;
+SELECT id, v FROM n WHERE id BETWEEN 10 AND 14 ORDER BY id;
+RESET worlds.world;
+SELECT id, v FROM n WHERE id BETWEEN 10 AND 14 ORDER BY id;
+SELECT * FROM worlds.sql('drop world in_w');

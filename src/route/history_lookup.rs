@@ -14,8 +14,9 @@
 //!
 //! For tables with one integer key column, or one text, varchar or uuid key column (a type whose text is
 //! its identity, the key as the cache keeps it), when the statement compares the key to a constant or
-//! parameter (`WHERE id = 7`, `= $1`) with the type's own equality (and a deterministic collation). The branch's own quals (the world's visibility test among them) still run on
-//! what is fetched.
+//! parameter (`WHERE id = 7`, `= $1`), or to a list or array of them (`IN (1, 2)`, `= ANY($1)`: each key
+//! once), with the type's own equality (and a deterministic collation). The branch's own quals (the
+//! world's visibility test among them) still run on what is fetched.
 use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
@@ -72,6 +73,8 @@ fn key_attno_in(layout: &storage::Layout, branch: i32) -> Option<i16> {
 struct Clauses {
     tid_filters: Vec<*mut pg_sys::RestrictInfo>,
     key_value: *mut pg_sys::Expr,
+    /// `key = ANY(key_value)` (an IN list, or an array): key_value is an array of keys
+    any: bool,
 }
 
 unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
@@ -89,15 +92,13 @@ unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
 
 /// Is `opno` the key's equality: an integer comparison for an integer key, else the text key type's own
 /// `=` under a deterministic collation (so equal keys have equal text)?
-unsafe fn key_equality(op: *mut pg_sys::OpExpr, text_key_type: pg_sys::Oid) -> bool {
+unsafe fn key_equality(opno: pg_sys::Oid, collation: pg_sys::Oid, text_key_type: pg_sys::Oid) -> bool {
     unsafe {
-        let opno = (*op).opno;
         if text_key_type == pg_sys::Oid::INVALID {
             return pg_sys::op_in_opfamily(opno, pg_sys::INTEGER_BTREE_FAM_OID)
                 && pg_sys::get_op_opfamily_strategy(opno, pg_sys::INTEGER_BTREE_FAM_OID) == pg_sys::BTEqualStrategyNumber as i32;
         }
         let tc = pg_sys::lookup_type_cache(text_key_type, pg_sys::TYPECACHE_EQ_OPR as i32);
-        let collation = (*op).inputcollid;
         !tc.is_null()
             && (*tc).eq_opr == opno
             && (collation == pg_sys::Oid::INVALID || pg_sys::get_collation_isdeterministic(collation))
@@ -118,15 +119,28 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
         let mut marked = false;
         let mut tid_filters = Vec::new();
         let mut key_value: *mut pg_sys::Expr = std::ptr::null_mut();
+        let mut any = false;
+        // a constant, a parameter or an expression of them: evaluated once, at the scan's start
+        let fixed = |n: *mut pg_sys::Node| !pg_sys::contain_var_clause(n) && !pg_sys::contain_volatile_functions(n);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
             let ri = pg_sys::list_nth(list, i) as *mut pg_sys::RestrictInfo;
             let clause = (*ri).clause as *mut pg_sys::Node;
             match (*clause).type_ {
-                pg_sys::NodeTag::T_ScalarArrayOpExpr if branch == HISTORY => {
+                pg_sys::NodeTag::T_ScalarArrayOpExpr => {
                     let sa = clause as *mut pg_sys::ScalarArrayOpExpr;
-                    if (*sa).useOr && is_var(pg_sys::list_nth((*sa).args, 0) as *mut pg_sys::Node, pg_sys::SelfItemPointerAttributeNumber as i16) {
+                    let (a, b) = (pg_sys::list_nth((*sa).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*sa).args, 1) as *mut pg_sys::Node);
+                    if branch == HISTORY && (*sa).useOr && is_var(a, pg_sys::SelfItemPointerAttributeNumber as i16) {
                         tid_filters.push(ri);
                         marked = true;
+                    } else if key_value.is_null()
+                        && (*sa).useOr
+                        && is_var(a, key_attno)
+                        && key_equality((*sa).opno, (*sa).inputcollid, text_key_type)
+                        && fixed(b)
+                    {
+                        // key IN (...), key = ANY($1)
+                        key_value = b as *mut pg_sys::Expr;
+                        any = true;
                     }
                 }
                 pg_sys::NodeTag::T_FuncExpr if branch == DELTA => {
@@ -134,7 +148,7 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                 }
                 pg_sys::NodeTag::T_OpExpr if key_value.is_null() => {
                     let op = clause as *mut pg_sys::OpExpr;
-                    if (*(*op).args).length != 2 || !key_equality(op, text_key_type) {
+                    if (*(*op).args).length != 2 || !key_equality((*op).opno, (*op).inputcollid, text_key_type) {
                         continue;
                     }
                     let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
@@ -145,15 +159,14 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                     } else {
                         continue;
                     };
-                    // a constant, a parameter or an expression of them: evaluated once, at the scan's start
-                    if !pg_sys::contain_var_clause(other) && !pg_sys::contain_volatile_functions(other) {
+                    if fixed(other) {
                         key_value = other as *mut pg_sys::Expr;
                     }
                 }
                 _ => {}
             }
         }
-        (marked && !key_value.is_null()).then_some(Clauses { tid_filters, key_value })
+        (marked && !key_value.is_null()).then_some(Clauses { tid_filters, key_value, any })
     }
 }
 
@@ -246,7 +259,7 @@ unsafe extern "C-unwind" fn plan_path(
         (*cscan).scan.plan.qual = pg_sys::extract_actual_clauses(kept, false);
         (*cscan).scan.scanrelid = (*rel).relid;
         (*cscan).custom_exprs = pg_sys::lappend(std::ptr::null_mut(), found.key_value as *mut std::ffi::c_void);
-        (*cscan).custom_private = (*best_path).custom_private;
+        (*cscan).custom_private = pg_sys::lappend(pg_sys::list_copy((*best_path).custom_private), pg_sys::makeInteger(found.any as i32) as *mut std::ffi::c_void);
         (*cscan).methods = &SCAN_METHODS.0;
         cscan as *mut pg_sys::Plan
     }
@@ -261,6 +274,13 @@ struct LookupNode {
     branch: i32,
     key: *mut pg_sys::ExprState,
     key_type: pg_sys::Oid,
+    /// the key expression is an array of keys (`key = ANY(...)`, an IN list)
+    any: bool,
+    /// the keys the statement names, each once, as the cache keeps them and as datums (in the query's
+    /// memory); None until the first row is asked for
+    keys: Option<Vec<(overlay::Key, pg_sys::Datum)>>,
+    /// delta: the next of them to look up
+    next_key: usize,
     /// the storage's tuples as fetched (the node's scan slot is a virtual one: they are copied there)
     fetched: *mut pg_sys::TupleTableSlot,
     /// delta: its (key, version) index, and the scan of it for the current key
@@ -283,7 +303,9 @@ unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut
         (*node).css.methods = &EXEC_METHODS.0;
         (*node).tabno = int_at((*cscan).custom_private, 0);
         (*node).branch = int_at((*cscan).custom_private, 2);
+        (*node).any = int_at((*cscan).custom_private, 4) != 0;
         std::ptr::write(std::ptr::addr_of_mut!((*node).pending), None);
+        std::ptr::write(std::ptr::addr_of_mut!((*node).keys), None);
         std::ptr::write(std::ptr::addr_of_mut!((*node).cache), overlay::ScanCache::none());
         node as *mut pg_sys::Node
     }
@@ -336,16 +358,44 @@ unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::R
     }
 }
 
-/// The key the statement names (as the cache keeps it, and as a datum of the expression's type in the
-/// query's memory), None when it is NULL (matches nothing).
-unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)> {
+/// The keys the statement names, each once (as the cache keeps them, and as datums of the key's type in
+/// the query's memory); NULLs match nothing.
+unsafe fn keys_named(n: *mut LookupNode) -> Vec<(overlay::Key, pg_sys::Datum)> {
     unsafe {
         let mut isnull = false;
         let d = pg_sys::ExecEvalExprSwitchContext((*n).key, (*n).css.ss.ps.ps_ExprContext, &mut isnull);
         if isnull {
-            return None;
+            return Vec::new();
         }
-        Some(match (*n).key_type {
+        if !(*n).any {
+            return vec![key_of((*n).key_type, d, n)];
+        }
+        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let elem = (*array).elemtype;
+        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
+        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
+        let mut keys: Vec<(overlay::Key, pg_sys::Datum)> = Vec::with_capacity(count as usize);
+        for i in 0..count as usize {
+            if *nulls.add(i) {
+                continue;
+            }
+            let key = key_of(elem, *values.add(i), n);
+            // an IN list may name a key twice: its rows are returned once
+            if !keys.iter().any(|(k, _)| *k == key.0) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+}
+
+/// One key of type `typ`, as the cache keeps it and as a datum copied into the query's memory (the index
+/// scan reads it past this row's).
+unsafe fn key_of(typ: pg_sys::Oid, d: pg_sys::Datum, n: *mut LookupNode) -> (overlay::Key, pg_sys::Datum) {
+    unsafe {
+        match typ {
             pg_sys::INT2OID => (overlay::Key::I(d.value() as i16 as i64), d),
             pg_sys::INT4OID => (overlay::Key::I(d.value() as i32 as i64), d),
             pg_sys::INT8OID => (overlay::Key::I(d.value() as i64), d),
@@ -353,7 +403,6 @@ unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)>
                 let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
                 pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
                 let text = std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned();
-                // the index scan reads it past this row's memory
                 let old = pg_sys::MemoryContextSwitchTo((*(*n).css.ss.ps.state).es_query_cxt);
                 let (mut len, mut by_val) = (0i16, false);
                 pg_sys::get_typlenbyval(typ, &mut len, &mut by_val);
@@ -361,29 +410,29 @@ unsafe fn key_value(n: *mut LookupNode) -> Option<(overlay::Key, pg_sys::Datum)>
                 pg_sys::MemoryContextSwitchTo(old);
                 (overlay::Key::T(text), copy)
             }
-        })
+        }
     }
 }
 
-
-/// The key's before-images, from the overlay cache (in history's order, popped from the end).
+/// The keys' before-images, from the overlay cache (in history's order per key, popped from the end).
 unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {
     unsafe {
-        let Some((key, _)) = key_value(n) else { return Vec::new() };
-        let mut tids = match key {
-            overlay::Key::I(k) => overlay::ScanCache::none().history_rows_in((*n).tabno, k, k),
-            overlay::Key::T(t) => overlay::ScanCache::none().history_rows_of((*n).tabno, &t),
-        };
+        let mut tids = Vec::new();
+        for (key, _) in keys_named(n) {
+            tids.extend(match key {
+                overlay::Key::I(k) => overlay::ScanCache::none().history_rows_in((*n).tabno, k, k),
+                overlay::Key::T(t) => overlay::ScanCache::none().history_rows_of((*n).tabno, &t),
+            });
+        }
         tids.reverse();
         tids
     }
 }
 
 /// Starts the delta's index scan at the key's winning version (none when the chain has no live one).
-unsafe fn start_version_scan(n: *mut LookupNode) {
+unsafe fn start_version_scan(n: *mut LookupNode, key: overlay::Key, datum: pg_sys::Datum) {
     unsafe {
         (*n).scanning = false;
-        let Some((key, datum)) = key_value(n) else { return };
         let Some((dseq, false)) = (*n).cache.winner_of((*n).tabno, key.clone()) else { return };
         let index = (*n).index;
         let key_type = (*(*index).rd_att).attrs.as_ptr().read().atttypid;
@@ -434,13 +483,22 @@ unsafe extern "C-unwind" fn next(ss: *mut pg_sys::ScanState) -> *mut pg_sys::Tup
         if (*n).branch == DELTA {
             if (*n).pending.is_none() {
                 (*n).pending = Some(Vec::new());
-                start_version_scan(n);
+                (*n).keys = Some(keys_named(n));
+                (*n).next_key = 0;
+                (*n).scanning = false;
             }
-            if (*n).scanning && pg_sys::index_getnext_slot((*n).index_scan, pg_sys::ScanDirection::ForwardScanDirection, (*n).fetched) {
-                pg_sys::ExecCopySlot(slot, (*n).fetched);
-                return slot;
+            loop {
+                if (*n).scanning && pg_sys::index_getnext_slot((*n).index_scan, pg_sys::ScanDirection::ForwardScanDirection, (*n).fetched) {
+                    pg_sys::ExecCopySlot(slot, (*n).fetched);
+                    return slot;
+                }
+                // the next key's winning version
+                let Some((key, datum)) = (*n).keys.as_ref().and_then(|k| k.get((*n).next_key)).cloned() else {
+                    return pg_sys::ExecClearTuple(slot);
+                };
+                (*n).next_key += 1;
+                start_version_scan(n, key, datum);
             }
-            return pg_sys::ExecClearTuple(slot);
         }
         if (*n).pending.is_none() {
             (*n).pending = Some(before_images(n));
@@ -491,6 +549,8 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
         // the node's memory is the query's; only the Rust side needs dropping
         std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).pending));
         std::ptr::write(std::ptr::addr_of_mut!((*n).pending), None);
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).keys));
+        std::ptr::write(std::ptr::addr_of_mut!((*n).keys), None);
         std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).cache));
         std::ptr::write(std::ptr::addr_of_mut!((*n).cache), overlay::ScanCache::none());
     }
