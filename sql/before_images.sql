@@ -218,11 +218,17 @@ UPDATE n SET v = 'after the drop' WHERE id = 8;
 SELECT id, v FROM n WHERE id IN (1, 2, 4, 5, 8) ORDER BY id;
 -- key IN (...) and = ANY through the overlay views of an integer key (every write in a world)
 SELECT * FROM worlds.sql('create world in_w');
-UPDATE n SET v = 'main after in_w' WHERE id IN (10, 11);
+UPDATE n SET v = 'main after in_w' WHERE id IN (10, 11) OR id BETWEEN 15 AND 19;
 SET worlds.world = in_w;
 WITH u AS (UPDATE n SET v = v || ' in' WHERE id IN (10, 11, 11, 12, NULL) RETURNING id, v) SELECT * FROM u ORDER BY id;
 WITH d AS (DELETE FROM n WHERE id = ANY ('{12, 13}'::int[]) RETURNING id) SELECT * FROM d ORDER BY id;
 SELECT id, v FROM n WHERE id BETWEEN 10 AND 14 ORDER BY id;
+-- a range of an integer key (either side, strict or not): the before-images in it, in the cache's key order
+WITH u AS (UPDATE n SET v = v || ' r' WHERE id BETWEEN 15 AND 17 RETURNING id, v) SELECT * FROM u ORDER BY id;
+WITH u AS (UPDATE n SET v = v || ' s' WHERE id > 17 AND 20 > id RETURNING id, v) SELECT * FROM u ORDER BY id;
+WITH u AS (UPDATE n SET v = v || ' t' WHERE id >= 19 AND id <= 18 RETURNING id, v) SELECT * FROM u ORDER BY id;
+EXPLAIN (COSTS OFF) UPDATE n SET v = v WHERE id BETWEEN 15 AND 17;
+SELECT id, v FROM n WHERE id BETWEEN 10 AND 20 ORDER BY id;
 RESET worlds.world;
-SELECT id, v FROM n WHERE id BETWEEN 10 AND 14 ORDER BY id;
+SELECT id, v FROM n WHERE id BETWEEN 10 AND 20 ORDER BY id;
 SELECT * FROM worlds.sql('drop world in_w');

@@ -15,7 +15,9 @@
 //! For tables with one integer key column, or one text, varchar or uuid key column (a type whose text is
 //! its identity, the key as the cache keeps it), when the statement compares the key to a constant or
 //! parameter (`WHERE id = 7`, `= $1`), or to a list or array of them (`IN (1, 2)`, `= ANY($1)`: each key
-//! once), with the type's own equality (and a deterministic collation). The branch's own quals (the
+//! once), with the type's own equality (and a deterministic collation). For an integer key, bounds too
+//! (`BETWEEN $1 AND $2`, `id > 7`): the history branch takes the before-images in that range from the
+//! cache's key order (the delta branch's key index serves a range as it is). The branch's own quals (the
 //! world's visibility test among them) still run on what is fetched.
 use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
@@ -75,7 +77,15 @@ struct Clauses {
     key_value: *mut pg_sys::Expr,
     /// `key = ANY(key_value)` (an IN list, or an array): key_value is an array of keys
     any: bool,
+    /// history of an integer key, no equality named: the key's bounds (`id BETWEEN $1 AND $2`, `id > 7`),
+    /// each with its btree strategy as read with the key on the left
+    bounds: Vec<(*mut pg_sys::Expr, u16)>,
 }
+
+/// How the lookup names its keys (the plan's custom_private[4]).
+const ONE_KEY: i32 = 0;
+const KEY_LIST: i32 = 1;
+const KEY_RANGE: i32 = 2;
 
 unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
     unsafe {
@@ -120,6 +130,7 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
         let mut tid_filters = Vec::new();
         let mut key_value: *mut pg_sys::Expr = std::ptr::null_mut();
         let mut any = false;
+        let mut bounds = Vec::new();
         // a constant, a parameter or an expression of them: evaluated once, at the scan's start
         let fixed = |n: *mut pg_sys::Node| !pg_sys::contain_var_clause(n) && !pg_sys::contain_volatile_functions(n);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
@@ -146,27 +157,48 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                 pg_sys::NodeTag::T_FuncExpr if branch == DELTA => {
                     marked |= is_delta_visible(clause);
                 }
-                pg_sys::NodeTag::T_OpExpr if key_value.is_null() => {
+                pg_sys::NodeTag::T_OpExpr => {
                     let op = clause as *mut pg_sys::OpExpr;
-                    if (*(*op).args).length != 2 || !key_equality((*op).opno, (*op).inputcollid, text_key_type) {
+                    if (*(*op).args).length != 2 {
                         continue;
                     }
                     let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
-                    let other = if is_var(a, key_attno) {
-                        b
+                    let (other, key_left) = if is_var(a, key_attno) {
+                        (b, true)
                     } else if is_var(b, key_attno) {
-                        a
+                        (a, false)
                     } else {
                         continue;
                     };
-                    if fixed(other) {
-                        key_value = other as *mut pg_sys::Expr;
+                    if !fixed(other) {
+                        continue;
+                    }
+                    if key_equality((*op).opno, (*op).inputcollid, text_key_type) {
+                        if key_value.is_null() {
+                            key_value = other as *mut pg_sys::Expr;
+                        }
+                    } else if branch == HISTORY
+                        && text_key_type == pg_sys::Oid::INVALID
+                        && pg_sys::op_in_opfamily((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID)
+                    {
+                        // a bound of an integer key: the cache keeps before-images in key order
+                        let strategy = pg_sys::get_op_opfamily_strategy((*op).opno, pg_sys::INTEGER_BTREE_FAM_OID) as u32;
+                        let strategy = match (strategy, key_left) {
+                            (pg_sys::BTLessStrategyNumber, false) => pg_sys::BTGreaterStrategyNumber,
+                            (pg_sys::BTLessEqualStrategyNumber, false) => pg_sys::BTGreaterEqualStrategyNumber,
+                            (pg_sys::BTGreaterEqualStrategyNumber, false) => pg_sys::BTLessEqualStrategyNumber,
+                            (pg_sys::BTGreaterStrategyNumber, false) => pg_sys::BTLessStrategyNumber,
+                            (s, _) => s,
+                        };
+                        if strategy != pg_sys::BTEqualStrategyNumber {
+                            bounds.push((other as *mut pg_sys::Expr, strategy as u16));
+                        }
                     }
                 }
                 _ => {}
             }
         }
-        (marked && !key_value.is_null()).then_some(Clauses { tid_filters, key_value, any })
+        (marked && (!key_value.is_null() || !bounds.is_empty())).then_some(Clauses { tid_filters, key_value, any, bounds })
     }
 }
 
@@ -258,8 +290,22 @@ unsafe extern "C-unwind" fn plan_path(
         (*cscan).scan.plan.targetlist = tlist;
         (*cscan).scan.plan.qual = pg_sys::extract_actual_clauses(kept, false);
         (*cscan).scan.scanrelid = (*rel).relid;
-        (*cscan).custom_exprs = pg_sys::lappend(std::ptr::null_mut(), found.key_value as *mut std::ffi::c_void);
-        (*cscan).custom_private = pg_sys::lappend(pg_sys::list_copy((*best_path).custom_private), pg_sys::makeInteger(found.any as i32) as *mut std::ffi::c_void);
+        // custom_exprs: the key (an array of keys), or the bounds; custom_private: the path's, how the keys
+        // are named, then each bound's strategy
+        let mut private = pg_sys::list_copy((*best_path).custom_private);
+        let mut exprs: *mut pg_sys::List = std::ptr::null_mut();
+        if !found.key_value.is_null() {
+            exprs = pg_sys::lappend(exprs, found.key_value as *mut std::ffi::c_void);
+            private = pg_sys::lappend(private, pg_sys::makeInteger(if found.any { KEY_LIST } else { ONE_KEY }) as *mut std::ffi::c_void);
+        } else {
+            private = pg_sys::lappend(private, pg_sys::makeInteger(KEY_RANGE) as *mut std::ffi::c_void);
+            for &(bound, strategy) in &found.bounds {
+                exprs = pg_sys::lappend(exprs, bound as *mut std::ffi::c_void);
+                private = pg_sys::lappend(private, pg_sys::makeInteger(strategy as i32) as *mut std::ffi::c_void);
+            }
+        }
+        (*cscan).custom_exprs = exprs;
+        (*cscan).custom_private = private;
         (*cscan).methods = &SCAN_METHODS.0;
         cscan as *mut pg_sys::Plan
     }
@@ -274,8 +320,10 @@ struct LookupNode {
     branch: i32,
     key: *mut pg_sys::ExprState,
     key_type: pg_sys::Oid,
-    /// the key expression is an array of keys (`key = ANY(...)`, an IN list)
-    any: bool,
+    /// how the keys are named: ONE_KEY, KEY_LIST (`key` is an array of keys) or KEY_RANGE (`bounds`)
+    mode: i32,
+    /// KEY_RANGE: each bound, and its strategy with the key on the left
+    bounds: Option<Vec<(*mut pg_sys::ExprState, u16)>>,
     /// the keys the statement names, each once, as the cache keeps them and as datums (in the query's
     /// memory); None until the first row is asked for
     keys: Option<Vec<(overlay::Key, pg_sys::Datum)>>,
@@ -303,7 +351,8 @@ unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut
         (*node).css.methods = &EXEC_METHODS.0;
         (*node).tabno = int_at((*cscan).custom_private, 0);
         (*node).branch = int_at((*cscan).custom_private, 2);
-        (*node).any = int_at((*cscan).custom_private, 4) != 0;
+        (*node).mode = int_at((*cscan).custom_private, 4);
+        std::ptr::write(std::ptr::addr_of_mut!((*node).bounds), None);
         std::ptr::write(std::ptr::addr_of_mut!((*node).pending), None);
         std::ptr::write(std::ptr::addr_of_mut!((*node).keys), None);
         std::ptr::write(std::ptr::addr_of_mut!((*node).cache), overlay::ScanCache::none());
@@ -317,6 +366,15 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let n = node as *mut LookupNode;
         let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
         let expr = pg_sys::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
+        if (*n).mode == KEY_RANGE {
+            let bounds = (0..(*(*cscan).custom_exprs).length)
+                .map(|i| {
+                    let bound = pg_sys::list_nth((*cscan).custom_exprs, i) as *mut pg_sys::Expr;
+                    (pg_sys::ExecInitExpr(bound, node as *mut pg_sys::PlanState), int_at((*cscan).custom_private, 5 + i) as u16)
+                })
+                .collect();
+            (*n).bounds = Some(bounds);
+        }
         (*n).key_type = pg_sys::exprType(expr as *mut pg_sys::Node);
         (*n).key = pg_sys::ExecInitExpr(expr, node as *mut pg_sys::PlanState);
         let rel = (*node).ss.ss_currentRelation;
@@ -367,7 +425,7 @@ unsafe fn keys_named(n: *mut LookupNode) -> Vec<(overlay::Key, pg_sys::Datum)> {
         if isnull {
             return Vec::new();
         }
-        if !(*n).any {
+        if (*n).mode == ONE_KEY {
             return vec![key_of((*n).key_type, d, n)];
         }
         let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
@@ -414,9 +472,40 @@ unsafe fn key_of(typ: pg_sys::Oid, d: pg_sys::Datum, n: *mut LookupNode) -> (ove
     }
 }
 
+/// The integer keys the bounds leave, lo..=hi (None: none, a bound is NULL or they exclude each other).
+unsafe fn key_range(n: *mut LookupNode) -> Option<(i64, i64)> {
+    unsafe {
+        let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        for &(bound, strategy) in (*n).bounds.as_deref().unwrap_or_default() {
+            let mut isnull = false;
+            let d = pg_sys::ExecEvalExprSwitchContext(bound, (*n).css.ss.ps.ps_ExprContext, &mut isnull);
+            if isnull {
+                return None;
+            }
+            let v = match pg_sys::exprType((*bound).expr as *mut pg_sys::Node) {
+                pg_sys::INT2OID => d.value() as i16 as i64,
+                pg_sys::INT4OID => d.value() as i32 as i64,
+                _ => d.value() as i64,
+            };
+            match strategy as u32 {
+                pg_sys::BTLessStrategyNumber => hi = hi.min(v.checked_sub(1)?),
+                pg_sys::BTLessEqualStrategyNumber => hi = hi.min(v),
+                pg_sys::BTGreaterEqualStrategyNumber => lo = lo.max(v),
+                _ => lo = lo.max(v.checked_add(1)?),
+            }
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+}
+
 /// The keys' before-images, from the overlay cache (in history's order per key, popped from the end).
 unsafe fn before_images(n: *mut LookupNode) -> Vec<u64> {
     unsafe {
+        if (*n).mode == KEY_RANGE {
+            let mut tids = key_range(n).map(|(lo, hi)| overlay::ScanCache::none().history_rows_in((*n).tabno, lo, hi)).unwrap_or_default();
+            tids.reverse();
+            return tids;
+        }
         let mut tids = Vec::new();
         for (key, _) in keys_named(n) {
             tids.extend(match key {
@@ -551,6 +640,8 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
         std::ptr::write(std::ptr::addr_of_mut!((*n).pending), None);
         std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).keys));
         std::ptr::write(std::ptr::addr_of_mut!((*n).keys), None);
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).bounds));
+        std::ptr::write(std::ptr::addr_of_mut!((*n).bounds), None);
         std::ptr::drop_in_place(std::ptr::addr_of_mut!((*n).cache));
         std::ptr::write(std::ptr::addr_of_mut!((*n).cache), overlay::ScanCache::none());
     }
