@@ -31,6 +31,17 @@ SET worlds.world = w;
 -- the world sees main as of its fork: every row, none of main's later values
 SELECT count(*), count(*) FILTER (WHERE v = 'main') AS main_values, sum(id) FROM n;
 SELECT id, v FROM n WHERE id IN (3, 7, 21, 5000) ORDER BY id;
+-- IN lists on main's index scan read main's before-images of the listed keys only (each key once, NULLs
+-- match nothing)
+SET enable_bitmapscan = off;
+SELECT id, v FROM n WHERE id IN (3, 3, 7, NULL, 21) ORDER BY id;
+SELECT id, v FROM n WHERE id = ANY ('{}'::int[]);
+SELECT id, v FROM n WHERE id IN (3, 7, 21) AND id > 5 ORDER BY id;
+PREPARE any_n(int[]) AS SELECT id, v FROM n WHERE id = ANY ($1) ORDER BY id;
+EXECUTE any_n('{6, 7, 5000}');
+EXPLAIN (COSTS OFF) EXECUTE any_n('{6, 7, 5000}');
+DEALLOCATE any_n;
+RESET enable_bitmapscan;
 SELECT id, v FROM n WHERE id BETWEEN 19 AND 22 ORDER BY id;
 SELECT count(*), count(*) FILTER (WHERE v = 'main') AS main_values FROM s;
 SELECT code, v FROM s WHERE code IN ('k3', 'k7', 'k13') ORDER BY code;

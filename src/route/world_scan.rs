@@ -630,8 +630,8 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         let (mut delta, history) = run.cache.rows_beyond_main(run.tabno);
         let keys = index_keys(run.child, run.key_attno);
         // main's scan is on a key range where the world has no version of any key: no delta row can match
-        if let Some((lo, hi)) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
-            if delta && run.cache.chain_has_keys_in(run.tabno, lo, hi) == Some(false) {
+        if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
+            if delta && ranges.iter().all(|&(lo, hi)| run.cache.chain_has_keys_in(run.tabno, lo, hi) == Some(false)) {
                 delta = false;
             }
         }
@@ -685,12 +685,14 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             };
             if !side.is_delta {
                 // main's before-images, where the cache says they are (history has no index on the key):
-                // those in main's key range when its scan is on one, else all it picked
-                let (lo, hi) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)).unwrap_or((i64::MIN, i64::MAX));
-                for place in run.cache.history_rows_in(run.tabno, lo, hi) {
-                    let mut tid = overlay::unpack_tid(place);
-                    if pg_sys::table_tuple_fetch_row_version(side.rel, &mut tid, snapshot, side.slot) {
-                        consider(side.slot);
+                // those in main's key ranges when its scan is on some, else all it picked
+                let ranges = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)).unwrap_or_else(|| vec![(i64::MIN, i64::MAX)]);
+                for (lo, hi) in ranges {
+                    for place in run.cache.history_rows_in(run.tabno, lo, hi) {
+                        let mut tid = overlay::unpack_tid(place);
+                        if pg_sys::table_tuple_fetch_row_version(side.rel, &mut tid, snapshot, side.slot) {
+                            consider(side.slot);
+                        }
                     }
                 }
                 pg_sys::ExecClearTuple(side.slot);
@@ -791,18 +793,28 @@ unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: boo
     }
 }
 
-/// The key range [lo, hi] main's index scan keys select, when they are plain comparisons of integers.
-unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> Option<(i64, i64)> {
+/// The key ranges main's index scan keys select, when they are plain comparisons of integers: one range
+/// [lo, hi], or for `key = ANY(...)` (an IN list) one range per listed key, each once.
+unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> Option<Vec<(i64, i64)>> {
     unsafe {
         if *(*index).rd_opfamily != pg_sys::INTEGER_BTREE_FAM_OID {
             return None;
         }
         let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        let mut listed: Option<Vec<i64>> = None;
         for i in 0..n as usize {
             let k = &*keys.add(i);
-            let odd = pg_sys::SK_ISNULL | pg_sys::SK_ROW_HEADER | pg_sys::SK_SEARCHARRAY | pg_sys::SK_SEARCHNULL | pg_sys::SK_SEARCHNOTNULL;
-            if k.sk_flags as u32 & odd != 0 {
+            let odd = pg_sys::SK_ISNULL | pg_sys::SK_ROW_HEADER | pg_sys::SK_SEARCHNULL | pg_sys::SK_SEARCHNOTNULL;
+            let flags = k.sk_flags as u32;
+            if flags & odd != 0 {
                 return None;
+            }
+            if flags & pg_sys::SK_SEARCHARRAY != 0 {
+                if k.sk_strategy as u32 != pg_sys::BTEqualStrategyNumber || listed.is_some() {
+                    return None;
+                }
+                listed = Some(array_of_integers(k.sk_argument)?);
+                continue;
             }
             // int2, int4 and int8 datums all hold the value sign-extended
             let v = k.sk_argument.value() as i64;
@@ -818,7 +830,39 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
                 _ => return None,
             }
         }
-        Some((lo, hi))
+        Some(match listed {
+            None => vec![(lo, hi)],
+            Some(keys) => keys.into_iter().filter(|k| (lo..=hi).contains(k)).map(|k| (k, k)).collect(),
+        })
+    }
+}
+
+/// The non-null elements of an int2, int4 or int8 array, sorted, each once.
+unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
+    unsafe {
+        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let elem = (*array).elemtype;
+        if !matches!(elem, pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
+            return None;
+        }
+        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
+        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
+        let mut keys: Vec<i64> = (0..count as usize)
+            .filter(|&i| !*nulls.add(i))
+            .map(|i| {
+                let v = *values.add(i);
+                match elem {
+                    pg_sys::INT2OID => v.value() as i16 as i64,
+                    pg_sys::INT4OID => v.value() as i32 as i64,
+                    _ => v.value() as i64,
+                }
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Some(keys)
     }
 }
 
