@@ -42,6 +42,10 @@ EXECUTE any_n('{6, 7, 5000}');
 EXPLAIN (COSTS OFF) EXECUTE any_n('{6, 7, 5000}');
 DEALLOCATE any_n;
 RESET enable_bitmapscan;
+-- ... and on main's bitmap scan of the key's index
+SELECT id, v FROM n WHERE id IN (3, 3, 7, NULL, 21) ORDER BY id;
+SELECT id, v FROM n WHERE id IN (3, 7, 21) AND id > 5 ORDER BY id;
+EXPLAIN (COSTS OFF) SELECT id, v FROM n WHERE id IN (3, 7, 21);
 SELECT id, v FROM n WHERE id BETWEEN 19 AND 22 ORDER BY id;
 SELECT count(*), count(*) FILTER (WHERE v = 'main') AS main_values FROM s;
 SELECT code, v FROM s WHERE code IN ('k3', 'k7', 'k13') ORDER BY code;

@@ -726,9 +726,27 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
     }
 }
 
-/// main's scan keys, when its scan is an index scan on the key column alone: (index, keys, how many).
+/// main's scan keys, when its scan is an index scan on the key column alone, or a bitmap heap scan of one
+/// such index scan: (index, keys, how many).
 unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(pg_sys::Relation, pg_sys::ScanKey, i32)> {
     unsafe {
+        if (*child).type_ == pg_sys::NodeTag::T_BitmapHeapScanState {
+            let inner = (*child).lefttree;
+            if inner.is_null() || (*inner).type_ != pg_sys::NodeTag::T_BitmapIndexScanState {
+                return None; // a BitmapAnd / BitmapOr of several
+            }
+            let biss = inner as *mut pg_sys::BitmapIndexScanState;
+            let index = (*biss).biss_RelationDesc;
+            if index.is_null()
+                || (*(*index).rd_index).indnatts != 1
+                || *(*(*index).rd_index).indkey.values.as_ptr() as i32 != key_attno
+                // keys from a nested loop's outer row are filled when the bitmap is built: not yet known
+                || ((*biss).biss_NumRuntimeKeys != 0 && !(*biss).biss_RuntimeKeysReady)
+            {
+                return None;
+            }
+            return Some((index, (*biss).biss_ScanKeys, (*biss).biss_NumScanKeys));
+        }
         if (*child).type_ != pg_sys::NodeTag::T_IndexScanState {
             return None;
         }
