@@ -200,9 +200,9 @@ setup_instr() {
   command -v valgrind >/dev/null || { echo "bench: valgrind is missing (scripts/setup.sh installs it)" >&2; return 1; }
   stop_cluster $INSTR; rm -rf "$(cluster_dir $INSTR)"
   start_cluster $INSTR yes
-  local dir; dir=$(cluster_dir $INSTR)
-  $PGBIN/pgbench -h "$dir/sock" -p "$(cat "$dir/port")" -U postgres -i -q -s $SCALE postgres >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; return 1; }
-  psql_in $INSTR -qAt -c "create extension pg_worlds" -c "checkpoint" >/dev/null
+  CLUSTER=$INSTR pgbench_in -i -q -s $SCALE postgres >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; return 1; }
+  CLUSTER=$INSTR track postgres
+  CLUSTER=$INSTR sql postgres -c "checkpoint"
   stop_cluster $INSTR
   python3 - "$WORK" $INSTR_TX $SCALE <<'PY'
 import random, sys
@@ -267,15 +267,8 @@ setup_instr_reads() {
   command -v valgrind >/dev/null || { echo "bench: valgrind is missing (scripts/setup.sh installs it)" >&2; return 1; }
   stop_cluster $INSTR_READS; rm -rf "$(cluster_dir $INSTR_READS)"
   start_cluster $INSTR_READS yes
-  psql_in $INSTR_READS -qAt -c "set client_min_messages = warning" \
-    -c "create table items (id int primary key, name text, price int)" \
-    -c "insert into items select g, 'item ' || g, g % 1000 from generate_series(1, $READ_ROWS) g" \
-    -c "create table orders (id int primary key, item_id int, qty int)" \
-    -c "insert into orders select g, 1 + (g::bigint * 7919) % $READ_ROWS, g % 10 from generate_series(1, $READ_ROWS) g" \
-    -c "create extension pg_worlds" -c "select worlds.create_world('w')" >/dev/null
-  psql_in $INSTR_READS -qAt -c "set worlds.world = 'w'" -c "update items set price = price + 1 where id % 100 = 0" \
-    -c "update orders set qty = qty + 1 where id % 100 = 0" >/dev/null
-  psql_in $INSTR_READS -qAt -c "vacuum analyze" -c "checkpoint" >/dev/null
+  CLUSTER=$INSTR_READS load_reads postgres
+  CLUSTER=$INSTR_READS sql postgres -c "checkpoint"
   stop_cluster $INSTR_READS
   local q
   for q in $P2_QUERIES; do
@@ -315,16 +308,21 @@ declare -A QUERY=(
 declare -A SPAN=([point]=0 [range]=99 [join]=9 [count]=0)
 P2_QUERIES="point range join count"
 
+# load_reads DB: P2's tables, tracked, and world w with 1% of both changed
+load_reads() {
+  load_items "$1" $READ_ROWS
+  sql "$1" -c "create table orders (id int primary key, item_id int, qty int)" \
+    -c "insert into orders select g, 1 + (g::bigint * 7919) % $READ_ROWS, g % 10 from generate_series(1, $READ_ROWS) g"
+  track "$1"
+  sql "$1" -c "select worlds.create_world('w')" >/dev/null
+  sql "$1" -c "set worlds.world = 'w'" -c "update items set price = price + 1 where id % 100 = 0" \
+    -c "update orders set qty = qty + 1 where id % 100 = 0"
+  sql "$1" -c "vacuum analyze"
+}
+
 setup_reads() {
   fresh_db bench_reads
-  load_items bench_reads $READ_ROWS
-  sql bench_reads -c "create table orders (id int primary key, item_id int, qty int)" \
-    -c "insert into orders select g, 1 + (g::bigint * 7919) % $READ_ROWS, g % 10 from generate_series(1, $READ_ROWS) g"
-  track bench_reads
-  sql bench_reads -c "select worlds.create_world('w')" >/dev/null
-  sql bench_reads -c "set worlds.world = 'w'" -c "update items set price = price + 1 where id % 100 = 0" \
-    -c "update orders set qty = qty + 1 where id % 100 = 0"
-  sql bench_reads -c "vacuum analyze"
+  load_reads bench_reads
   touch "$WORK/reads_loaded"
   local q
   for q in $P2_QUERIES; do

@@ -1,5 +1,5 @@
 //! What pg_worlds' Custom Scans (route/world_scan.rs, route/history_lookup.rs) share: their method tables,
-//! kept as statics, and reading the integers of their private lists.
+//! kept as statics, reading the integers of their private lists, and reading keys out of datums.
 use pgrx::pg_sys;
 
 /// A method table Postgres keeps a pointer to.
@@ -58,4 +58,74 @@ pub const fn exec_methods(
 /// `list` is a list of Integer nodes with more than `n` members.
 pub unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
     unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
+}
+
+/// An int2, int4 or int8 datum as an i64; None for another type.
+pub fn integer_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> Option<i64> {
+    match typ {
+        pg_sys::INT2OID => Some(d.value() as i16 as i64),
+        pg_sys::INT4OID => Some(d.value() as i32 as i64),
+        pg_sys::INT8OID => Some(d.value() as i64),
+        _ => None,
+    }
+}
+
+/// The non-null elements of an array datum, and their type.
+///
+/// # Safety
+/// `d` is an array datum.
+pub unsafe fn array_elements(d: pg_sys::Datum) -> (pg_sys::Oid, Vec<pg_sys::Datum>) {
+    unsafe {
+        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let elem = (*array).elemtype;
+        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
+        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
+        let elements = (0..count as usize).filter(|&i| !*nulls.add(i)).map(|i| *values.add(i)).collect();
+        (elem, elements)
+    }
+}
+
+/// Narrows the integer key range `range` (lo, hi) by `key <strategy> v`, a btree strategy: false when no
+/// key can satisfy it (`< i64::MIN`, `> i64::MAX`), None for a strategy that isn't a comparison.
+pub fn narrow(range: &mut (i64, i64), strategy: u32, v: i64) -> Option<bool> {
+    let (lo, hi) = range;
+    match strategy {
+        pg_sys::BTLessStrategyNumber => match v.checked_sub(1) {
+            Some(v) => *hi = (*hi).min(v),
+            None => return Some(false),
+        },
+        pg_sys::BTLessEqualStrategyNumber => *hi = (*hi).min(v),
+        pg_sys::BTEqualStrategyNumber => {
+            *lo = (*lo).max(v);
+            *hi = (*hi).min(v);
+        }
+        pg_sys::BTGreaterEqualStrategyNumber => *lo = (*lo).max(v),
+        pg_sys::BTGreaterStrategyNumber => match v.checked_add(1) {
+            Some(v) => *lo = (*lo).max(v),
+            None => return Some(false),
+        },
+        _ => return None,
+    }
+    Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::narrow;
+    use pgrx::pg_sys;
+
+    #[test]
+    fn narrow_combines_bounds() {
+        let mut r = (i64::MIN, i64::MAX);
+        assert_eq!(narrow(&mut r, pg_sys::BTGreaterStrategyNumber, 5), Some(true));
+        assert_eq!(narrow(&mut r, pg_sys::BTLessEqualStrategyNumber, 9), Some(true));
+        assert_eq!(r, (6, 9));
+        assert_eq!(narrow(&mut r, pg_sys::BTEqualStrategyNumber, 7), Some(true));
+        assert_eq!(r, (7, 7));
+        assert_eq!(narrow(&mut r, pg_sys::BTLessStrategyNumber, i64::MIN), Some(false));
+        assert_eq!(narrow(&mut (0, 0), pg_sys::BTGreaterStrategyNumber, i64::MAX), Some(false));
+        assert_eq!(narrow(&mut (0, 0), 9, 1), None);
+    }
 }

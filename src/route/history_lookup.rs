@@ -19,7 +19,7 @@
 //! (`BETWEEN $1 AND $2`, `id > 7`): the history branch takes the before-images in that range from the
 //! cache's key order (the delta branch's key index serves a range as it is). The branch's own quals (the
 //! world's visibility test among them) still run on what is fetched.
-use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
+use super::custom_scan::{array_elements, exec_methods, int_at, integer_of, narrow, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -428,20 +428,13 @@ unsafe fn keys_named(n: *mut LookupNode) -> Vec<(overlay::Key, pg_sys::Datum)> {
         if (*n).mode == ONE_KEY {
             return vec![key_of((*n).key_type, d, n)];
         }
-        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let elem = (*array).elemtype;
-        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
-        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
-        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
-        let mut keys: Vec<(overlay::Key, pg_sys::Datum)> = Vec::with_capacity(count as usize);
-        for i in 0..count as usize {
-            if *nulls.add(i) {
-                continue;
-            }
-            let key = key_of(elem, *values.add(i), n);
-            // an IN list may name a key twice: its rows are returned once
-            if !keys.iter().any(|(k, _)| *k == key.0) {
+        let (elem, elements) = array_elements(d);
+        // an IN list may name a key twice: its rows are returned once
+        let mut seen = std::collections::HashSet::with_capacity(elements.len());
+        let mut keys: Vec<(overlay::Key, pg_sys::Datum)> = Vec::with_capacity(elements.len());
+        for element in elements {
+            let key = key_of(elem, element, n);
+            if seen.insert(key.0.clone()) {
                 keys.push(key);
             }
         }
@@ -453,48 +446,38 @@ unsafe fn keys_named(n: *mut LookupNode) -> Vec<(overlay::Key, pg_sys::Datum)> {
 /// scan reads it past this row's).
 unsafe fn key_of(typ: pg_sys::Oid, d: pg_sys::Datum, n: *mut LookupNode) -> (overlay::Key, pg_sys::Datum) {
     unsafe {
-        match typ {
-            pg_sys::INT2OID => (overlay::Key::I(d.value() as i16 as i64), d),
-            pg_sys::INT4OID => (overlay::Key::I(d.value() as i32 as i64), d),
-            pg_sys::INT8OID => (overlay::Key::I(d.value() as i64), d),
-            typ => {
-                let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
-                pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
-                let text = std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned();
-                let old = pg_sys::MemoryContextSwitchTo((*(*n).css.ss.ps.state).es_query_cxt);
-                let (mut len, mut by_val) = (0i16, false);
-                pg_sys::get_typlenbyval(typ, &mut len, &mut by_val);
-                let copy = storage::datum_copy(d, by_val, len as i32);
-                pg_sys::MemoryContextSwitchTo(old);
-                (overlay::Key::T(text), copy)
-            }
+        if let Some(k) = integer_of(typ, d) {
+            return (overlay::Key::I(k), d);
         }
+        let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
+        pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
+        let text = std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned();
+        let old = pg_sys::MemoryContextSwitchTo((*(*n).css.ss.ps.state).es_query_cxt);
+        let (mut len, mut by_val) = (0i16, false);
+        pg_sys::get_typlenbyval(typ, &mut len, &mut by_val);
+        let copy = storage::datum_copy(d, by_val, len as i32);
+        pg_sys::MemoryContextSwitchTo(old);
+        (overlay::Key::T(text), copy)
     }
 }
 
 /// The integer keys the bounds leave, lo..=hi (None: none, a bound is NULL or they exclude each other).
 unsafe fn key_range(n: *mut LookupNode) -> Option<(i64, i64)> {
     unsafe {
-        let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        let mut range = (i64::MIN, i64::MAX);
         for &(bound, strategy) in (*n).bounds.as_deref().unwrap_or_default() {
             let mut isnull = false;
             let d = pg_sys::ExecEvalExprSwitchContext(bound, (*n).css.ss.ps.ps_ExprContext, &mut isnull);
             if isnull {
                 return None;
             }
-            let v = match pg_sys::exprType((*bound).expr as *mut pg_sys::Node) {
-                pg_sys::INT2OID => d.value() as i16 as i64,
-                pg_sys::INT4OID => d.value() as i32 as i64,
-                _ => d.value() as i64,
-            };
-            match strategy as u32 {
-                pg_sys::BTLessStrategyNumber => hi = hi.min(v.checked_sub(1)?),
-                pg_sys::BTLessEqualStrategyNumber => hi = hi.min(v),
-                pg_sys::BTGreaterEqualStrategyNumber => lo = lo.max(v),
-                _ => lo = lo.max(v.checked_add(1)?),
+            // (a bound of an integer comparison: of an integer type)
+            let v = integer_of(pg_sys::exprType((*bound).expr as *mut pg_sys::Node), d)?;
+            if !narrow(&mut range, strategy as u32, v)? {
+                return None;
             }
         }
-        (lo <= hi).then_some((lo, hi))
+        (range.0 <= range.1).then_some(range)
     }
 }
 

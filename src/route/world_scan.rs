@@ -14,7 +14,7 @@
 //! One relation is planned where the overlay view gave a three-branch append: planning was about half the
 //! time of a point read in a world. Used for tables with one integer key column, without row-level
 //! security; other reads, and all writes, go through the overlay views.
-use super::custom_scan::{exec_methods, int_at, path_methods, scan_methods, Methods};
+use super::custom_scan::{array_elements, exec_methods, int_at, integer_of, narrow, path_methods, scan_methods, Methods};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -818,7 +818,7 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
         if *(*index).rd_opfamily != pg_sys::INTEGER_BTREE_FAM_OID {
             return None;
         }
-        let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+        let mut range = (i64::MIN, i64::MAX);
         let mut listed: Option<Vec<i64>> = None;
         for i in 0..n as usize {
             let k = &*keys.add(i);
@@ -835,19 +835,11 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
                 continue;
             }
             // int2, int4 and int8 datums all hold the value sign-extended
-            let v = k.sk_argument.value() as i64;
-            match k.sk_strategy as u32 {
-                pg_sys::BTLessStrategyNumber => hi = hi.min(v.checked_sub(1)?),
-                pg_sys::BTLessEqualStrategyNumber => hi = hi.min(v),
-                pg_sys::BTEqualStrategyNumber => {
-                    lo = lo.max(v);
-                    hi = hi.min(v);
-                }
-                pg_sys::BTGreaterEqualStrategyNumber => lo = lo.max(v),
-                pg_sys::BTGreaterStrategyNumber => lo = lo.max(v.checked_add(1)?),
-                _ => return None,
+            if !narrow(&mut range, k.sk_strategy as u32, k.sk_argument.value() as i64)? {
+                return Some(Vec::new());
             }
         }
+        let (lo, hi) = range;
         Some(match listed {
             None => vec![(lo, hi)],
             Some(keys) => keys.into_iter().filter(|k| (lo..=hi).contains(k)).map(|k| (k, k)).collect(),
@@ -858,26 +850,8 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
 /// The non-null elements of an int2, int4 or int8 array, sorted, each once.
 unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
     unsafe {
-        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let elem = (*array).elemtype;
-        if !matches!(elem, pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
-            return None;
-        }
-        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
-        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
-        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
-        let mut keys: Vec<i64> = (0..count as usize)
-            .filter(|&i| !*nulls.add(i))
-            .map(|i| {
-                let v = *values.add(i);
-                match elem {
-                    pg_sys::INT2OID => v.value() as i16 as i64,
-                    pg_sys::INT4OID => v.value() as i32 as i64,
-                    _ => v.value() as i64,
-                }
-            })
-            .collect();
+        let (elem, elements) = array_elements(d);
+        let mut keys = elements.into_iter().map(|e| integer_of(elem, e)).collect::<Option<Vec<i64>>>()?;
         keys.sort_unstable();
         keys.dedup();
         Some(keys)

@@ -185,8 +185,7 @@ unsafe fn write_entry(
             row_values[H_NEW_TID] = pg_sys::Datum::from(&mut (*new_tuple).t_self as *mut pg_sys::ItemPointerData);
             row_nulls[H_NEW_TID] = false;
         }
-        let src = MERGE_SOURCE.with(|s| s.borrow().clone());
-        if let Some(src) = &src {
+        if let Some(src) = MERGE_SOURCE.with(|s| s.borrow().clone()) {
             row_values[H_SRC] = pgrx::IntoDatum::into_datum(src.as_str()).unwrap();
             row_nulls[H_SRC] = false;
         }
