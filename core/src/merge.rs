@@ -85,9 +85,13 @@ pub fn changed_columns(a: Option<&Value>, b: Option<&Value>) -> Vec<String> {
 
 pub fn decide(base: Option<&Value>, ours: Option<&Value>, theirs: Option<&Value>, settle: &Settle) -> Decision {
     let apply = |row: Option<&Value>, outcome| Decision { outcome, result: row.cloned() };
-    // the parent didn't change it, or both sides made the same change: ours goes in as it is
-    if theirs == base || ours == theirs {
+    // the parent didn't change it: ours goes in as it is
+    if theirs == base {
         return apply(ours, Outcome::Apply);
+    }
+    // both deleted it: nothing is left to disagree on
+    if ours.is_none() && theirs.is_none() {
+        return apply(None, Outcome::Apply);
     }
     // the world didn't change it (only possible for rows listed explicitly): the parent's stays
     if ours == base {
@@ -106,7 +110,9 @@ pub fn decide(base: Option<&Value>, ours: Option<&Value>, theirs: Option<&Value>
     if settle.by_columns {
         if let (Some(_), Some(o), Some(t)) = (base, ours, theirs) {
             let (o, t) = (o.as_object().unwrap(), t.as_object().unwrap());
-            let both: Vec<&String> = ours_cols.iter().filter(|c| theirs_cols.contains(c) && o.get(*c) != t.get(*c)).collect();
+            // a column both changed conflicts even when both wrote the same value: each side decided on the
+            // base's value, and taking one of them would lose the other's update (as two v = v - 25 would)
+            let both: Vec<&String> = ours_cols.iter().filter(|c| theirs_cols.contains(c)).collect();
             if both.is_empty() {
                 let mut merged = t.clone();
                 for c in &ours_cols {
@@ -172,9 +178,19 @@ mod tests {
     }
 
     #[test]
-    fn same_change_both_sides_is_no_conflict() {
-        let r = d(Some(json!({"id":1,"s":"a"})), Some(json!({"id":1,"s":"b"})), Some(json!({"id":1,"s":"b"})), Settle::default());
-        assert_eq!(r.outcome, Outcome::Apply);
+    fn same_change_both_sides_conflicts() {
+        // both sides ran v = v - 25 on 1000: taking either 975 would lose the other's update
+        let r = d(Some(json!({"id":1,"v":1000})), Some(json!({"id":1,"v":975})), Some(json!({"id":1,"v":975})), Settle::default());
+        assert_eq!(r.outcome, Outcome::Conflict("this world changed v; the parent changed v".into()));
+        let s = Settle { by_columns: true, ..Default::default() };
+        let c = d(Some(json!({"id":1,"v":1000,"n":"a"})), Some(json!({"id":1,"v":975,"n":"a"})), Some(json!({"id":1,"v":975,"n":"b"})), s);
+        assert!(matches!(c.outcome, Outcome::Conflict(_)));
+        // both added the same row: a clash, not one row
+        let i = d(None, Some(json!({"id":1,"v":1})), Some(json!({"id":1,"v":1})), Settle::default());
+        assert!(matches!(i.outcome, Outcome::Conflict(_)));
+        // both deleted it: nothing to disagree on
+        let del = d(Some(json!({"id":1})), None, None, Settle::default());
+        assert_eq!((del.outcome, del.result), (Outcome::Apply, None));
     }
 
     #[test]
@@ -260,8 +276,11 @@ mod tests {
     /// The reference: the result row, or None for no row / a conflict (conflicts compared by result None
     /// and checked separately above).
     fn reference(base: &Option<Value>, ours: &Option<Value>, theirs: &Option<Value>, s: &Settle) -> Option<Value> {
-        if theirs == base || ours == theirs {
+        if theirs == base {
             return ours.clone();
+        }
+        if ours.is_none() && theirs.is_none() {
+            return None;
         }
         if ours == base {
             return theirs.clone();
@@ -279,7 +298,7 @@ mod tests {
                 let mut ok = true;
                 for (k, bv) in b.as_object().unwrap() {
                     let (ov, tv) = (&o[k], &t[k]);
-                    if ov != bv && tv != bv && ov != tv {
+                    if ov != bv && tv != bv {
                         ok = false;
                     }
                     if ov != bv {
