@@ -82,7 +82,11 @@ BEGIN
              WHERE x.dropped IS NULL AND x.expires IS NOT NULL AND x.expires <= clock_timestamp()
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
              ORDER BY x.depth DESC LOOP
-        PERFORM worlds._lock_worlds();
+        -- never waits: this runs inside statements that already hold other locks (a merge holds its
+        -- worlds' write locks and main's rows), so a world that is busy, or a create or drop under way,
+        -- leaves the expiry to the next statement (docs/architecture.md, "Concurrency": the lock order)
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('pg_worlds: create world'));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(2092147, w.num);
         -- (asked again under the lock)
         CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)
                    OR (SELECT dropped IS NOT NULL FROM worlds.world x WHERE x.num = w.num);
@@ -99,6 +103,10 @@ BEGIN
     -- the world's write lock (storage/writes.rs): sessions writing it finish first, and their rows are
     -- freed with the rest; a write that comes after finds the world dropped (0A000)
     PERFORM pg_advisory_xact_lock(2092147, w.num);
+    -- (a merge that ended it, or a drop, got there first while this waited)
+    IF (SELECT x.dropped FROM worlds.world x WHERE x.num = w.num) IS NOT NULL THEN
+        RETURN;
+    END IF;
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     FOR t IN SELECT * FROM worlds.tables LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
@@ -151,6 +159,13 @@ BEGIN
         at := past.at;
     ELSE
         src := worlds._resolve(source);
+    END IF;
+    -- the source's row, key-share locked (as the new row's reference to it locks it): a merge that ends
+    -- the source locks it FOR UPDATE first, so either this fork waits and finds the source gone, or the
+    -- merge finds this fork and keeps the source open
+    IF (SELECT x.dropped FROM worlds.world x WHERE x.num = src.num FOR KEY SHARE) IS NOT NULL THEN
+        RAISE EXCEPTION 'world "%" does not exist', src.name USING ERRCODE = 'invalid_catalog_name',
+            DETAIL = 'It was merged or dropped while this CREATE WORLD waited.';
     END IF;
     IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = create_world.name AND w.dropped IS NULL) THEN
         RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
@@ -294,7 +309,14 @@ BEGIN
         RAISE EXCEPTION 'cannot drop world "%" because other worlds were forked from it: %', w.name, forks
             USING ERRCODE = 'dependent_objects_still_exist', HINT = 'Use DROP WORLD ... CASCADE to drop them too.';
     END IF;
-    -- it and every world forked from it, deepest first
+    -- the write locks of it and every world forked from it, in world-number order (the order every
+    -- statement takes them in), then each is discarded, deepest first
+    PERFORM pg_advisory_xact_lock(2092147, s.num) FROM (
+        WITH RECURSIVE sub AS (
+            SELECT x.num FROM worlds.world x WHERE x.num = w.num
+            UNION ALL
+            SELECT c.num FROM worlds.world c JOIN sub ON c.parent = sub.num WHERE c.dropped IS NULL)
+        SELECT sub.num FROM sub ORDER BY sub.num) s;
     FOR d IN WITH RECURSIVE sub AS (
                  SELECT * FROM worlds.world WHERE num = w.num
                  UNION ALL

@@ -21,6 +21,8 @@ use serde_json::Value;
 use std::collections::HashMap;
 use worlds_core::merge::{changed_columns, decide, Decision, Outcome, Pick, Settle};
 
+pub mod lock;
+
 /// A live world as the engine needs it.
 #[derive(Clone, Debug)]
 pub struct WorldRow {
@@ -153,7 +155,7 @@ pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-fn key_text_expr(layout: &Layout, alias: &str) -> String {
+pub(crate) fn key_text_expr(layout: &Layout, alias: &str) -> String {
     match layout.key_columns.len() {
         0 => format!("ROW({alias}.*)::text"),
         1 => format!("{alias}.{}::text", quote_ident(&layout.key_columns[0])),
@@ -1014,13 +1016,11 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // a world target is read and written through its overlay; main through its tables and history
         let target_world = world_by_num(target_num);
         let target_name = target_world.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| "main".into());
-        // serialize merges of this world and into its target
+        // the write locks of this world (its rows stay as they are while it merges) and of a world merged
+        // into, in world-number order (lock.rs: the order of all locks)
         // (a dry run changes nothing: it takes no lock, so it also runs in a read-only transaction)
         if !req.dry_run {
-            Spi::connect_mut(|c| {
-                c.update("SELECT num FROM worlds.world WHERE num IN ($1, $2) ORDER BY num FOR UPDATE", None, &[world.num.into(), target_num.into()])
-                    .ok();
-            });
+            lock::worlds(&[world.num, target_num]);
         }
         let world = resolve_again(&world);
         if let Some(v) = req.at_version {
@@ -1051,10 +1051,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .collect();
         layouts.retain(|l| world_touched(l, &world));
         if !req.dry_run && target_world.is_none() {
-            for l in &layouts {
-                let t = &l.table_name;
-                Spi::run(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")).ok();
-            }
+            // main's rows this world changed, held until commit; everything below reads on snapshots
+            // taken after they are held, so what is decided on is what is applied to
+            lock::keyless_tables(&layouts);
+            lock::main_rows(&layouts, world.num, lock::Hold::Write);
         }
         let resolve: HashMap<(pg_sys::Oid, String), Pick> =
             req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
@@ -1246,8 +1246,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // a whole merge into the parent (named with INTO or not) ends the world (unless worlds were
             // forked from it)
             Spi::connect_mut(|c| {
-                // (no fork of it made meanwhile: see worlds._lock_worlds)
-                c.update("SELECT worlds._lock_worlds()", None, &[]).ok();
+                // its row FOR UPDATE: a CREATE WORLD forking it key-share locks that row, so a fork under
+                // way is waited for (and seen below), and one that comes after waits and finds it gone
+                c.update("SELECT 1 FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
                 c.update(
                     "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
                        AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)",
@@ -1411,6 +1412,36 @@ fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, Box<pgrx::pg_sys::pa
                     CaughtError::ErrorReport(r) => CaughtError::PostgresError(r),
                     other => other,
                 }))
+            }
+        }
+    }
+}
+
+/// Runs f in a subtransaction, kept (its locks with it) when `keep` says so of what it returned, else
+/// rolled back; an error rolls it back and is raised again.
+pub(crate) fn in_subtransaction_keep<R>(f: impl FnOnce() -> R, keep: impl FnOnce(&R) -> bool) -> R {
+    unsafe {
+        let cxt = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = pgrx::PgTryBuilder::new(move || Ok(f())).catch_others(|e| Err(Box::new(e))).execute();
+        match outcome {
+            Ok(r) => {
+                if keep(&r) {
+                    pg_sys::ReleaseCurrentSubTransaction();
+                } else {
+                    pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                }
+                pg_sys::MemoryContextSwitchTo(cxt);
+                pg_sys::CurrentResourceOwner = owner;
+                r
+            }
+            Err(e) => {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                pg_sys::MemoryContextSwitchTo(cxt);
+                pg_sys::CurrentResourceOwner = owner;
+                e.rethrow()
             }
         }
     }
@@ -1801,6 +1832,9 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "main has no parent to rebase on");
         }
+        // its write lock and its parent's (a world parent doesn't move while this reads it), then its row
+        // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
+        lock::worlds(&[world.num, world.parent.unwrap_or(0)]);
         Spi::connect_mut(|c| {
             c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
         });
@@ -1828,6 +1862,15 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             }
         }
         let layouts = tracked_layouts();
+        if world.parent == Some(0) {
+            // main can't change the rows the world changed until the new fork point is set (FOR SHARE):
+            // what the rebase takes in of them is what main has at that point
+            let touched: Vec<std::rc::Rc<Layout>> = layouts.iter().filter(|l| world_touched(l, &world)).cloned().collect();
+            lock::main_rows(&touched, world.num, lock::Hold::Read);
+        }
+        // keys of the world's rows that main didn't have when read: main may add one before the new fork
+        // point is taken (no row to lock), which is checked after it
+        let mut absent: Vec<(std::rc::Rc<Layout>, String)> = Vec::new();
         let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
         let mut conflicts = Vec::new();
         // a world of a world: its base is the parent as of the fork, theirs the parent now
@@ -1840,6 +1883,9 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             }
             let mbc = merge_by_columns(l);
             for row in t.rows {
+                if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
+                    absent.push((l.clone(), row.key.clone()));
+                }
                 if l.key_kind == b'r' {
                     // a table without a key: the world's rows stay as they are; a row of main it removed
                     // that main changed since is a conflict, however it would be settled
@@ -1938,6 +1984,24 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             )
             .ok();
         });
+        for (l, key) in &absent {
+            // (a fresh snapshot, after the new fork point's: it sees every row that point sees)
+            let added = Spi::get_one_with_args::<bool>(
+                &format!("SELECT EXISTS (SELECT 1 FROM {} t WHERE {} = $1)", l.table_name, key_text_expr(l, "t")),
+                &[key.as_str().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if added {
+                raise_with(
+                    "40001",
+                    format!("rebasing {}: main added {}/{key} while the rebase ran; nothing was changed", world.name, short_name(&l.table_name)),
+                    None,
+                    Some("Run REBASE WORLD again.".into()),
+                );
+            }
+        }
         crate::storage::overlay::forget_all();
         refuse_duplicates_after_rebase(&world, &layouts);
         vec![serde_json::json!({ "tag": format!("REBASE {taken}") })]
