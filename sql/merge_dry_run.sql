@@ -77,7 +77,8 @@ COMMIT;
 UPDATE ro SET v = 'm' WHERE id = 1;
 SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
 FROM worlds.sql('merge world ro_w dry run') j;
--- a row both sides changed alike changes nothing
+-- a row both sides changed alike still conflicts: each side decided on the value at the fork, and taking
+-- one change for both would lose the other (two "v = v - 25" are not one)
 UPDATE ro SET v = 'w' WHERE id = 1;
 SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'outcome' AS outcome, j ->> 'detail' AS detail
 FROM worlds.sql('merge world ro_w dry run') j;
