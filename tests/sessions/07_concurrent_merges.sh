@@ -142,9 +142,10 @@ same_key() {
   q ${t}2 "update acct set v = $v2 where id = 90" >/dev/null
   when=$(at_once)
   if [ "$block" = yes ]; then
-    # holds ROW EXCLUSIVE on acct (and its row 99) until 2 s after WHEN; logged like the writer's updates
-    $PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "begin" -c "update acct set v = v + 1 where id = 99" \
-      -c "insert into mlog values (99)" -c "select pg_sleep_until('$when'::timestamptz + interval '2 s')" -c "commit" \
+    # holds acct 90 (FOR UPDATE, unchanged) until 2 s after WHEN: merges lock the rows they change, so both
+    # wait for it (a main transaction on other rows holds up no merge: check (b3))
+    $PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "begin" -c "select 1 from acct where id = 90 for update" \
+      -c "select pg_sleep_until('$when'::timestamptz + interval '2 s')" -c "commit" \
       >"$OUT/${t}block.out" 2>&1 &
     pb=$!
     sleep 0.3
@@ -194,6 +195,19 @@ same_key() {
 same_key s no 111111 222222
 echo "check (b2): the same, with both merges queued behind an open main transaction (the second runs after the first commits)"
 same_key t yes 333333 444444
+
+echo "check (b3): an open main transaction on other rows of the table holds up no merge (merges lock rows, not tables)"
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('nb3')" >/dev/null
+q nb3 "update acct set v = v + 5 where id = 91" >/dev/null
+$PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "begin" -c "update acct set v = v + 1 where id = 99" \
+  -c "insert into mlog values (99)" -c "select pg_sleep(8)" -c "commit" >"$OUT/nb3block.out" 2>&1 &
+pb=$!
+sleep 0.5
+expect "nb3: merged while main's transaction on acct 99 is open" "$(timeout 60 $PGBIN/psql "$CONN" -X -qAt -c "select worlds.merge('nb3')" 2>&1)" "MERGE 1"
+if kill -0 $pb 2>/dev/null; then echo "  ok   nb3: main's transaction was still open when the merge returned"; else bad "nb3: main's transaction ended before the merge returned (the merge waited for it?)"; fi
+wait $pb
+q main "update expect_v set v0 = v0 + 5 where id = 91" >/dev/null
+expect "nb3: acct consistent" "$(q main "$BADKEYS")" ""
 
 echo "check (c): two worlds each changing tables a and b (opposite orders), merged at once, 10 rounds, no deadlock"
 cat >"$OUT/writer2.sql" <<'SQL'
