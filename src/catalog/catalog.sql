@@ -45,7 +45,9 @@ CREATE TABLE worlds.tables (
     merge_by_columns boolean NOT NULL DEFAULT false,
     columns          text[],                 -- the table's column names by attnum at the last sync (renames)
     unsupported      text,                   -- why the table can't be used inside a world, or null
-    tracked_at       timestamptz NOT NULL DEFAULT now()  -- when tracking began (DIFF of moments: create table)
+    tracked_at       timestamptz NOT NULL DEFAULT now(), -- when tracking began (DIFF of moments: create table)
+    filenode         oid                     -- the table's relfilenode history's row positions point into
+                                             -- (a rewrite changes it: worlds._after_rewrite follows them)
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
 

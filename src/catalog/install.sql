@@ -13,8 +13,6 @@ ALTER TABLE worlds.event ALTER COLUMN seq SET DEFAULT worlds._next_seq();
 CREATE EVENT TRIGGER worlds_ddl ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE')
     EXECUTE FUNCTION worlds._on_ddl();
-CREATE EVENT TRIGGER worlds_rewrite ON table_rewrite
-    EXECUTE FUNCTION worlds._on_rewrite();
 CREATE EVENT TRIGGER worlds_drop ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION worlds._on_drop();

@@ -293,11 +293,11 @@ BEGIN
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'a_' || base);
 
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported, columns)
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported, columns, filenode)
     VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
             format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
             format('worlds_data.%I', 'v_' || base)::regclass, format('worlds_data.%I', 's_' || base)::regclass,
-            worlds._unsupported_reason(rel), worlds._column_names(rel))
+            worlds._unsupported_reason(rel), worlds._column_names(rel), (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel))
     RETURNING * INTO t;
     PERFORM worlds._build_overlay(t);
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
@@ -428,25 +428,69 @@ LANGUAGE sql STABLE AS $$
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
 $$;
 
--- Keeps generated storage in step with DDL on tracked tables (event trigger on ddl_command_end).
--- An ALTER TABLE that rewrites a tracked table (a type change that isn't binary-coercible, a volatile
--- default) gives every row of main a new physical position, and worlds see main as of their fork by
--- position (see docs/architecture.md): refused while live worlds exist, as VACUUM FULL and CLUSTER are.
-CREATE FUNCTION worlds._on_rewrite() RETURNS event_trigger
+-- A tracked table's rows moved to new positions: VACUUM FULL, CLUSTER, an ALTER TABLE that rewrites it,
+-- TRUNCATE, or pg_repack's swap of files. History and worlds' rows point at main's rows by position, so
+-- at the end of the transaction that moved them (storage/rewrite.rs finds it by the table's relfilenode)
+-- every position they hold is followed to where the row is now:
+--   * a key's current row (its last change made or kept it) -> that key's row's position now;
+--   * every other position (a version gone since) -> a position of its own that no row of main has
+--     (pages from 4,000,000,000 up), the same one wherever it appears, so history's chains stay whole.
+-- O(history of the table). A table without a key has no identity to follow its rows by: refused while
+-- a world lives (0A000), naming the table and the fix.
+CREATE FUNCTION worlds._after_rewrite(rel regclass) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    rel regclass := pg_event_trigger_table_rewrite_oid();
+    t worlds.tables;
+    k text;
+    kc text;
+    km text;
     live bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM worlds.tables WHERE relid = rel) THEN
+    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
-    IF live > 0 THEN
-        RAISE EXCEPTION '% would rewrite table %, moving its rows, which the % live world(s) of this database read by position', tg_tag, rel, live
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Merge or drop the worlds first. Changes that need no rewrite (a binary-coercible type, a constant default) work with worlds live.';
+    IF t.key_kind = 'r' THEN
+        SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
+        IF live > 0 THEN
+            RAISE EXCEPTION 'table % was rewritten (its rows moved), and it has no primary key by which the % live world(s) of this database can follow its rows; nothing was changed', rel, live
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Add a primary key to the table, or merge or drop the worlds first.';
+        END IF;
+    ELSE
+        SELECT string_agg(format('%I', c), ', '), string_agg(format('m.%I', c), ', '),
+               string_agg(format('m.%I = l.%I', c, c), ' AND ')
+          INTO k, kc, km FROM unnest(t.key_columns) c;
+        CREATE TEMP TABLE IF NOT EXISTS pg_worlds_tid_map (old tid PRIMARY KEY, new tid NOT NULL) ON COMMIT DROP;
+        TRUNCATE pg_worlds_tid_map;
+        -- each key's current row: where its last change left it, and where it is now
+        EXECUTE format(
+            'INSERT INTO pg_worlds_tid_map
+             SELECT l._w_new_tid, m.ctid FROM (SELECT DISTINCT ON (%1$s) %1$s, _w_new_tid FROM %2$s ORDER BY %1$s, _w_hseq DESC) l
+               JOIN ONLY %3$s m ON %4$s
+              WHERE l._w_new_tid IS NOT NULL', k, t.changes, t.relid, km);
+        -- every other position held: one of its own, no row's
+        EXECUTE format(
+            'INSERT INTO pg_worlds_tid_map
+             SELECT tid, format(''(%%s,%%s)'', 4000000000 + (n - 1) / 60000, (n - 1) %% 60000 + 1)::tid
+               FROM (SELECT tid, row_number() OVER () AS n FROM (
+                       SELECT _w_old_tid AS tid FROM %1$s UNION SELECT _w_new_tid FROM %1$s
+                       UNION SELECT _w_old_tid FROM %2$s UNION SELECT _w_new_tid FROM %2$s
+                       UNION SELECT _w_base_tid FROM %3$s) a
+                     WHERE tid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_worlds_tid_map x WHERE x.old = a.tid)) b',
+            t.history, t.inserts, t.delta);
+        FOREACH k IN ARRAY ARRAY[t.history::text, t.inserts::text] LOOP
+            EXECUTE format(
+                'UPDATE %s h SET _w_old_tid = coalesce((SELECT new FROM pg_worlds_tid_map WHERE old = h._w_old_tid), h._w_old_tid),
+                                 _w_new_tid = coalesce((SELECT new FROM pg_worlds_tid_map WHERE old = h._w_new_tid), h._w_new_tid)
+                  WHERE h._w_old_tid IS NOT NULL OR h._w_new_tid IS NOT NULL', k);
+        END LOOP;
+        EXECUTE format(
+            'UPDATE %s d SET _w_base_tid = (SELECT new FROM pg_worlds_tid_map WHERE old = d._w_base_tid) WHERE d._w_base_tid IS NOT NULL',
+            t.delta);
+        TRUNCATE pg_worlds_tid_map;
     END IF;
+    UPDATE worlds.tables SET filenode = (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel) WHERE relid = rel;
 END $$;
 
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger

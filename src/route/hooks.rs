@@ -1392,7 +1392,6 @@ unsafe extern "C-unwind" fn process_utility(
                 }
             }
             release_overlays_before_ddl((*pstmt).utilityStmt);
-            refuse_row_moves((*pstmt).utilityStmt);
         }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
@@ -1678,45 +1677,6 @@ unsafe fn take_merge_by_columns(stmt: *mut pg_sys::AlterTableStmt) -> bool {
             i -= 1;
         }
         (*stmt).cmds.is_null() || (*(*stmt).cmds).length == 0
-    }
-}
-
-/// VACUUM FULL and CLUSTER rewrite a table's rows to new positions without history, and worlds read main
-/// by position: refused while live worlds exist (plain VACUUM moves nothing and is fine).
-unsafe fn refuse_row_moves(stmt: *mut pg_sys::Node) {
-    unsafe {
-        let moves = match (*stmt).type_ {
-            pg_sys::NodeTag::T_ClusterStmt => true,
-            pg_sys::NodeTag::T_VacuumStmt => {
-                let v = stmt as *mut pg_sys::VacuumStmt;
-                let opts = (*v).options;
-                (*v).is_vacuumcmd
-                    && !opts.is_null()
-                    && (0..(*opts).length).any(|i| {
-                        let d = pg_sys::list_nth(opts, i) as *mut pg_sys::DefElem;
-                        let name = std::ffi::CStr::from_ptr((*d).defname).to_bytes();
-                        name == b"full" && ((*d).arg.is_null() || pg_sys::defGetBoolean(d))
-                    })
-            }
-            _ => false,
-        };
-        if !moves || !crate::storage::extension_installed() {
-            return;
-        }
-        let live = storage::as_internal(|| {
-            pgrx::Spi::get_one::<i64>("SELECT count(*) FROM worlds.world WHERE dropped IS NULL AND num <> 0")
-        })
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-        if live > 0 {
-            crate::api::raise_with(
-                "0A000",
-                format!("VACUUM FULL and CLUSTER move main's rows, which the {live} live world(s) of this database read by position"),
-                None,
-                Some("Merge or drop the worlds first, or use plain VACUUM.".into()),
-            );
-        }
     }
 }
 

@@ -18,6 +18,7 @@ pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
 pub mod overlay;
+pub mod rewrite;
 pub mod snapshot_spi;
 pub mod writes;
 
@@ -396,6 +397,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // on the table or its storage, an index added, tracking changed): autovacuum invalidates tracked
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
+    rewrite::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             if relid == pg_sys::Oid::INVALID {
@@ -421,6 +423,8 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
 /// end): capture closes its relations before the overlay flushes its event rows.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    // (first: following a rewrite writes history, which capture then closes)
+    rewrite::on_xact(event);
     capture::on_xact(event);
     overlay::on_xact(event);
     crate::route::on_xact_end(event);

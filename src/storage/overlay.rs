@@ -119,9 +119,11 @@ pub(super) struct TableCache {
     hist_keys: std::collections::BTreeSet<(i64, u64)>,
     /// the same for a table with one text-keyed column (its key as text): what a key lookup looks up
     hist_text_keys: HashMap<String, Vec<u64>>,
-    /// the history relation's storage (relfilenode) the tids above point into: VACUUM FULL or CLUSTER of
-    /// it moves every row, and the main part is then read again
-    hist_file: u32,
+    /// the storage (relfilenodes) of the history relation and of main's table when the tids above were
+    /// read: VACUUM FULL or CLUSTER of history moves its rows, a rewrite of main moves main's and history's
+    /// positions with them (storage/rewrite.rs); either way the main part is read again
+    hist_file: (u32, u32),
+
 }
 
 /// The world part of a table's cache: the chain's version of each key. A scan holds the one that was current
@@ -646,10 +648,10 @@ fn validate(tabno: i32, gen: u64) {
             cache.world_num = world.num;
             cache.world_version = world.version;
         }
-        let file = history_file(&layout);
+        let file = (history_file(&layout), relation_file(layout.relid));
         if file != cache.hist_file {
             // history was rewritten (or this is the first read): the tids held point nowhere
-            if cache.hist_file != 0 {
+            if cache.hist_file != (0, 0) {
                 reset_main_part(&mut cache, &world.main_snapshot);
             }
             cache.hist_file = file;
@@ -837,8 +839,12 @@ pub fn text_keyed(layout: &Layout) -> bool {
 
 /// The relfilenode of the table's before-images, from the relcache (no catalog read when it is cached).
 fn history_file(layout: &Layout) -> u32 {
+    relation_file(layout.history)
+}
+
+fn relation_file(relid: pg_sys::Oid) -> u32 {
     unsafe {
-        let rel = pg_sys::RelationIdGetRelation(layout.history);
+        let rel = pg_sys::RelationIdGetRelation(relid);
         if rel.is_null() {
             return 0;
         }

@@ -1,0 +1,135 @@
+//! Physical reorganization of a tracked table: VACUUM FULL, CLUSTER, a rewriting ALTER TABLE, TRUNCATE
+//! and pg_repack (which swaps the table's file for a rebuilt copy in its own catalog update, with no
+//! utility statement to see). Each gives the table a new relfilenode and its rows new positions, and
+//! history and worlds' rows point at main's rows by position.
+//!
+//! Found the same way for all of them: a relcache invalidation names the table; at the end of the
+//! transaction (PRE_COMMIT, before anything is visible to others) its relfilenode is compared with the
+//! one `worlds.tables.filenode` recorded. When the transaction moved the rows, `worlds._after_rewrite`
+//! follows every position to where the row is now, in the same transaction (tracking.sql). A table
+//! without a key is refused there (0A000) while worlds live: the rewrite rolls back, nothing is lost.
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    /// relations invalidated since the last check (None inside: every relation)
+    static CANDIDATES: RefCell<Option<Vec<pg_sys::Oid>>> = const { RefCell::new(Some(Vec::new())) };
+    /// tracked table -> the relfilenode worlds.tables recorded for it, as last read
+    static RECORDED: RefCell<HashMap<pg_sys::Oid, u32>> = RefCell::new(HashMap::new());
+    static CHECKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// From the relcache callback: no catalog access here.
+pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
+    CANDIDATES.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            match (&mut *c, relid == pg_sys::Oid::INVALID) {
+                (_, true) => *c = None,
+                (Some(v), false) => {
+                    if !v.contains(&relid) && v.len() < 4096 {
+                        v.push(relid);
+                    } else if v.len() >= 4096 {
+                        *c = None;
+                    }
+                }
+                (None, false) => {}
+            }
+        }
+    });
+}
+
+fn relfilenode(relid: pg_sys::Oid) -> Option<u32> {
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return None;
+        }
+        let file = (*rel).rd_node.relNode.to_u32();
+        pg_sys::RelationClose(rel);
+        Some(file)
+    }
+}
+
+/// At PRE_COMMIT: follow the rows of every tracked table this transaction moved.
+pub fn on_xact(event: pg_sys::XactEvent::Type) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => {}
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            // (what an aborted transaction moved is moved back; what others moved is checked at the next commit)
+            return;
+        }
+        _ => return,
+    }
+    if event == XACT_EVENT_PARALLEL_PRE_COMMIT || CHECKING.with(|c| c.get()) {
+        return;
+    }
+    let empty = CANDIDATES.with(|c| c.borrow().as_ref().is_some_and(|v| v.is_empty()));
+    if empty {
+        return;
+    }
+    // a transaction that wrote nothing moved nothing (a rewrite assigns a transaction id)
+    if unsafe { pg_sys::GetCurrentTransactionIdIfAny() } == pg_sys::InvalidTransactionId || !super::extension_installed() {
+        CANDIDATES.with(|c| *c.borrow_mut() = Some(Vec::new()));
+        return;
+    }
+    let candidates = CANDIDATES.with(|c| c.replace(Some(Vec::new())));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CHECKING.with(|c| c.set(false));
+        }
+    }
+    CHECKING.with(|c| c.set(true));
+    let _reset = Reset;
+    // (the statement's snapshot is gone by the end of the transaction: queries here need one of their own)
+    struct Snap(bool);
+    impl Drop for Snap {
+        fn drop(&mut self) {
+            if self.0 {
+                unsafe { pg_sys::PopActiveSnapshot() };
+            }
+        }
+    }
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    let _snap = Snap(pushed);
+    let tracked = super::tracked_tables();
+    let relids: Vec<pg_sys::Oid> = match candidates {
+        Some(v) => v.into_iter().filter(|r| tracked.contains_key(r)).collect(),
+        None => tracked.keys().copied().collect(),
+    };
+    let moved: Vec<pg_sys::Oid> = relids
+        .into_iter()
+        .filter(|r| {
+            let Some(now) = relfilenode(*r) else { return false };
+            let known = RECORDED.with(|m| m.borrow().get(r).copied());
+            if known == Some(now) {
+                return false;
+            }
+            // (read again: another session's transaction may have followed it already)
+            let recorded = super::as_internal(|| {
+                Spi::get_one_with_args::<pg_sys::Oid>("SELECT filenode FROM worlds.tables WHERE relid = $1::oid::regclass", &[(*r).into()])
+            })
+            .ok()
+            .flatten()
+            .map(|o| o.to_u32());
+            if let Some(f) = recorded {
+                RECORDED.with(|m| m.borrow_mut().insert(*r, f));
+            }
+            recorded != Some(now)
+        })
+        .collect();
+    for r in moved {
+        super::as_internal(|| {
+            Spi::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
+                .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
+        });
+        if let Some(now) = relfilenode(r) {
+            RECORDED.with(|m| m.borrow_mut().insert(r, now));
+        }
+    }
+}
