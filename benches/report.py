@@ -63,6 +63,8 @@ FIGURES = [
      [("asof", "as_of()", "ms"), ("plain", "plain", "ms")]),
     ("P7", "P7 TPC-B in an old world (forked before main's own TPC-B ran) / in a fresh world", None, "x",
      [("old", "old", "tps"), ("fresh", "fresh", "tps")]),
+    ("P9", "P9 main's TPC-B while 4 sessions merge small worlds into main / while they write the same changes to main", (">=", 0.8), "x",
+     [("merging", "merging", "tps"), ("direct", "direct", "tps")]),
 ]
 
 

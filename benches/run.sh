@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The system benchmark suite: figures P1–P6 of the performance goals, each printed beside its goal.
+# The system benchmark suite: figures P1–P7 and P9 of the performance goals, each printed beside its goal.
 #
 #   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
 #                                        every figure 3 times (alternating the two sides of each ratio), prints
@@ -10,8 +10,9 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p1c,p2,p2c,p3,p6,p7        run only those groups of figures (p1c, p2c = P1, P2 counted in
-#                                        instructions; p3 = P3, P4 and P5; default all)
+#   --only p1,p1c,p2,p2c,p3,p6,p7,p9     run only those groups of figures (p1c, p2c = P1, P2 counted in
+#                                        instructions; p3 = P3, P4 and P5; p9 = main writing while worlds
+#                                        merge; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -20,14 +21,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p2c,p3,p6,p7
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p2c,p3,p6,p7,p9
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) MODE=smoke ;;
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p9]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -385,6 +386,59 @@ measure_p7() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P9
+# Main keeps writing while worlds merge: main's TPC-B (2 clients) while 4 other sessions loop, either
+# writing a 4-row change straight to main (direct) or forking a world, making the same change there and
+# merging it into main (merging); the sides alternate which runs first. A merge locks the rows it
+# applies, not the tables, so TPC-B should barely notice the difference (goal >= 0.8x).
+P9_SIDE_ROWS='\set a random(1, 100000 * :scale)
+\set b random(1, 100000 * :scale)
+\set c random(1, 100000 * :scale)
+\set d random(1, 100000 * :scale)'
+p9_scripts() {
+  cat >"$WORK/p9_direct.sql" <<SQL
+$P9_SIDE_ROWS
+begin;
+update pgbench_accounts set abalance = abalance - 1 where aid = :a;
+update pgbench_accounts set abalance = abalance + 1 where aid = :b;
+update pgbench_accounts set abalance = abalance - 1 where aid = :c;
+update pgbench_accounts set abalance = abalance + 1 where aid = :d;
+commit;
+SQL
+  cat >"$WORK/p9_merging.sql" <<SQL
+$P9_SIDE_ROWS
+\set n random(1, 2000000000)
+select worlds.create_world('p9_' || :client_id || '_' || :n);
+select set_config('worlds.world', 'p9_' || :client_id || '_' || :n, false);
+update pgbench_accounts set abalance = abalance - 1 where aid = :a;
+update pgbench_accounts set abalance = abalance + 1 where aid = :b;
+update pgbench_accounts set abalance = abalance - 1 where aid = :c;
+update pgbench_accounts set abalance = abalance + 1 where aid = :d;
+select set_config('worlds.world', 'main', false);
+select * from worlds.sql('merge world p9_' || :client_id || '_' || :n);
+SQL
+}
+p9_side() {  # p9_side direct|merging: main's TPC-B tps while the side's 4 sessions run
+  local side=$1 pid
+  pgbench_in -n -c 4 -j 1 -T $((T_BUSY + 2)) -f "$WORK/p9_$side.sql" bench_tpcb_tracked >"$WORK/p9_$side.log" 2>&1 &
+  pid=$!
+  sleep 1
+  bench main bench_tpcb_tracked -c 2 -j 2 -T $T_BUSY || { kill $pid 2>/dev/null; wait $pid; return 1; }
+  wait $pid || { echo "bench: P9's $side sessions failed:" >&2; tail -5 "$WORK/p9_$side.log" >&2; return 1; }
+  grep -q "^number of transactions actually processed: [1-9]" "$WORK/p9_$side.log" \
+    || { echo "bench: P9's $side sessions did nothing:" >&2; tail -5 "$WORK/p9_$side.log" >&2; return 1; }
+  tps
+}
+measure_p9() {
+  local rep m d
+  p9_scripts
+  for rep in $(seq $REPS); do
+    sql postgres -c checkpoint
+    if [ $((rep % 2)) -eq 1 ]; then m=$(p9_side merging); d=$(p9_side direct); else d=$(p9_side direct); m=$(p9_side merging); fi
+    pair P9 merging "$m" direct "$d"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -512,6 +566,7 @@ if want p2c; then group "P2pointi P2rangei P2joini P2counti" setup_instr_reads m
 if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi
 if want p7; then group "P7" setup_old_world measure_p7; fi
+if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi
