@@ -32,6 +32,11 @@ pub fn preloaded() -> bool {
 #[allow(non_snake_case)]
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // Postgres's own errors pass through pgrx's guards on their way out of our hooks; with RUST_BACKTRACE
+    // set in the server's environment, pgrx would capture a Rust backtrace into their DETAIL. Errors in
+    // main must read as stock Postgres's: no backtraces, whatever the environment (read once, before any
+    // capture; backends inherit it from the postmaster)
+    unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     guc::register();
     // Loaded by a CREATE FUNCTION or a call in a server that did not preload us: define the settings
     // (so SHOW works) but install nothing; CREATE EXTENSION then refuses with a hint.

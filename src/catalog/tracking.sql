@@ -442,7 +442,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     t worlds.tables;
     k text;
-    kc text;
     km text;
     live bigint;
 BEGIN
@@ -458,37 +457,40 @@ BEGIN
                       HINT = 'Add a primary key to the table, or merge or drop the worlds first.';
         END IF;
     ELSE
-        SELECT string_agg(format('%I', c), ', '), string_agg(format('m.%I', c), ', '),
+        SELECT string_agg(format('%I', c), ', '),
                string_agg(format('m.%I = l.%I', c, c), ' AND ')
-          INTO k, kc, km FROM unnest(t.key_columns) c;
-        CREATE TEMP TABLE IF NOT EXISTS pg_worlds_tid_map (old tid PRIMARY KEY, new tid NOT NULL) ON COMMIT DROP;
-        TRUNCATE pg_worlds_tid_map;
-        -- each key's current row: where its last change left it, and where it is now
+          INTO k, km FROM unnest(t.key_columns) c;
+        -- one statement, so one snapshot: the map is made once and every position is updated through it
+        -- (no temporary table: the session would gain a temp schema, and PREPARE TRANSACTION would refuse)
         EXECUTE format(
-            'INSERT INTO pg_worlds_tid_map
-             SELECT l._w_new_tid, m.ctid FROM (SELECT DISTINCT ON (%1$s) %1$s, _w_new_tid FROM %2$s ORDER BY %1$s, _w_hseq DESC) l
-               JOIN ONLY %3$s m ON %4$s
-              WHERE l._w_new_tid IS NOT NULL', k, t.changes, t.relid, km);
-        -- every other position held: one of its own, no row's
-        EXECUTE format(
-            'INSERT INTO pg_worlds_tid_map
-             SELECT tid, format(''(%%s,%%s)'', 4000000000 + (n - 1) / 60000, (n - 1) %% 60000 + 1)::tid
-               FROM (SELECT tid, row_number() OVER () AS n FROM (
-                       SELECT _w_old_tid AS tid FROM %1$s UNION SELECT _w_new_tid FROM %1$s
-                       UNION SELECT _w_old_tid FROM %2$s UNION SELECT _w_new_tid FROM %2$s
-                       UNION SELECT _w_base_tid FROM %3$s) a
-                     WHERE tid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_worlds_tid_map x WHERE x.old = a.tid)) b',
-            t.history, t.inserts, t.delta);
-        FOREACH k IN ARRAY ARRAY[t.history::text, t.inserts::text] LOOP
-            EXECUTE format(
-                'UPDATE %s h SET _w_old_tid = coalesce((SELECT new FROM pg_worlds_tid_map WHERE old = h._w_old_tid), h._w_old_tid),
-                                 _w_new_tid = coalesce((SELECT new FROM pg_worlds_tid_map WHERE old = h._w_new_tid), h._w_new_tid)
-                  WHERE h._w_old_tid IS NOT NULL OR h._w_new_tid IS NOT NULL', k);
-        END LOOP;
-        EXECUTE format(
-            'UPDATE %s d SET _w_base_tid = (SELECT new FROM pg_worlds_tid_map WHERE old = d._w_base_tid) WHERE d._w_base_tid IS NOT NULL',
-            t.delta);
-        TRUNCATE pg_worlds_tid_map;
+            'WITH cur AS (
+                 SELECT l._w_new_tid AS old, m.ctid AS new
+                   FROM (SELECT DISTINCT ON (%1$s) %1$s, _w_new_tid FROM %2$s ORDER BY %1$s, _w_hseq DESC) l
+                   JOIN ONLY %3$s m ON %4$s
+                  WHERE l._w_new_tid IS NOT NULL),
+             held AS (
+                 SELECT _w_old_tid AS tid FROM %5$s UNION SELECT _w_new_tid FROM %5$s
+                 UNION SELECT _w_old_tid FROM %6$s UNION SELECT _w_new_tid FROM %6$s
+                 UNION SELECT _w_base_tid FROM %7$s),
+             map AS MATERIALIZED (
+                 SELECT old, new FROM cur
+                 UNION ALL
+                 SELECT tid, format(''(%%s,%%s)'', 4000000000 + (n - 1) / 60000, (n - 1) %% 60000 + 1)::tid
+                   FROM (SELECT tid, row_number() OVER () AS n FROM held
+                          WHERE tid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.old = held.tid)) o),
+             h AS (UPDATE %5$s x SET _w_old_tid = coalesce(s.o, x._w_old_tid), _w_new_tid = coalesce(s.n, x._w_new_tid)
+                     FROM (SELECT y.ctid AS c, mo.new AS o, mn.new AS n FROM %5$s y
+                             LEFT JOIN map mo ON mo.old = y._w_old_tid LEFT JOIN map mn ON mn.old = y._w_new_tid
+                            WHERE y._w_old_tid IS NOT NULL OR y._w_new_tid IS NOT NULL) s
+                    WHERE x.ctid = s.c RETURNING 1),
+             i AS (UPDATE %6$s x SET _w_old_tid = coalesce(s.o, x._w_old_tid), _w_new_tid = coalesce(s.n, x._w_new_tid)
+                     FROM (SELECT y.ctid AS c, mo.new AS o, mn.new AS n FROM %6$s y
+                             LEFT JOIN map mo ON mo.old = y._w_old_tid LEFT JOIN map mn ON mn.old = y._w_new_tid
+                            WHERE y._w_old_tid IS NOT NULL OR y._w_new_tid IS NOT NULL) s
+                    WHERE x.ctid = s.c RETURNING 1),
+             d AS (UPDATE %7$s x SET _w_base_tid = m.new FROM map m WHERE m.old = x._w_base_tid RETURNING 1)
+             SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM i) + (SELECT count(*) FROM d)',
+            k, t.changes, t.relid, km, t.history, t.inserts, t.delta);
     END IF;
     UPDATE worlds.tables SET filenode = (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel) WHERE relid = rel;
 END $$;
@@ -638,8 +640,9 @@ BEGIN
         PERFORM worlds._drop_relation(t.overlay_nothing);
         PERFORM worlds._drop_relation(t.overlay);
         PERFORM worlds._drop_relation(t.delta);
+        -- (no invalidation of every relation: the table's own drop invalidates it, and that drops its
+        -- layout and the tracked-table maps in every backend)
         DELETE FROM worlds.tables WHERE tabno = t.tabno;
-        PERFORM worlds._tracking_changed(NULL);
     END LOOP;
 END $$;
 

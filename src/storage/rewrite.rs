@@ -97,12 +97,55 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     }
     let _snap = Snap(pushed);
-    let tracked = super::tracked_tables();
-    let relids: Vec<pg_sys::Oid> = match candidates {
-        Some(v) => v.into_iter().filter(|r| tracked.contains_key(r)).collect(),
-        None => tracked.keys().copied().collect(),
+    let moved: Vec<pg_sys::Oid> = match candidates {
+        // every relation was invalidated (DDL elsewhere, a full sinval queue): one query over the catalog
+        None => super::as_internal(|| {
+            Spi::connect(|c| {
+                c.select(
+                    "SELECT t.relid::oid FROM worlds.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid
+                      WHERE c.relfilenode IS DISTINCT FROM t.filenode",
+                    None,
+                    &[],
+                )
+                .map(|rows| rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten()).collect())
+                .unwrap_or_default()
+            })
+        }),
+        Some(v) => moved_of(v),
     };
-    let moved: Vec<pg_sys::Oid> = relids
+    for r in moved {
+        super::as_internal(|| {
+            Spi::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
+                .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
+        });
+        if let Some(now) = relfilenode(r) {
+            RECORDED.with(|m| m.borrow_mut().insert(r, now));
+        }
+    }
+}
+
+/// Of these invalidated relations, the tracked tables whose file isn't the one recorded.
+fn moved_of(candidates: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
+    let tracked = super::tracked_tables();
+    let relids: Vec<pg_sys::Oid> = candidates.into_iter().filter(|r| tracked.contains_key(r)).collect();
+    if relids.is_empty() {
+        return relids;
+    }
+    if RECORDED.with(|m| m.borrow().is_empty()) {
+        // first use in this backend: every table's recorded file in one query
+        let all: Vec<(pg_sys::Oid, u32)> = super::as_internal(|| {
+            Spi::connect(|c| {
+                c.select("SELECT relid::oid, filenode FROM worlds.tables WHERE filenode IS NOT NULL", None, &[])
+                    .map(|rows| {
+                        rows.filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?.to_u32())))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+        });
+        RECORDED.with(|m| m.borrow_mut().extend(all));
+    }
+    relids
         .into_iter()
         .filter(|r| {
             let Some(now) = relfilenode(*r) else { return false };
@@ -122,14 +165,5 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
             }
             recorded != Some(now)
         })
-        .collect();
-    for r in moved {
-        super::as_internal(|| {
-            Spi::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
-                .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
-        });
-        if let Some(now) = relfilenode(r) {
-            RECORDED.with(|m| m.borrow_mut().insert(r, now));
-        }
-    }
+        .collect()
 }
