@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 
 pub mod dump;
+pub mod members;
 
 extension_sql_file!("catalog.sql", name = "catalog", bootstrap);
 extension_sql_file!("tracking.sql", name = "tracking", requires = ["catalog"]);

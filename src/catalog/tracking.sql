@@ -32,7 +32,7 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(array_agg(a.attname::text ORDER BY k.ord), '{}')
     FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-    WHERE i.indrelid = rel AND i.indisprimary
+    WHERE i.indrelid = rel AND i.indisprimary AND k.ord <= i.indnkeyatts  -- (not its INCLUDE columns)
 $$;
 
 -- 'i' one integer column, 't' any other key, 'r' no key (the whole row)
@@ -304,8 +304,8 @@ BEGIN
     PERFORM worlds._sync_checks(t);
     PERFORM worlds._sync_owner(t);
 
-    EXECUTE format('CREATE TRIGGER worlds_capture AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION worlds._capture(%s)', rel, n);
-    EXECUTE format('CREATE TRIGGER worlds_capture_truncate BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION worlds._capture_truncate(%s)', rel, n);
+    -- internal triggers (catalog/members.rs): not the user's, so \d, pg_dump and DISABLE TRIGGER USER don't see them
+    PERFORM worlds._create_capture_triggers(rel, n, 'worlds._capture()'::regprocedure, 'worlds._capture_truncate()'::regprocedure);
     PERFORM worlds._tracking_changed(rel);
     RETURN t;
 END $$;
@@ -347,9 +347,20 @@ BEGIN
         PERFORM worlds._disown(dependent);
     END LOOP;
     IF EXISTS (SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass AND objid = rel AND deptype = 'e') THEN
-        EXECUTE format('ALTER EXTENSION pg_worlds DROP %s %s',
-                       CASE (SELECT relkind FROM pg_class WHERE oid = rel) WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, rel);
+        PERFORM worlds._drop_member(rel);
     END IF;
+END $$;
+
+-- The capture triggers on a table (internal ones, and the plain ones older versions made).
+CREATE FUNCTION worlds._drop_capture_triggers(rel regclass) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    tg name;
+BEGIN
+    FOR tg IN SELECT t.tgname FROM pg_trigger t
+              WHERE t.tgrelid = rel AND t.tgfoid IN ('worlds._capture()'::regprocedure, 'worlds._capture_truncate()'::regprocedure) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', tg, rel);
+    END LOOP;
 END $$;
 
 -- Drops one of pg_worlds' relations, if it is still there, with the views built on it (all released from
@@ -376,7 +387,7 @@ BEGIN
     FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c
              WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'v', 'S')
                AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') LOOP
-        EXECUTE format('ALTER EXTENSION pg_worlds ADD %s %s', CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, r.rel);
+        PERFORM worlds._add_member(r.rel);
     END LOOP;
 END $$;
 
@@ -401,8 +412,7 @@ CREATE FUNCTION worlds._drop_storage(t worlds.tables, drop_triggers boolean) RET
 LANGUAGE plpgsql SET client_min_messages = warning AS $$
 BEGIN
     IF drop_triggers THEN
-        EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture ON %s', t.relid);
-        EXECUTE format('DROP TRIGGER IF EXISTS worlds_capture_truncate ON %s', t.relid);
+        PERFORM worlds._drop_capture_triggers(t.relid);
     END IF;
     PERFORM worlds._drop_rows_twin(t);
     PERFORM worlds._drop_relation(t.overlay_nothing);
@@ -517,7 +527,8 @@ BEGIN
                         PERFORM worlds._capture_all_rows(wt, 'I') FROM worlds.tables wt WHERE wt.relid = cmd.objid;
                     END IF;
                 EXCEPTION WHEN OTHERS THEN
-                    RAISE WARNING 'pg_worlds could not track table %: %', cmd.objid::regclass, sqlerrm
+                    -- (in the server log: main's DDL answers as stock Postgres's does)
+                    RAISE LOG 'pg_worlds could not track table %: %', cmd.objid::regclass, sqlerrm
                         USING HINT = 'Worlds will not see this table; fix the cause and run SELECT worlds.track(...).';
                 END;
             END IF;

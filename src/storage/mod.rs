@@ -251,7 +251,8 @@ fn load_layout(tabno: i32) -> Layout {
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
-                                                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n))), '[]')
+                                                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n
+                                                 WHERE k.ord <= i.indnkeyatts))), '[]')
                                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                               WHERE i.indrelid = t.relid AND i.indisunique AND NOT i.indisprimary
                                 AND i.indpred IS NULL AND i.indexprs IS NULL AND NOT i.indnullsnotdistinct) AS uniques,

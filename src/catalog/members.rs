@@ -1,0 +1,93 @@
+//! What pg_worlds adds to the database must not show in main or change how main locks.
+//!
+//! - Generated storage belongs to the extension (pg_dump leaves it out; DROP EXTENSION takes it), recorded
+//!   as CREATE EXTENSION's script records its objects: a pg_depend row of type 'e', with the object's ACL
+//!   as its initial privileges. Not through ALTER EXTENSION ADD / DROP, which lock the extension itself
+//!   (15.20: ShareUpdateExclusiveLock, self-conflicting), so that every session's DDL on tracked tables
+//!   queued on one lock and deadlocked with the locks the DDL itself held.
+//! - Capture triggers are internal triggers (as foreign keys' are): psql's \d, pg_dump and
+//!   information_schema leave them out, and ALTER TABLE ... DISABLE TRIGGER USER doesn't reach them.
+use pgrx::prelude::*;
+
+fn extension_oid() -> pg_sys::Oid {
+    unsafe { pg_sys::get_extension_oid(c"pg_worlds".as_ptr(), false) }
+}
+
+fn address(class: pg_sys::Oid, object: pg_sys::Oid) -> pg_sys::ObjectAddress {
+    pg_sys::ObjectAddress { classId: class, objectId: object, objectSubId: 0 }
+}
+
+/// Makes the relation the extension's (no-op when it is already).
+#[pg_extern]
+fn _add_member(rel: pg_sys::Oid) {
+    unsafe {
+        let ext = extension_oid();
+        let object = address(pg_sys::RelationRelationId, rel);
+        if pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, rel) == ext {
+            return;
+        }
+        let extension = address(pg_sys::ExtensionRelationId, ext);
+        pg_sys::recordDependencyOn(&object, &extension, pg_sys::DependencyType::DEPENDENCY_EXTENSION);
+        pg_sys::recordExtObjInitPriv(rel, pg_sys::RelationRelationId);
+        pg_sys::CommandCounterIncrement();
+    }
+}
+
+/// Releases the relation from the extension, so pg_worlds may drop it.
+#[pg_extern]
+fn _drop_member(rel: pg_sys::Oid) {
+    unsafe {
+        let ext = extension_oid();
+        let n = pg_sys::deleteDependencyRecordsForSpecific(
+            pg_sys::RelationRelationId,
+            rel,
+            pg_sys::DependencyType::DEPENDENCY_EXTENSION as std::ffi::c_char,
+            pg_sys::ExtensionRelationId,
+            ext,
+        );
+        if n > 0 {
+            pg_sys::removeExtObjInitPriv(rel, pg_sys::RelationRelationId);
+        }
+        pg_sys::CommandCounterIncrement();
+    }
+}
+
+/// History capture's two triggers on a tracked table, internal: AFTER INSERT OR UPDATE OR DELETE FOR EACH
+/// ROW (worlds._capture(tabno)) and BEFORE TRUNCATE FOR EACH STATEMENT (worlds._capture_truncate(tabno)).
+#[pg_extern]
+fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, capture_truncate: pg_sys::Oid) {
+    unsafe {
+        for (name, func, row, timing, events) in [
+            (
+                c"worlds_capture",
+                capture,
+                true,
+                pg_sys::TRIGGER_TYPE_AFTER as i16,
+                (pg_sys::TRIGGER_TYPE_INSERT | pg_sys::TRIGGER_TYPE_UPDATE | pg_sys::TRIGGER_TYPE_DELETE) as i16,
+            ),
+            (c"worlds_capture_truncate", capture_truncate, false, pg_sys::TRIGGER_TYPE_BEFORE as i16, pg_sys::TRIGGER_TYPE_TRUNCATE as i16),
+        ] {
+            let mut stmt = PgBox::<pg_sys::CreateTrigStmt>::alloc_node(pg_sys::NodeTag::T_CreateTrigStmt);
+            stmt.trigname = pg_sys::pstrdup(name.as_ptr());
+            stmt.row = row;
+            stmt.timing = timing;
+            stmt.events = events;
+            let arg = std::ffi::CString::new(tabno.to_string()).unwrap();
+            stmt.args = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeString(pg_sys::pstrdup(arg.as_ptr())).cast());
+            pg_sys::CreateTrigger(
+                stmt.as_ptr(),
+                std::ptr::null(),
+                rel,
+                pg_sys::Oid::INVALID,
+                pg_sys::Oid::INVALID,
+                pg_sys::Oid::INVALID,
+                func,
+                pg_sys::Oid::INVALID,
+                std::ptr::null_mut(),
+                true,
+                false,
+            );
+        }
+        pg_sys::CommandCounterIncrement();
+    }
+}
