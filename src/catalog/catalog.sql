@@ -46,8 +46,10 @@ CREATE TABLE worlds.tables (
     columns          text[],                 -- the table's column names by attnum at the last sync (renames)
     unsupported      text,                   -- why the table can't be used inside a world, or null
     tracked_at       timestamptz NOT NULL DEFAULT now(), -- when tracking began (DIFF of moments: create table)
-    filenode         oid                     -- the table's relfilenode history's row positions point into
+    filenode         oid,                    -- the table's relfilenode history's row positions point into
                                              -- (a rewrite changes it: worlds._after_rewrite follows them)
+    shape            text                    -- worlds._shape at the last sync: an ALTER TABLE that leaves it
+                                             -- (SET (...), CLUSTER ON, ...) rebuilds nothing
 );
 CREATE SEQUENCE worlds.tables_tabno_seq START 1 OWNED BY worlds.tables.tabno;
 

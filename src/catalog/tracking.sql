@@ -35,6 +35,20 @@ LANGUAGE sql STABLE AS $$
     WHERE i.indrelid = rel AND i.indisprimary AND k.ord <= i.indnkeyatts  -- (not its INCLUDE columns)
 $$;
 
+-- What the storage and overlay views of a tracked table are built from: its columns, constraints, unique
+-- indexes, owner and row security. An ALTER TABLE that changes none of it needs no sync.
+CREATE FUNCTION worlds._shape(rel regclass) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(concat_ws(',', attnum, attname, atttypid, atttypmod, attnotnull, attisdropped, attgenerated, atthasdef), ';' ORDER BY attnum)
+           FROM pg_attribute WHERE attrelid = rel AND attnum > 0),
+        (SELECT string_agg(concat_ws(',', conname, contype, pg_get_constraintdef(oid)), ';' ORDER BY conname)
+           FROM pg_constraint WHERE conrelid = rel),
+        (SELECT string_agg(concat_ws(',', indexrelid, indisunique, indisprimary), ';' ORDER BY indexrelid)
+           FROM pg_index WHERE indrelid = rel),
+        (SELECT concat_ws(',', relowner, relrowsecurity, relforcerowsecurity, relkind, relpersistence) FROM pg_class WHERE oid = rel)))
+$$;
+
 -- 'i' one integer column, 't' any other key, 'r' no key (the whole row)
 CREATE FUNCTION worlds._key_kind(rel regclass, pk text[]) RETURNS "char"
 LANGUAGE sql STABLE AS $$
@@ -303,6 +317,7 @@ BEGIN
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
     PERFORM worlds._sync_checks(t);
     PERFORM worlds._sync_owner(t);
+    UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
 
     -- internal triggers (catalog/members.rs): not the user's, so \d, pg_dump and DISABLE TRIGGER USER don't see them
     PERFORM worlds._create_capture_triggers(rel, n, 'worlds._capture()'::regprocedure, 'worlds._capture_truncate()'::regprocedure);
@@ -535,6 +550,9 @@ BEGIN
         ELSIF cmd.command_tag = 'ALTER TABLE' THEN
             SELECT * INTO t FROM worlds.tables WHERE relid = cmd.objid;
             CONTINUE WHEN NOT FOUND;
+            -- nothing the storage is built from changed, and the overlay views are in place: nothing to do
+            CONTINUE WHEN t.shape IS NOT DISTINCT FROM worlds._shape(t.relid)
+                      AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = t.overlay AND x.attname = 'placeholder');
             -- renamed columns: rename them in history and delta too, so rows written before keep their values
             FOR a IN SELECT c.attname::text AS new_name, t.columns[c.attnum] AS old_name FROM pg_attribute c
                      WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
@@ -604,6 +622,7 @@ BEGIN
             SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
             PERFORM worlds._sync_checks(t);
             PERFORM worlds._sync_owner(t);
+            UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
             PERFORM worlds._tracking_changed(t.relid);
         END IF;
     END LOOP;

@@ -1546,7 +1546,20 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
             pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut())
         };
         match (*stmt).type_ {
-            pg_sys::NodeTag::T_AlterTableStmt => rels.push(lookup((*(stmt as *mut pg_sys::AlterTableStmt)).relation)),
+            // only what the overlay views would trip over (their columns): SET (...), constraints, ADD
+            // COLUMN and the like leave them in place (the DDL's end rebuilds them if the table's shape moved)
+            pg_sys::NodeTag::T_AlterTableStmt => {
+                let a = stmt as *mut pg_sys::AlterTableStmt;
+                let cmds = (*a).cmds;
+                let trips = !cmds.is_null()
+                    && (0..(*cmds).length).any(|i| {
+                        let c = pg_sys::list_nth(cmds, i) as *mut pg_sys::AlterTableCmd;
+                        matches!((*c).subtype, pg_sys::AlterTableType::AT_AlterColumnType | pg_sys::AlterTableType::AT_DropColumn)
+                    });
+                if trips {
+                    rels.push(lookup((*a).relation));
+                }
+            }
             pg_sys::NodeTag::T_DropStmt => {
                 let d = stmt as *mut pg_sys::DropStmt;
                 if (*d).removeType == pg_sys::ObjectType::OBJECT_TABLE && !(*d).objects.is_null() {
