@@ -91,3 +91,26 @@ fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, 
         pg_sys::CommandCounterIncrement();
     }
 }
+
+/// Removes the dependencies of a view's rules on a relation it reads (the view still reads it): pg_worlds'
+/// overlay views must not hold the user's table, its columns or its drop.
+#[pg_extern]
+fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
+    let rules: Vec<pg_sys::Oid> = Spi::connect(|c| {
+        c.select("SELECT oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1", None, &[view.into()])
+            .map(|rows| rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
+    unsafe {
+        for rule in rules {
+            pg_sys::deleteDependencyRecordsForSpecific(
+                pg_sys::Oid::from(2618u32), // RewriteRelationId (pg_rewrite; not in pgrx's bindings)
+                rule,
+                pg_sys::DependencyType::DEPENDENCY_NORMAL as std::ffi::c_char,
+                pg_sys::RelationRelationId,
+                rel,
+            );
+        }
+        pg_sys::CommandCounterIncrement();
+    }
+}

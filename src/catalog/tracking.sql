@@ -185,6 +185,12 @@ BEGIN
     IF t.key_kind = 'r' THEN
         PERFORM worlds._overlay_finish(t, format('worlds_data.%I', 'k' || substr(vname, 2))::regclass, ', ''rows''');
     END IF;
+    -- the views read the table, but the table doesn't know it (catalog/members.rs): DROP TABLE, a drop
+    -- cascading to it (its schema, its partitioned parent, DROP OWNED) and ALTER TABLE on it run as in stock
+    -- Postgres; the DDL's end rebuilds the views, or forgets them with the table
+    PERFORM worlds._forget_reads_of(v.oid, t.relid) FROM pg_class v
+     WHERE v.relnamespace = 'worlds_data'::regnamespace AND v.relkind = 'v'
+       AND v.relname IN (vname, 'n' || substr(vname, 2), 'k' || substr(vname, 2));
     PERFORM worlds._own_storage();
 END $$;
 
@@ -652,6 +658,39 @@ BEGIN
     END IF;
 END $$;
 
+-- The history of a dropped table keeps its values, but not the user's types: a column of a type, domain or
+-- array of one the database defined becomes text (its values as text), so DROP TYPE / DOMAIN / SCHEMA work
+-- after the table is gone as they do without pg_worlds. Returns the table's row with its changes view
+-- (made again when a column changed).
+CREATE FUNCTION worlds._unpin_types(t worlds.tables) RETURNS worlds.tables
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    storage regclass;
+    a record;
+    changed boolean := false;
+    cname text := (SELECT relname FROM pg_class WHERE oid = t.changes);
+BEGIN
+    FOREACH storage IN ARRAY ARRAY[t.history, t.inserts] LOOP
+        FOR a IN SELECT x.attname FROM pg_attribute x JOIN pg_type ty ON ty.oid = x.atttypid
+                 WHERE x.attrelid = storage AND x.attnum > 0 AND NOT x.attisdropped
+                   AND (ty.oid >= 16384 OR (ty.typelem <> 0 AND ty.typelem >= 16384)) LOOP
+            IF NOT changed THEN
+                PERFORM worlds._drop_changes_view(t);
+                changed := true;
+            END IF;
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text USING %I::text', storage, a.attname, a.attname);
+        END LOOP;
+    END LOOP;
+    IF changed AND cname IS NOT NULL THEN
+        EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s WHERE worlds._may_read_history(%s) UNION ALL SELECT * FROM %s WHERE worlds._may_read_history(%s)',
+                       cname, t.history, t.relid::oid, t.inserts, t.relid::oid);
+        EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', cname);
+        PERFORM worlds._own_storage();
+        t.changes := format('worlds_data.%I', cname)::regclass;
+    END IF;
+    RETURN t;
+END $$;
+
 -- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention
 -- purges it (time travel reads dropped tables).
 CREATE FUNCTION worlds._on_drop() RETURNS event_trigger
@@ -663,7 +702,9 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
-        -- its history stays for AS OF (the router captured every row as deleted before the drop)
+        -- its history stays for AS OF (the router captured every row as deleted before the drop), in
+        -- built-in types only: the user's types, domains and schemas drop as they would without pg_worlds
+        t := worlds._unpin_types(t);
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
         PERFORM worlds._drop_rows_twin(t);

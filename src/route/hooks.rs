@@ -1614,7 +1614,10 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
                 storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._capture_drop($1)", &[rel.into()]))
                     .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             }
-            storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
+            if !dropping {
+                // (a drop needs no release: the views don't hold the table; its end forgets them)
+                storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
+            }
         }
     }
 }
