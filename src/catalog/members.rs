@@ -92,23 +92,38 @@ fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, 
     }
 }
 
-/// Removes the dependencies of a view's rules on a relation it reads (the view still reads it): pg_worlds'
-/// overlay views must not hold the user's table, its columns or its drop.
+/// Removes what ties a view's rules and column defaults to the user's relations (the table it reads, a
+/// serial column's sequence): pg_worlds' overlay views must not hold the user's table, its columns or its
+/// drop. (The view still reads them; the DDL's end rebuilds it, or forgets it with the table.)
 #[pg_extern]
 fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
-    let rules: Vec<pg_sys::Oid> = Spi::connect(|c| {
-        c.select("SELECT oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1", None, &[view.into()])
-            .map(|rows| rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten()).collect())
-            .unwrap_or_default()
+    let _ = rel;
+    // (class of the depending object, its oid, the user's relation it depends on)
+    let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
+        c.select(
+            "SELECT d.classid, d.objid, d.refobjid FROM pg_catalog.pg_depend d
+               JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
+              WHERE d.deptype = 'n' AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                AND r.relnamespace NOT IN ('worlds'::regnamespace, 'worlds_data'::regnamespace, 'pg_catalog'::regnamespace)
+                AND ((d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1))
+                  OR (d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid = $1)))",
+            None,
+            &[view.into()],
+        )
+        .map(|rows| {
+            rows.filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?, r.get::<pg_sys::Oid>(3).ok().flatten()?)))
+                .collect()
+        })
+        .unwrap_or_default()
     });
     unsafe {
-        for rule in rules {
+        for (class, object, referenced) in deps {
             pg_sys::deleteDependencyRecordsForSpecific(
-                pg_sys::Oid::from(2618u32), // RewriteRelationId (pg_rewrite; not in pgrx's bindings)
-                rule,
+                class,
+                object,
                 pg_sys::DependencyType::DEPENDENCY_NORMAL as std::ffi::c_char,
                 pg_sys::RelationRelationId,
-                rel,
+                referenced,
             );
         }
         pg_sys::CommandCounterIncrement();

@@ -702,15 +702,15 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
+        PERFORM worlds._drop_rows_twin(t);
+        PERFORM worlds._drop_relation(t.overlay_nothing);
+        PERFORM worlds._drop_relation(t.overlay);
+        PERFORM worlds._drop_relation(t.delta);
         -- its history stays for AS OF (the router captured every row as deleted before the drop), in
         -- built-in types only: the user's types, domains and schemas drop as they would without pg_worlds
         t := worlds._unpin_types(t);
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
-        PERFORM worlds._drop_rows_twin(t);
-        PERFORM worlds._drop_relation(t.overlay_nothing);
-        PERFORM worlds._drop_relation(t.overlay);
-        PERFORM worlds._drop_relation(t.delta);
         -- (no invalidation of every relation: the table's own drop invalidates it, and that drops its
         -- layout and the tracked-table maps in every backend)
         DELETE FROM worlds.tables WHERE tabno = t.tabno;
