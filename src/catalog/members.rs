@@ -101,7 +101,7 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
     // (class of the depending object, its oid, the user's relation it depends on)
     let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
         c.select(
-            "SELECT d.classid, d.objid, d.refobjid FROM pg_catalog.pg_depend d
+            "SELECT DISTINCT d.classid, d.objid, d.refobjid FROM pg_catalog.pg_depend d
                JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
               WHERE d.deptype = 'n' AND d.refclassid = 'pg_catalog.pg_class'::regclass
                 AND r.relnamespace NOT IN ('worlds'::regnamespace, 'worlds_data'::regnamespace, 'pg_catalog'::regnamespace)
@@ -125,7 +125,8 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
                 pg_sys::RelationRelationId,
                 referenced,
             );
+            // (each deletion seen by the next: one object may depend on a relation through several columns)
+            pg_sys::CommandCounterIncrement();
         }
-        pg_sys::CommandCounterIncrement();
     }
 }
