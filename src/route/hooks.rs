@@ -990,8 +990,22 @@ unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -> bool {
     }
 }
 
-#[pg_guard]
+/// A thin frame, as process_utility: pg_worlds' work guarded, Postgres's executor called directly.
 unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) {
+    unsafe {
+        let freeze = guarded(|| executor_start_before(query_desc));
+        match PREV_EXECUTOR_START {
+            Some(prev) => prev(query_desc, eflags),
+            None => raw::standard_ExecutorStart(query_desc, eflags),
+        }
+        if freeze {
+            guarded(|| executor_start_after(query_desc));
+        }
+    }
+}
+
+/// Whether the plan's world parts are to be kept once it started (a portal's own SELECT).
+unsafe fn executor_start_before(query_desc: *mut pg_sys::QueryDesc) -> bool {
     unsafe {
         if !storage::internal() {
             overlay::next_statement();
@@ -1007,12 +1021,13 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
             && routing_active()
             && !overlay::override_active()
             && overlay::starting_portal_select();
-        match PREV_EXECUTOR_START {
-            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
-            // pg_sys functions are already guarded: wrapping them again aborts on an error
-            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
-        }
-        if freeze && !(*query_desc).estate.is_null() {
+        freeze
+    }
+}
+
+unsafe fn executor_start_after(query_desc: *mut pg_sys::QueryDesc) {
+    unsafe {
+        if !(*query_desc).estate.is_null() {
             let rtable = (*(*query_desc).plannedstmt).rtable;
             let tracked = storage::tracked_tables();
             let tabnos: Vec<i32> = (0..if rtable.is_null() { 0 } else { (*rtable).length })
@@ -1081,7 +1096,6 @@ const RLS_CHECK: &std::ffi::CStr = c"pg_worlds: row-level security";
 
 /// ExecutorRun: while a statement that checks row-level security policies in a world runs, a failed
 /// check reads as Postgres words it for the table (42501), not as a view's WITH CHECK OPTION (44000).
-#[pg_guard]
 unsafe extern "C-unwind" fn executor_run(
     query_desc: *mut pg_sys::QueryDesc,
     direction: pg_sys::ScanDirection::Type,
@@ -1089,34 +1103,37 @@ unsafe extern "C-unwind" fn executor_run(
     execute_once: bool,
 ) {
     unsafe {
+        // (a thin frame, as process_utility; the callback lives in the query's memory, and an error
+        // unwinds error_context_stack as Postgres's own handlers do)
+        let Some(callback) = guarded(|| executor_run_before(query_desc)) else { return };
+        match PREV_EXECUTOR_RUN {
+            Some(prev) => prev(query_desc, direction, count, execute_once),
+            None => raw::standard_ExecutorRun(query_desc, direction, count, execute_once),
+        }
+        if !callback.is_null() {
+            pg_sys::error_context_stack = (*callback).previous;
+        }
+    }
+}
+
+/// None: pg_worlds ran the statement itself. Else the error context callback pushed for it (or null).
+unsafe fn executor_run_before(query_desc: *mut pg_sys::QueryDesc) -> Option<*mut pg_sys::ErrorContextCallback> {
+    unsafe {
         if (*query_desc).operation == pg_sys::CmdType::CMD_MERGE && routing_active() && overlay::routing_world().is_some() {
             if let Some(written) = super::merge_command::run_in_world(query_desc) {
                 (*(*query_desc).estate).es_processed = written;
-                return;
+                return None;
             }
         }
-        struct Pop(*mut pg_sys::ErrorContextCallback);
-        impl Drop for Pop {
-            fn drop(&mut self) {
-                unsafe { pg_sys::error_context_stack = (*self.0).previous };
-            }
-        }
-        let table = row_security_checked_table(query_desc);
-        let mut callback = table.as_ref().map(|name| {
-            Box::new(pg_sys::ErrorContextCallback {
-                previous: pg_sys::error_context_stack,
-                callback: Some(row_security_violation),
-                arg: name.as_ptr() as *mut std::ffi::c_void,
-            })
-        });
-        let _pop = callback.as_mut().map(|cb| {
-            pg_sys::error_context_stack = &mut **cb;
-            Pop(&mut **cb)
-        });
-        match PREV_EXECUTOR_RUN {
-            Some(prev) => pg_guard_ffi_boundary(|| prev(query_desc, direction, count, execute_once)),
-            None => pg_sys::standard_ExecutorRun(query_desc, direction, count, execute_once),
-        }
+        let Some(table) = row_security_checked_table(query_desc) else { return Some(std::ptr::null_mut()) };
+        let cxt = if (*query_desc).estate.is_null() { pg_sys::CurrentMemoryContext } else { (*(*query_desc).estate).es_query_cxt };
+        let name = pg_sys::MemoryContextStrdup(cxt, table.as_ptr());
+        let cb = pg_sys::MemoryContextAlloc(cxt, std::mem::size_of::<pg_sys::ErrorContextCallback>()) as *mut pg_sys::ErrorContextCallback;
+        (*cb).previous = pg_sys::error_context_stack;
+        (*cb).callback = Some(row_security_violation);
+        (*cb).arg = name as *mut std::ffi::c_void;
+        pg_sys::error_context_stack = cb;
+        Some(cb)
     }
 }
 
@@ -1325,7 +1342,19 @@ unsafe fn drops_only_temp_tables(d: *mut pg_sys::DropStmt) -> bool {
 }
 
 #[allow(clippy::too_many_arguments)]
-#[pg_guard]
+/// What ProcessUtility passes on to Postgres, and what it does after.
+#[derive(Clone, Copy)]
+struct UtilityPass {
+    pstmt: *mut pg_sys::PlannedStmt,
+    read_only_tree: bool,
+    stmt: *mut pg_sys::Node,
+    guards_extension: bool,
+    dropping_extension: bool,
+}
+
+/// The hook itself is a thin frame holding nothing to drop: pg_worlds' work before and after runs guarded,
+/// and Postgres's own utility processing is called directly, so an error it raises reaches the client as
+/// Postgres raised it (position, context, every field), not re-raised by pgrx's guard.
 unsafe extern "C-unwind" fn process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
     query_string: *const std::ffi::c_char,
@@ -1336,6 +1365,53 @@ unsafe extern "C-unwind" fn process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
+    unsafe {
+        let pass = guarded(|| process_utility_before(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc));
+        let Some(b) = pass else { return };
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => prev(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
+            None => raw::standard_ProcessUtility(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
+        }
+        guarded(|| process_utility_after(b));
+    }
+}
+
+/// Runs pg_worlds' own work of a hook: a Rust panic or an error it raises becomes a Postgres error.
+#[inline]
+unsafe fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    unsafe { pgrx::pg_sys::submodules::panic::pgrx_extern_c_guard(f) }
+}
+
+/// Postgres's own functions, called without pgrx's guard (an error they raise is left as it is).
+mod raw {
+    use pgrx::pg_sys;
+    unsafe extern "C-unwind" {
+        pub fn standard_ProcessUtility(
+            pstmt: *mut pg_sys::PlannedStmt,
+            query_string: *const std::ffi::c_char,
+            read_only_tree: bool,
+            context: pg_sys::ProcessUtilityContext::Type,
+            params: pg_sys::ParamListInfo,
+            query_env: *mut pg_sys::QueryEnvironment,
+            dest: *mut pg_sys::DestReceiver,
+            qc: *mut pg_sys::QueryCompletion,
+        );
+        pub fn standard_ExecutorStart(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int);
+        pub fn standard_ExecutorRun(query_desc: *mut pg_sys::QueryDesc, direction: pg_sys::ScanDirection::Type, count: u64, execute_once: bool);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn process_utility_before(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) -> Option<UtilityPass> {
     unsafe {
         let mut pstmt = pstmt;
         let mut read_only_tree = read_only_tree;
@@ -1375,11 +1451,11 @@ unsafe extern "C-unwind" fn process_utility(
             crate::api::refuse_in_transaction("ALTER SYSTEM");
             pgrx::Spi::run_with_args("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-            return;
+            return None;
         }
         if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_CreateTrigStmt && capture_trigger_exists(stmt as *mut pg_sys::CreateTrigStmt) {
             // a restore (pg_dump) re-creating the history capture that tracking already put on the table
-            return;
+            return None;
         }
         if !stmt.is_null() && !routing_active() && !pg_sys::creating_extension {
             if (*stmt).type_ == pg_sys::NodeTag::T_AlterTableStmt && sets_merge_by_columns(stmt) {
@@ -1388,7 +1464,7 @@ unsafe extern "C-unwind" fn process_utility(
                     read_only_tree = false;
                 }
                 if take_merge_by_columns((*pstmt).utilityStmt as *mut pg_sys::AlterTableStmt) {
-                    return; // nothing left for Postgres to do
+                    return None; // nothing left for Postgres to do
                 }
             }
             release_overlays_before_ddl((*pstmt).utilityStmt);
@@ -1398,7 +1474,7 @@ unsafe extern "C-unwind" fn process_utility(
             if tag == pg_sys::NodeTag::T_TruncateStmt {
                 if let Some(world) = overlay::session_world() {
                     if truncate_in_world(stmt as *mut pg_sys::TruncateStmt, world) {
-                        return;
+                        return None;
                     }
                 }
             }
@@ -1426,18 +1502,17 @@ unsafe extern "C-unwind" fn process_utility(
                 let copy = (*pstmt).utilityStmt as *mut pg_sys::CopyStmt;
                 if let Some(staging) = route_copy(copy) {
                     copy_from_into_world(pstmt, query_string, context, params, query_env, dest, qc, copy, staging);
-                    return;
+                    return None;
                 }
             }
         }
-        match PREV_PROCESS_UTILITY {
-            Some(prev) => pg_guard_ffi_boundary(|| {
-                prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
-            }),
-            None => {
-                pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
-            }
-        }
+        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension })
+    }
+}
+
+unsafe fn process_utility_after(b: UtilityPass) {
+    unsafe {
+        let UtilityPass { stmt, guards_extension, dropping_extension, .. } = b;
         if guards_extension && !this_extension_exists() {
             refuse_storage_drop();
         }
