@@ -271,9 +271,24 @@ BEGIN
     END IF;
 END $$;
 
+-- Before DROP ROLE: what pg_worlds granted the role on its storage (a tracked table's owner may read and
+-- write the table's delta) is revoked, so the role drops as it would without pg_worlds.
+CREATE FUNCTION worlds._forget_role(role oid) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT c.oid::regclass AS rel FROM pg_class c, aclexplode(c.relacl) a
+             WHERE c.relnamespace = 'worlds_data'::regnamespace AND a.grantee = role LOOP
+        EXECUTE format('REVOKE ALL ON %s FROM %s', r.rel, role::regrole);
+    END LOOP;
+END $$;
+
 -- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
 CREATE FUNCTION worlds.track(rel regclass) RETURNS worlds.tables
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
+    SET session_replication_role = replica AS $$
 DECLARE
     t worlds.tables;
     pk text[];
@@ -469,7 +484,9 @@ $$;
 -- O(history of the table). A table without a key has no identity to follow its rows by: refused while
 -- a world lives (0A000), naming the table and the fix.
 CREATE FUNCTION worlds._after_rewrite(rel regclass) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
+    SET session_replication_role = replica AS $$
 DECLARE
     t worlds.tables;
     k text;
@@ -527,7 +544,9 @@ BEGIN
 END $$;
 
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
+    SET session_replication_role = replica AS $$
 DECLARE
     cmd record;
     t worlds.tables;
@@ -637,7 +656,9 @@ END $$;
 -- Before DDL that would trip over the overlay views (DROP COLUMN, ALTER COLUMN TYPE, DROP TABLE), the
 -- router drops them; the DDL's end rebuilds them (or DROP TABLE's cleanup forgets the table).
 CREATE FUNCTION worlds._release_overlay(rel regclass) RETURNS void
-LANGUAGE plpgsql SET client_min_messages = warning AS $$
+LANGUAGE plpgsql SET client_min_messages = warning
+    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
+    SET session_replication_role = replica AS $$
 DECLARE
     t worlds.tables;
     v text;
@@ -694,7 +715,9 @@ END $$;
 -- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention
 -- purges it (time travel reads dropped tables).
 CREATE FUNCTION worlds._on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SET client_min_messages = warning AS $$
+LANGUAGE plpgsql SET client_min_messages = warning
+    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
+    SET session_replication_role = replica AS $$
 DECLARE
     obj record;
     t worlds.tables;

@@ -1429,6 +1429,16 @@ unsafe fn process_utility_before(
                 IN_BLOCK.with(|b| b.set(true));
             }
         }
+        if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropRoleStmt && this_extension_exists() && !pg_sys::XactReadOnly {
+            // what pg_worlds granted the roles on its storage goes first: they drop as without pg_worlds
+            let roles = (*(stmt as *mut pg_sys::DropRoleStmt)).roles;
+            for i in 0..if roles.is_null() { 0 } else { (*roles).length } {
+                let role = pg_sys::get_rolespec_oid(pg_sys::list_nth(roles, i) as *mut pg_sys::RoleSpec, true);
+                if role != pg_sys::Oid::INVALID {
+                    storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._forget_role($1)", &[role.into()])).ok();
+                }
+            }
+        }
         let dropping_extension =
             !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt && drops_this_extension(stmt as *mut pg_sys::DropStmt);
         if dropping_extension {
@@ -1679,6 +1689,10 @@ unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
         }
         rels.retain(|r| *r != pg_sys::Oid::INVALID);
         if rels.is_empty() || !crate::storage::extension_installed() {
+            return;
+        }
+        if pg_sys::XactReadOnly {
+            // (Postgres refuses the DDL itself, with its own words)
             return;
         }
         let tracked = storage::tracked_tables();
