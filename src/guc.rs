@@ -8,6 +8,9 @@ use std::ffi::{CStr, CString};
 
 pub static WORLD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"main"));
 
+/// On while pg_worlds' own plpgsql changes its storage (set on those functions): see route/hooks.rs.
+pub static INTERNAL_DDL: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 thread_local! {
     /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
     static WORLD_GENERATION: Cell<u64> = const { Cell::new(0) };
@@ -74,6 +77,14 @@ pub fn register() {
         &WORLD_SCAN,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"worlds.internal_ddl",
+        c"Set by pg_worlds' own functions while they change its storage (not for users).",
+        c"Their DDL then runs as a subcommand: event triggers don't fire for it or collect it, as for any DDL Postgres runs inside another command.",
+        &INTERNAL_DDL,
+        GucContext::Suset,
+        GucFlags::NO_SHOW_ALL,
     );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

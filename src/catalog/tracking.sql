@@ -287,8 +287,8 @@ END $$;
 -- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
 CREATE FUNCTION worlds.track(rel regclass) RETURNS worlds.tables
 LANGUAGE plpgsql
-    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
-    SET session_replication_role = replica AS $$
+    -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
+    SET worlds.internal_ddl = on AS $$
 DECLARE
     t worlds.tables;
     pk text[];
@@ -485,8 +485,8 @@ $$;
 -- a world lives (0A000), naming the table and the fix.
 CREATE FUNCTION worlds._after_rewrite(rel regclass) RETURNS void
 LANGUAGE plpgsql
-    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
-    SET session_replication_role = replica AS $$
+    -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
+    SET worlds.internal_ddl = on AS $$
 DECLARE
     t worlds.tables;
     k text;
@@ -545,8 +545,8 @@ END $$;
 
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
-    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
-    SET session_replication_role = replica AS $$
+    -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
+    SET worlds.internal_ddl = on AS $$
 DECLARE
     cmd record;
     t worlds.tables;
@@ -657,8 +657,8 @@ END $$;
 -- router drops them; the DDL's end rebuilds them (or DROP TABLE's cleanup forgets the table).
 CREATE FUNCTION worlds._release_overlay(rel regclass) RETURNS void
 LANGUAGE plpgsql SET client_min_messages = warning
-    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
-    SET session_replication_role = replica AS $$
+    -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
+    SET worlds.internal_ddl = on AS $$
 DECLARE
     t worlds.tables;
     v text;
@@ -716,8 +716,8 @@ END $$;
 -- purges it (time travel reads dropped tables).
 CREATE FUNCTION worlds._on_drop() RETURNS event_trigger
 LANGUAGE plpgsql SET client_min_messages = warning
-    -- (its DDL on storage is pg_worlds' own: the user's event triggers, and ours, don't see it)
-    SET session_replication_role = replica AS $$
+    -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
+    SET worlds.internal_ddl = on AS $$
 DECLARE
     obj record;
     t worlds.tables;

@@ -1368,6 +1368,14 @@ unsafe extern "C-unwind" fn process_utility(
     unsafe {
         let pass = guarded(|| process_utility_before(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc));
         let Some(b) = pass else { return };
+        // pg_worlds' own DDL on its storage (from its functions, or its Rust code's SPI) runs as a subcommand,
+        // as DDL Postgres runs inside another command does: event triggers, the user's and ours, don't fire
+        // for it or collect it (main's DDL shows the user's event triggers what stock Postgres would)
+        let context = if context == pg_sys::ProcessUtilityContext::PROCESS_UTILITY_QUERY && (crate::guc::INTERNAL_DDL.get() || storage::internal()) {
+            pg_sys::ProcessUtilityContext::PROCESS_UTILITY_SUBCOMMAND
+        } else {
+            context
+        };
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
             None => raw::standard_ProcessUtility(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
