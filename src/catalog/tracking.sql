@@ -137,6 +137,10 @@ BEGIN
         END IF;
     END LOOP;
 
+    IF base_cols = '' THEN
+        -- every column dropped: the branches still need one column in common
+        base_cols := 'NULL::int4 AS _w_none'; delta_cols := 'NULL::int4'; hist_cols := 'NULL::int4';
+    END IF;
     PERFORM worlds._drop_generated_view('n' || substr(vname, 2));
     PERFORM worlds._drop_rows_twin(t);
     PERFORM worlds._drop_generated_view(vname);
@@ -694,12 +698,13 @@ BEGIN
     FOREACH storage IN ARRAY ARRAY[t.history, t.inserts] LOOP
         FOR a IN SELECT x.attname FROM pg_attribute x JOIN pg_type ty ON ty.oid = x.atttypid
                  WHERE x.attrelid = storage AND x.attnum > 0 AND NOT x.attisdropped
-                   AND (ty.oid >= 16384 OR (ty.typelem <> 0 AND ty.typelem >= 16384)) LOOP
+                   AND (ty.oid >= 16384 OR (ty.typelem <> 0 AND ty.typelem >= 16384) OR x.attcollation >= 16384) LOOP
             IF NOT changed THEN
                 PERFORM worlds._drop_changes_view(t);
                 changed := true;
             END IF;
-            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text USING %I::text', storage, a.attname, a.attname);
+            -- (a collation the database defined goes too: DROP COLLATION works after the table is gone)
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text COLLATE "default" USING %I::text', storage, a.attname, a.attname);
         END LOOP;
     END LOOP;
     IF changed AND cname IS NOT NULL THEN
