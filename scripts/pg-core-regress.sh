@@ -36,6 +36,7 @@ CORE_PSQL=${CORE_PSQL:-source}
 case "$CORE_PSQL" in source|system) ;; *) echo "CORE_PSQL must be source or system" >&2; exit 2;; esac
 OUT=$RUN_DIR/core-regress
 STOCK_LIST=$ROOT/tests/pg-core/stock-failures.txt
+KNOWN_LIST=$ROOT/tests/pg-core/worlds-known-failures.txt
 export PORT=${CORE_PORT:-57432}
 MAJOR=$($PG_CONFIG --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 PKG=postgresql-$MAJOR
@@ -272,6 +273,17 @@ n=$(grep -c . <<<"$regressions" || true)
 if [ "$n" -gt 0 ]; then
   echo "pass stock, FAIL with pg_worlds ($n): $(echo $regressions)"
   echo "diffs: ${OUT#$ROOT/}/regressions/<test>.diff"
+  # CORE_KNOWN=1 (scripts/test.sh): the tests listed in tests/pg-core/worlds-known-failures.txt are the open
+  # work of issue "main behaves exactly as stock"; only a failure outside that list (a regression) fails
+  if [ "${CORE_KNOWN:-}" = 1 ] && [ -f "$KNOWN_LIST" ]; then
+    known=$(grep -v '^#' "$KNOWN_LIST" | grep . | sort || true)
+    new_fail=$(comm -23 <(printf '%s\n' $regressions | sort) <(printf '%s\n' $known) | grep . || true)
+    fixed=$(comm -13 <(printf '%s\n' $regressions | sort) <(printf '%s\n' $known) | grep . || true)
+    [ -z "$fixed" ] || echo "now passing, listed as known in ${KNOWN_LIST#$ROOT/}: $(echo $fixed) (take them off the list)"
+    if [ -n "$new_fail" ]; then echo "NOT in ${KNOWN_LIST#$ROOT/} (regressions): $(echo $new_fail)"; exit 1; fi
+    echo "all $n are listed in ${KNOWN_LIST#$ROOT/} (open work)"
+    exit 0
+  fi
   exit 1
 fi
 echo "no test passes stock and fails with pg_worlds"
