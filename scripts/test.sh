@@ -5,7 +5,8 @@
 #   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
 #   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
 #   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
-# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, bench) runs one suite;
+#   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds)
+# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh"
@@ -94,6 +95,18 @@ if want bench; then
 fi
 
 stop_cluster test
+
+if want core; then
+  # PostgreSQL's own regression suite in main, with pg_worlds (the stock half's failures are committed in
+  # tests/pg-core/stock-failures.txt; run scripts/pg-core-regress.sh for both halves)
+  echo "== core: PostgreSQL's regression suite with pg_worlds (scripts/pg-core-regress.sh)"
+  set +e
+  CORE_REGRESS=worlds-only CORE_KNOWN=1 bash "$ROOT/scripts/pg-core-regress.sh" >"$RUN_DIR/core.log" 2>&1
+  rc=$?; set -e
+  tail -6 "$RUN_DIR/core.log"
+  record "core:     $(grep -m1 '^with pg_worlds' "$RUN_DIR/core.log" | sed 's/  */ /g')$( [ $rc -eq 0 ] || echo ' FAILED')" $rc
+fi
+
 echo
 echo "== summary"
 printf '%s\n' "${summary[@]}"
