@@ -17,7 +17,6 @@
 use super::key_text_expr;
 use crate::storage::Layout;
 use pgrx::prelude::*;
-use std::collections::HashSet;
 use std::rc::Rc;
 
 /// The first key of worlds' write locks (storage/writes.rs takes the same).
@@ -72,11 +71,9 @@ pub fn main_rows(layouts: &[Rc<Layout>], world: i32, hold: Hold) {
 }
 
 struct Round {
-    /// rows the world changed that main has, locked without waiting; what they return
-    lock_sql: Vec<String>,
-    /// the keys the world changed that main has now, and all the keys it changed
-    present_sql: String,
-    all_sql: String,
+    /// one statement: locks, without waiting, the rows the world changed that main has, and returns what it
+    /// couldn't lock ('held', key) and the keys main doesn't have ('absent', key)
+    sql: String,
     /// the table's number (advisory locks on keys added) and the table, for waiting on one row
     relid: u32,
     layout: Rc<Layout>,
@@ -107,56 +104,45 @@ impl Round {
     fn new(l: &Rc<Layout>, world: i32, hold: Hold) -> Round {
         let kcols = |alias: &str| l.key_columns.iter().map(|c| format!("{alias}.{}", crate::storage::overlay::quote_ident(c))).collect::<Vec<_>>().join(", ");
         let (table, delta) = (&l.table_name, &l.delta_name);
-        // the world's keys, each with whether its last version deletes the row
-        let keys = format!(
-            "SELECT DISTINCT ON ({dk}) {dk}, d._w_del FROM {delta} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC",
-            dk = kcols("d")
+        let (tk, ok, ttext) = (kcols("t"), kcols("o"), key_text_expr(l, "t"));
+        let (write_mode, delete_mode) = match hold {
+            Hold::Write => ("NO KEY UPDATE", "UPDATE"),
+            Hold::Read => ("SHARE", "SHARE"),
+        };
+        // the world's keys (each with whether its last version deletes the row), materialized once; the
+        // rows main has read on the statement's snapshot, the locks taken on their latest versions (a row
+        // changed or gone since is seen as held, and waited for: the next round reads it anew)
+        let sql = format!(
+            "WITH o AS MATERIALIZED (SELECT DISTINCT ON ({dk}) {dk}, d._w_del FROM {delta} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC),
+                  w AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE NOT o._w_del) FOR {write_mode} OF t SKIP LOCKED),
+                  x AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE o._w_del) FOR {delete_mode} OF t SKIP LOCKED),
+                  p AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o))
+             (SELECT 'held', k FROM (SELECT k FROM p EXCEPT ALL SELECT k FROM w EXCEPT ALL SELECT k FROM x) h LIMIT 1)
+             UNION ALL
+             SELECT 'absent', {otext} FROM o WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {m})",
+            dk = kcols("d"),
+            otext = key_text_expr(l, "o"),
+            m = super::key_match(l, "t", "o"),
         );
-        let tk = kcols("t");
-        let ok = kcols("o");
-        let ttext = key_text_expr(l, "t");
-        let lock = |del: bool, mode: &str| {
-            format!(
-                "WITH o AS ({keys}) SELECT {ttext} FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE o._w_del = {del}) ORDER BY {tk} FOR {mode} OF t SKIP LOCKED"
-            )
-        };
-        let lock_sql = match hold {
-            Hold::Write => vec![lock(false, "NO KEY UPDATE"), lock(true, "UPDATE")],
-            Hold::Read => vec![format!(
-                "WITH o AS ({keys}) SELECT {ttext} FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o) ORDER BY {tk} FOR SHARE OF t SKIP LOCKED"
-            )],
-        };
-        let present_sql = format!("WITH o AS ({keys}) SELECT {ttext} FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o)");
-        let all_sql = format!("SELECT DISTINCT {} FROM {delta} d WHERE d._w_world = $1", key_text_expr(l, "d"));
-        Round { lock_sql, present_sql, all_sql, relid: l.relid.to_u32(), layout: l.clone(), world, hold }
-    }
-
-    fn texts(sql: &str, world: i32) -> Vec<String> {
-        Spi::connect_mut(|c| {
-            c.update(sql, None, &[world.into()])
-                .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
-                .filter_map(|r| r.get::<String>(1).ok().flatten())
-                .collect()
-        })
+        Round { sql, relid: l.relid.to_u32(), layout: l.clone(), world, hold }
     }
 
     /// Locks what it can without waiting; the first thing it couldn't, if any.
     fn try_lock(&self) -> Option<Blocked> {
-        let mut locked: HashSet<String> = HashSet::new();
-        for sql in &self.lock_sql {
-            locked.extend(Self::texts(sql, self.world));
-        }
-        // (a fresh snapshot: rows committed since the lock statement's are seen, and waited for like held ones)
-        let present: Vec<String> = Self::texts(&self.present_sql, self.world);
-        if let Some(k) = present.iter().find(|k| !locked.contains(*k)) {
+        let found: Vec<(String, String)> = Spi::connect_mut(|c| {
+            c.update(&self.sql, None, &[self.world.into()])
+                .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
+                .filter_map(|r| Some((r.get::<String>(1).ok().flatten()?, r.get::<String>(2).ok().flatten()?)))
+                .collect()
+        });
+        if let Some((_, k)) = found.iter().find(|(kind, _)| kind == "held") {
             let table = &self.layout.table_name;
             let mode = if self.hold == Hold::Read { "SHARE" } else { "UPDATE" };
             let sql = format!("SELECT 1 FROM {table} t WHERE {} = $1 FOR {mode} OF t", key_text_expr(&self.layout, "t"));
             return Some(Blocked::Row { sql, key: k.clone() });
         }
         if self.hold == Hold::Write {
-            let present: HashSet<String> = present.into_iter().collect();
-            for k in Self::texts(&self.all_sql, self.world).into_iter().filter(|k| !present.contains(k)) {
+            for (_, k) in found.into_iter().filter(|(kind, _)| kind == "absent") {
                 let got = Spi::get_one_with_args::<bool>(
                     "SELECT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || $2))",
                     &[KEY_LOCK.into(), k.as_str().into(), (self.relid as i64).into()],
