@@ -363,6 +363,21 @@ BEGIN
     RETURN true;
 END $$;
 
+-- CREATE RULE "_RETURN" ... AS ON SELECT makes a table a view (PostgreSQL 15 still allows it for an empty
+-- table without triggers): the table stops being tracked first, and, with no trigger of the user's left,
+-- its relhastriggers goes back to false (Postgres never clears it), so the conversion runs as stock.
+CREATE FUNCTION worlds._before_view_conversion(rel regclass) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning
+    SET worlds.internal_ddl = on AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM worlds.tables WHERE relid = rel) THEN
+        RETURN;
+    END IF;
+    PERFORM worlds.untrack(rel);
+    UPDATE pg_catalog.pg_class SET relhastriggers = false
+     WHERE oid = rel AND relhastriggers AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = rel);
+END $$;
+
 -- The view of every change (history and inserts), dropped by name: columns of its tables are about to change.
 CREATE FUNCTION worlds._drop_changes_view(t worlds.tables) RETURNS void
 LANGUAGE sql AS $$

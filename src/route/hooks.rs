@@ -1447,6 +1447,20 @@ unsafe fn process_utility_before(
                 }
             }
         }
+        if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_RuleStmt && this_extension_exists() && !pg_sys::XactReadOnly {
+            let rule = stmt as *mut pg_sys::RuleStmt;
+            if (*rule).event == pg_sys::CmdType::CMD_SELECT
+                && !(*rule).rulename.is_null()
+                && std::ffi::CStr::from_ptr((*rule).rulename).to_bytes() == b"_RETURN"
+            {
+                // a table made a view: untracked first, as its capture triggers would refuse the conversion
+                let rel = pg_sys::RangeVarGetRelidExtended((*rule).relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+                if rel != pg_sys::Oid::INVALID && storage::tracked_tables().contains_key(&rel) {
+                    storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._before_view_conversion($1)", &[rel.into()]))
+                        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+                }
+            }
+        }
         let dropping_extension =
             !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt && drops_this_extension(stmt as *mut pg_sys::DropStmt);
         if dropping_extension {

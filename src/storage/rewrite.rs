@@ -51,6 +51,21 @@ fn relfilenode(relid: pg_sys::Oid) -> Option<u32> {
     }
 }
 
+/// Did this transaction (or one of its subtransactions) write the relation's pg_class row? A rewrite does;
+/// what another session's transaction did is its own to follow, and is never redone here (under REPEATABLE
+/// READ this transaction's snapshot doesn't even see that session's worlds.tables row).
+fn changed_here(relid: pg_sys::Oid) -> bool {
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid));
+        if tuple.is_null() {
+            return false;
+        }
+        let xmin = (*(*tuple).t_data).t_choice.t_heap.t_xmin;
+        pg_sys::ReleaseSysCache(tuple);
+        pg_sys::TransactionIdIsCurrentTransactionId(xmin)
+    }
+}
+
 /// At PRE_COMMIT: follow the rows of every tracked table this transaction moved.
 pub fn on_xact(event: pg_sys::XactEvent::Type) {
     use pg_sys::XactEvent::*;
@@ -97,22 +112,13 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     }
     let _snap = Snap(pushed);
-    let moved: Vec<pg_sys::Oid> = match candidates {
-        // every relation was invalidated (DDL elsewhere, a full sinval queue): one query over the catalog
-        None => super::as_internal(|| {
-            Spi::connect(|c| {
-                c.select(
-                    "SELECT t.relid::oid FROM worlds.tables t JOIN pg_catalog.pg_class c ON c.oid = t.relid
-                      WHERE c.relfilenode IS DISTINCT FROM t.filenode",
-                    None,
-                    &[],
-                )
-                .map(|rows| rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten()).collect())
-                .unwrap_or_default()
-            })
-        }),
-        Some(v) => moved_of(v),
+    let tracked = super::tracked_tables();
+    let candidates: Vec<pg_sys::Oid> = match candidates {
+        // every relation was invalidated (DDL elsewhere, a full sinval queue): every tracked table
+        None => tracked.keys().copied().collect(),
+        Some(v) => v,
     };
+    let moved = moved_of(candidates.into_iter().filter(|r| tracked.contains_key(r) && changed_here(*r)).collect());
     for r in moved {
         super::as_internal(|| {
             Spi::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
@@ -125,9 +131,7 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
 }
 
 /// Of these invalidated relations, the tracked tables whose file isn't the one recorded.
-fn moved_of(candidates: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
-    let tracked = super::tracked_tables();
-    let relids: Vec<pg_sys::Oid> = candidates.into_iter().filter(|r| tracked.contains_key(r)).collect();
+fn moved_of(relids: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
     if relids.is_empty() {
         return relids;
     }
