@@ -1,0 +1,226 @@
+//! REBASE WORLD (resolve → lock → gather → decide → write the world's rows → new fork point): the merge's
+//! phases, applied to the world itself instead of its parent.
+use super::*;
+
+/// REBASE: the fork point moves up to main as it is now; the world's own rows stay on top, settled as a
+/// merge would settle them (a row settled to main's value is dropped from the world's delta).
+/// After a rebase, in the same transaction: a row the world added (or changed) whose unique value another
+/// row now has in the rebased world — both sides added it — refuses the rebase (23505; the error undoes it).
+fn refuse_duplicates_after_rebase(world: &WorldRow, layouts: &[std::rc::Rc<Layout>]) {
+    let rebased = world_by_num(world.num);
+    for l in layouts.iter().filter(|l| l.key_kind != b'r' && !l.uniques.is_empty() && world_touched(l, world)) {
+        let kcols = l.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+        for (name, cols) in &l.uniques {
+            let on = |a: &str, b: &str| cols.iter().map(|c| format!("{a}.{c} = {b}.{c}", c = quote_ident(c))).collect::<Vec<_>>().join(" AND ");
+            let sql = format!(
+                "SELECT {ktext} FROM (SELECT DISTINCT ON ({kcols}) * FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC) d
+                 WHERE NOT d._w_del AND {not_null}
+                   AND EXISTS (SELECT 1 FROM {table} t WHERE {same} AND NOT ({same_key}))
+                 LIMIT 1",
+                ktext = key_text_expr(l, "d"),
+                delta = l.delta_name,
+                table = l.table_name,
+                not_null = cols.iter().map(|c| format!("d.{} IS NOT NULL", quote_ident(c))).collect::<Vec<_>>().join(" AND "),
+                same = on("t", "d"),
+                same_key = key_match(l, "t", "d"),
+            );
+            let hit = with_world(rebased.clone(), || Spi::get_one_with_args::<String>(&sql, &[world.num.into()]).ok().flatten());
+            if let Some(key) = hit {
+                raise(
+                    "23505",
+                    format!(
+                        "rebasing {}: both sides added rows under one unique value of {} ({}, unique index {name}): row {key} of the world and another; nothing was changed",
+                        world.name,
+                        short_name(&l.table_name),
+                        cols.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+}
+
+pub fn rebase(req: RebaseRequest) -> Vec<Value> {
+    crate::api::refuse_in_transaction("REBASE WORLD");
+    let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    as_internal(|| {
+        let name = req.world.clone().unwrap_or(session_world);
+        let world = resolve_world(&name);
+        if world.num == 0 {
+            raise("0A000", "main has no parent to rebase on");
+        }
+        // its write lock and its parent's (a world parent doesn't move while this reads it), then its row
+        // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
+        lock::worlds(&[world.num, world.parent.unwrap_or(0)]);
+        Spi::connect_mut(|c| {
+            c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
+        });
+        let has_forks = Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM worlds.world WHERE parent = $1 AND dropped IS NULL)",
+            &[world.num.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        if has_forks {
+            raise("0A000", format!("world {} has live forks; rebasing it would move the ground under them", world.name));
+        }
+        let world = resolve_again(&world);
+        if let Some(v) = req.at_version {
+            if v != world.version {
+                raise("55000", format!("world {} is at version {}, not {v}; nothing was rebased", world.name, world.version));
+            }
+        }
+        let resolve: HashMap<(pg_sys::Oid, String), Pick> =
+            req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();
+        for ((relid, key), pick) in &resolve {
+            if let Pick::Row(row) = pick {
+                check_resolve_row(*relid, key, row);
+            }
+        }
+        let layouts = tracked_layouts();
+        if world.parent == Some(0) {
+            // main can't change the rows the world changed until the new fork point is set (FOR SHARE):
+            // what the rebase takes in of them is what main has at that point
+            let touched: Vec<std::rc::Rc<Layout>> = layouts.iter().filter(|l| world_touched(l, &world)).cloned().collect();
+            lock::main_rows(&touched, world.num, lock::Hold::Read);
+        }
+        // keys of the world's rows that main didn't have when read: main may add one before the new fork
+        // point is taken (no row to lock), which is checked after it
+        let mut absent: Vec<(std::rc::Rc<Layout>, String)> = Vec::new();
+        let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
+        let mut conflicts = Vec::new();
+        // a world of a world: its base is the parent as of the fork, theirs the parent now
+        let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
+        let base_world = parent_world.as_ref().and_then(|_| world_by_num(world.num)).and_then(|w| base_of(&w));
+        for l in layouts.iter().filter(|l| world_touched(l, &world)) {
+            let mut t = gather(l, &world);
+            if parent_world.is_some() {
+                other_sides(l, &mut t.rows, base_world.as_ref(), parent_world.as_ref());
+            }
+            let mbc = merge_by_columns(l);
+            for row in t.rows {
+                if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
+                    absent.push((l.clone(), row.key.clone()));
+                }
+                if l.key_kind == b'r' {
+                    // a table without a key: the world's rows stay as they are; a row of main it removed
+                    // that main changed since is a conflict, however it would be settled
+                    if row.base.is_some() && row.theirs != row.base {
+                        conflicts.push(format!("{}/{}", short_name(&t.name), row.key));
+                    }
+                    continue;
+                }
+                let settle = Settle {
+                    resolve: resolve.get(&(l.relid, row.key.clone())).cloned(),
+                    by_columns: req.by_columns || mbc,
+                    using_ours: req.using_ours,
+                };
+                let d = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
+                match d.outcome {
+                    Outcome::Conflict(_) => conflicts.push(format!("{}/{}", short_name(&t.name), row.key)),
+                    _ if d.result != row.ours => {
+                        // the world now holds the settled row (or main's, as a version of its own)
+                        let (v, del) = match d.result.clone() {
+                            Some(v) => (v, false),
+                            None => (row.ours.clone().or(row.theirs.clone()).unwrap_or(Value::Null), true),
+                        };
+                        writes.push((l.clone(), v, del));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            let shown = conflicts.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            raise_with(
+                "40001",
+                format!("rebasing {} conflicts: rows changed on both sides: {shown}; nothing was changed", world.name),
+                None,
+                Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS.".into()),
+            );
+        }
+        // rows it takes in: the parent world's own changes since the old fork, or main's
+        let mut taken: i64 = 0;
+        for l in &layouts {
+            let (sql, args): (String, Vec<DatumWithOid>) = if parent_world.is_some() {
+                (
+                    format!(
+                        "SELECT count(DISTINCT {}) FROM {} d WHERE d._w_world = $1 AND CASE WHEN $2 LIKE '@%' THEN d._w_at > substr($2, 2)::timestamptz
+                         ELSE NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot) END",
+                        key_text_expr(l, "d"),
+                        l.delta_name
+                    ),
+                    vec![world.parent.unwrap_or(0).into(), world.fork_snapshot.clone().into()],
+                )
+            } else {
+                (
+                    format!(
+                        "SELECT count(DISTINCT coalesce(_w_new_tid, _w_old_tid)) FROM {} h WHERE CASE WHEN $1 LIKE '@%' THEN h._w_at > substr($1, 2)::timestamptz
+                         ELSE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) END",
+                        l.history_name
+                    ),
+                    vec![world.fork_snapshot.clone().into()],
+                )
+            };
+            taken += Spi::get_one_with_args::<i64>(&sql, &args).ok().flatten().unwrap_or(0);
+        }
+        for (l, v, del) in &writes {
+            let cols = table_columns(l.relid, true);
+            let delta = &l.delta_name;
+            let table = &l.table_name;
+            let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+            let sql = format!(
+                "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, $2::int8, $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
+            );
+            let write = || {
+                Spi::connect_mut(|c| {
+                    c.update(&sql, None, &[world.num.into(), crate::storage::capture::next_hseq().into(), (*del).into(), JsonB(v.clone()).into()])
+                        .map(|_| ())
+                })
+            };
+            // the table's CHECK constraints hold on the world's rows (copied onto the delta): say them as the table's
+            let as_table = |e: pgrx::pg_sys::panic::CaughtError| match &e {
+                pgrx::pg_sys::panic::CaughtError::PostgresError(r) => {
+                    let delta_rel = l.delta_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
+                    let table_rel = l.table_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
+                    raise("23514", format!("rebasing {}: {}", world.name, r.message().replace(&format!("\"{delta_rel}\""), &format!("\"{table_rel}\""))))
+                }
+                _ => e.rethrow(),
+            };
+            pgrx::PgTryBuilder::new(write)
+                .catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, as_table)
+                .execute()
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        }
+        Spi::connect_mut(|c| {
+            c.update(
+                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), fork_at = NULL, version = version + 1, rebased = clock_timestamp() WHERE num = $1",
+                None,
+                &[world.num.into()],
+            )
+            .ok();
+        });
+        for (l, key) in &absent {
+            // (a fresh snapshot, after the new fork point's: it sees every row that point sees)
+            let added = Spi::get_one_with_args::<bool>(
+                &format!("SELECT EXISTS (SELECT 1 FROM {} t WHERE {} = $1)", l.table_name, key_text_expr(l, "t")),
+                &[key.as_str().into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if added {
+                raise_with(
+                    "40001",
+                    format!("rebasing {}: main added {}/{key} while the rebase ran; nothing was changed", world.name, short_name(&l.table_name)),
+                    None,
+                    Some("Run REBASE WORLD again.".into()),
+                );
+            }
+        }
+        crate::storage::overlay::forget_all();
+        refuse_duplicates_after_rebase(&world, &layouts);
+        vec![serde_json::json!({ "tag": format!("REBASE {taken}") })]
+    })
+}
