@@ -103,26 +103,46 @@ SELECT array_agg(DISTINCT a.grantee::regrole::text ORDER BY a.grantee::regrole::
 FROM worlds.tables t, pg_class c, aclexplode(c.relacl) a
 WHERE t.relid = 'owned.gadgets'::regclass AND c.oid IN (t.delta, t.overlay) AND a.grantee <> c.relowner;
 SELECT * FROM worlds.sql('drop world w_owner');
--- a drop that would cascade into pg_worlds' storage (its history keeps the domain's columns) is refused
--- whole: the extension and every world stay
-DROP SCHEMA owned CASCADE;
-SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';
-SELECT count(*) AS table_kept FROM owned.gadgets;
+-- drops of what a tracked table uses behave as in stock Postgres: pg_worlds' storage depends on none of
+-- the user's types, functions or collations, so notices and errors name only the user's objects
 CREATE TYPE owned.mood AS ENUM ('ok', 'sad');
-CREATE TABLE mooded (id int PRIMARY KEY, m owned.mood);
-SELECT try('DROP TYPE owned.mood CASCADE');
-SELECT try('DROP DOMAIN owned.checked_text CASCADE');
-SELECT try('DROP FUNCTION owned.who_int(int) CASCADE');
+CREATE TABLE mooded (id int PRIMARY KEY, m owned.mood, note text);
+INSERT INTO mooded VALUES (1, 'ok', 'first');
+SELECT * FROM worlds.sql('create world w_mood');
+UPDATE mooded SET m = 'sad', note = 'second';
+DROP TYPE owned.mood;
+DROP TYPE owned.mood CASCADE;
+SELECT * FROM mooded;
+SET worlds.world = w_mood;
+SELECT * FROM mooded;
+RESET worlds.world;
+UPDATE mooded SET note = 'third';
+SELECT * FROM worlds.sql('drop world w_mood');
 -- a function only a column default uses drops with it, as in main
 CREATE FUNCTION owned.default_n() RETURNS int LANGUAGE sql AS 'SELECT 7';
 CREATE TABLE defaulted (id int PRIMARY KEY, n int DEFAULT owned.default_n());
 DROP FUNCTION owned.default_n() CASCADE;
-SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';
-DROP TABLE defaulted;
-SELECT worlds.untrack('mooded');
-DROP TABLE mooded;
-SELECT worlds.untrack('owned.gadgets');
+INSERT INTO defaulted (id) VALUES (1);
+SELECT * FROM defaulted;
+-- a generated column's function: the column goes with it
+DROP FUNCTION owned.who_int(int);
+DROP FUNCTION owned.who_int(int) CASCADE;
+SELECT id, name, n FROM owned.gadgets;
+-- the schema, with a type a table elsewhere uses and a tracked table of its own
+CREATE TYPE owned.size AS ENUM ('s', 'm');
+CREATE TABLE sized (id int PRIMARY KEY, s owned.size);
+INSERT INTO sized VALUES (1, 's');
+UPDATE sized SET s = 'm';
+DROP SCHEMA owned;
 DROP SCHEMA owned CASCADE;
+SELECT count(*) AS extension_kept FROM pg_extension WHERE extname = 'pg_worlds';
+UPDATE sized SET id = 2;
+SELECT * FROM sized;
+SELECT count(*) AS storage_deps_on_user_objects FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+WHERE d.classid = 'pg_class'::regclass AND c.relnamespace = 'worlds_data'::regnamespace AND d.refobjid >= 16384
+  AND d.refclassid IN ('pg_type'::regclass, 'pg_proc'::regclass, 'pg_collation'::regclass) AND d.deptype = 'n'
+  AND d.refobjid NOT IN (SELECT oid FROM pg_type WHERE typnamespace IN ('worlds'::regnamespace, 'worlds_data'::regnamespace));
+DROP TABLE mooded, defaulted, sized;
 DROP OWNED BY rights_owner, rights_owner2;
 DROP ROLE rights_owner, rights_owner2;
 DROP OWNED BY rights_alice, rights_carol;

@@ -130,3 +130,53 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
         }
     }
 }
+
+/// Removes what ties pg_worlds' storage (its tables, their indexes, defaults and constraints, its views and
+/// their rules) to the user's types and collations. With those ties Postgres walks from a DROP TYPE,
+/// DOMAIN, COLLATION or SCHEMA into the extension: it locks every member (deadlocks with other sessions'
+/// DDL) and names the extension in its error. Without them the drop behaves as in stock Postgres, and the
+/// router converts the storage columns of a type about to go to text first (`worlds._before_drop`).
+#[pg_extern]
+fn _forget_user_types() {
+    // (class of the depending object, its oid, class of the type or collation, its oid)
+    let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
+        c.select(
+            "WITH storage AS (SELECT oid FROM pg_catalog.pg_class WHERE relnamespace = 'worlds_data'::regnamespace)
+             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+              WHERE d.deptype = 'n' AND d.refobjid >= 16384
+                AND d.refclassid IN ('pg_catalog.pg_type'::regclass, 'pg_catalog.pg_collation'::regclass)
+                AND ((d.classid = 'pg_catalog.pg_class'::regclass AND d.objid IN (SELECT oid FROM storage))
+                  OR (d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite WHERE ev_class IN (SELECT oid FROM storage)))
+                  OR (d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM storage)))
+                  OR (d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_constraint WHERE conrelid IN (SELECT oid FROM storage))))
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type ty WHERE d.refclassid = 'pg_catalog.pg_type'::regclass AND ty.oid = d.refobjid
+                                   AND ty.typnamespace IN ('worlds'::regnamespace, 'worlds_data'::regnamespace))",
+            None,
+            &[],
+        )
+        .map(|rows| {
+            rows.filter_map(|r| {
+                Some((
+                    r.get::<pg_sys::Oid>(1).ok().flatten()?,
+                    r.get::<pg_sys::Oid>(2).ok().flatten()?,
+                    r.get::<pg_sys::Oid>(3).ok().flatten()?,
+                    r.get::<pg_sys::Oid>(4).ok().flatten()?,
+                ))
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+    });
+    unsafe {
+        for (class, object, refclass, referenced) in deps {
+            pg_sys::deleteDependencyRecordsForSpecific(
+                class,
+                object,
+                pg_sys::DependencyType::DEPENDENCY_NORMAL as std::ffi::c_char,
+                refclass,
+                referenced,
+            );
+            pg_sys::CommandCounterIncrement();
+        }
+    }
+}

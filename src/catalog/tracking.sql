@@ -444,6 +444,8 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') LOOP
         PERFORM worlds._add_member(r.rel);
     END LOOP;
+    -- and holds none of the user's types or collations (catalog/members.rs)
+    PERFORM worlds._forget_user_types();
 END $$;
 
 -- Everything pg_worlds added to user tables, removed before DROP EXTENSION (the router calls this).
@@ -562,6 +564,94 @@ BEGIN
     UPDATE worlds.tables SET filenode = (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel) WHERE relid = rel;
 END $$;
 
+-- Storage follows the table's shape after ALTER TABLE (or a drop that cascaded to its columns): renamed,
+-- added and retyped columns, its key, then its overlay views again.
+CREATE FUNCTION worlds._sync_table(t worlds.tables) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning
+    SET worlds.internal_ddl = on AS $$
+DECLARE
+    a record;
+    storage regclass;
+    pk text[];
+BEGIN
+    -- nothing the storage is built from changed, and the overlay views are in place: nothing to do
+    IF t.shape IS NOT DISTINCT FROM worlds._shape(t.relid)
+       AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = t.overlay AND x.attname = 'placeholder') THEN
+        RETURN;
+    END IF;
+    -- renamed columns: rename them in history and delta too, so rows written before keep their values
+    FOR a IN SELECT c.attname::text AS new_name, t.columns[c.attnum] AS old_name FROM pg_attribute c
+             WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
+               AND t.columns[c.attnum] IS NOT NULL AND t.columns[c.attnum] <> c.attname LOOP
+        IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = a.old_name AND NOT attisdropped) THEN
+            EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.delta, a.old_name, a.new_name);
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.history AND attname = a.old_name AND NOT attisdropped) THEN
+            PERFORM worlds._drop_changes_view(t);
+            EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.history, a.old_name, a.new_name);
+            EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.inserts, a.old_name, a.new_name);
+        END IF;
+    END LOOP;
+    -- columns the table has that its history and delta lack (added). The rows they already hold get
+    -- the value main's existing rows got (a constant default, kept as the column's missing value;
+    -- a volatile one rewrote main's rows one by one, and leaves them NULL)
+    FOR a IN SELECT c.attname, format_type(c.atttypid, c.atttypmod) AS typ,
+                    CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen,
+                    CASE WHEN c.atthasmissing THEN format(' DEFAULT (%L::%s[])[1]', c.attmissingval::text, format_type(c.atttypid, c.atttypmod)) ELSE '' END AS missing
+             FROM pg_attribute c LEFT JOIN pg_attrdef d ON d.adrelid = c.attrelid AND d.adnum = c.attnum
+             WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
+               AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
+        PERFORM worlds._drop_changes_view(t);
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.history, a.attname, a.typ, a.missing);
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.inserts, a.attname, a.typ, a.missing);
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, CASE WHEN a.gen <> '' THEN a.gen ELSE a.missing END);
+        IF a.missing <> '' THEN
+            -- later rows are written whole: the default served only the rows already there
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.history, a.attname);
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.inserts, a.attname);
+            IF a.gen = '' THEN
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, a.attname);
+            END IF;
+        END IF;
+    END LOOP;
+    -- a changed column type follows on the delta and in history (capture writes the table's values
+    -- into them), their values converted as a cast does; when the cast refuses one, the old column
+    -- stays under another name and a new one starts
+    FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
+             WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped LOOP
+        FOREACH storage IN ARRAY ARRAY[t.delta, t.history, t.inserts] LOOP
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = storage AND x.attname = a.attname
+                                      AND NOT x.attisdropped AND format_type(x.atttypid, x.atttypmod) <> a.typ);
+            PERFORM worlds._drop_changes_view(t);
+            BEGIN
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', storage, a.attname, a.typ, a.attname, a.typ);
+            EXCEPTION WHEN OTHERS THEN
+                EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', storage, a.attname,
+                               a.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', storage, a.attname, a.typ);
+            END;
+        END LOOP;
+    END LOOP;
+    PERFORM worlds._log_columns(t);
+    UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)
+    WHERE tabno = t.tabno RETURNING * INTO t;
+    -- a primary key added (pgbench -i adds them after loading) or changed: the same storage, read by the new key
+    pk := worlds._primary_key(t.relid);
+    IF pk IS DISTINCT FROM t.key_columns THEN
+        UPDATE worlds.tables SET key_columns = pk, key_kind = worlds._key_kind(t.relid, pk)
+        WHERE tabno = t.tabno RETURNING * INTO t;
+        IF cardinality(pk) > 0 THEN
+            EXECUTE format('CREATE INDEX ON %s (%s, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+        END IF;
+    END IF;
+    PERFORM worlds._build_overlay(t);
+    SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
+    PERFORM worlds._sync_checks(t);
+    PERFORM worlds._sync_owner(t);
+    UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
+    PERFORM worlds._tracking_changed(t.relid);
+END $$;
+
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
     -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
@@ -594,80 +684,7 @@ BEGIN
         ELSIF cmd.command_tag = 'ALTER TABLE' THEN
             SELECT * INTO t FROM worlds.tables WHERE relid = cmd.objid;
             CONTINUE WHEN NOT FOUND;
-            -- nothing the storage is built from changed, and the overlay views are in place: nothing to do
-            CONTINUE WHEN t.shape IS NOT DISTINCT FROM worlds._shape(t.relid)
-                      AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = t.overlay AND x.attname = 'placeholder');
-            -- renamed columns: rename them in history and delta too, so rows written before keep their values
-            FOR a IN SELECT c.attname::text AS new_name, t.columns[c.attnum] AS old_name FROM pg_attribute c
-                     WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
-                       AND t.columns[c.attnum] IS NOT NULL AND t.columns[c.attnum] <> c.attname LOOP
-                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = a.old_name AND NOT attisdropped) THEN
-                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.delta, a.old_name, a.new_name);
-                END IF;
-                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.history AND attname = a.old_name AND NOT attisdropped) THEN
-                    PERFORM worlds._drop_changes_view(t);
-                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.history, a.old_name, a.new_name);
-                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', t.inserts, a.old_name, a.new_name);
-                END IF;
-            END LOOP;
-            -- columns the table has that its history and delta lack (added). The rows they already hold get
-            -- the value main's existing rows got (a constant default, kept as the column's missing value;
-            -- a volatile one rewrote main's rows one by one, and leaves them NULL)
-            FOR a IN SELECT c.attname, format_type(c.atttypid, c.atttypmod) AS typ,
-                            CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen,
-                            CASE WHEN c.atthasmissing THEN format(' DEFAULT (%L::%s[])[1]', c.attmissingval::text, format_type(c.atttypid, c.atttypmod)) ELSE '' END AS missing
-                     FROM pg_attribute c LEFT JOIN pg_attrdef d ON d.adrelid = c.attrelid AND d.adnum = c.attnum
-                     WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
-                       AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
-                PERFORM worlds._drop_changes_view(t);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.history, a.attname, a.typ, a.missing);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.inserts, a.attname, a.typ, a.missing);
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, CASE WHEN a.gen <> '' THEN a.gen ELSE a.missing END);
-                IF a.missing <> '' THEN
-                    -- later rows are written whole: the default served only the rows already there
-                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.history, a.attname);
-                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.inserts, a.attname);
-                    IF a.gen = '' THEN
-                        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, a.attname);
-                    END IF;
-                END IF;
-            END LOOP;
-            -- a changed column type follows on the delta and in history (capture writes the table's values
-            -- into them), their values converted as a cast does; when the cast refuses one, the old column
-            -- stays under another name and a new one starts
-            FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
-                     WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped LOOP
-                FOREACH storage IN ARRAY ARRAY[t.delta, t.history, t.inserts] LOOP
-                    CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = storage AND x.attname = a.attname
-                                              AND NOT x.attisdropped AND format_type(x.atttypid, x.atttypmod) <> a.typ);
-                    PERFORM worlds._drop_changes_view(t);
-                    BEGIN
-                        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', storage, a.attname, a.typ, a.attname, a.typ);
-                    EXCEPTION WHEN OTHERS THEN
-                        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', storage, a.attname,
-                                       a.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
-                        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', storage, a.attname, a.typ);
-                    END;
-                END LOOP;
-            END LOOP;
-            PERFORM worlds._log_columns(t);
-            UPDATE worlds.tables SET unsupported = worlds._unsupported_reason(relid), columns = worlds._column_names(relid)
-            WHERE tabno = t.tabno RETURNING * INTO t;
-            -- a primary key added (pgbench -i adds them after loading) or changed: the same storage, read by the new key
-            pk := worlds._primary_key(t.relid);
-            IF pk IS DISTINCT FROM t.key_columns THEN
-                UPDATE worlds.tables SET key_columns = pk, key_kind = worlds._key_kind(t.relid, pk)
-                WHERE tabno = t.tabno RETURNING * INTO t;
-                IF cardinality(pk) > 0 THEN
-                    EXECUTE format('CREATE INDEX ON %s (%s, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
-                END IF;
-            END IF;
-            PERFORM worlds._build_overlay(t);
-            SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
-            PERFORM worlds._sync_checks(t);
-            PERFORM worlds._sync_owner(t);
-            UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
-            PERFORM worlds._tracking_changed(t.relid);
+            PERFORM worlds._sync_table(t);
         END IF;
     END LOOP;
 END $$;
@@ -730,6 +747,134 @@ BEGIN
         t.changes := format('worlds_data.%I', cname)::regclass;
     END IF;
     RETURN t;
+END $$;
+
+-- Before DROP TYPE / DOMAIN / COLLATION / FUNCTION / SCHEMA / EXTENSION: the storage holds no dependency
+-- on the user's types (catalog/members.rs), so the columns of a tracked table's history and delta of a type
+-- or collation the drop removes become text here first (their values as text), as a dropped table's do. A
+-- column the table itself still has of that type stays when the drop can't succeed without CASCADE
+-- (Postgres refuses it, as stock). Types the drop takes with it: the named ones, those of the schemas and
+-- extensions, their array types, and with CASCADE every type built on them (domains, ranges, composites).
+-- The delta's copies of CHECK constraints and generated expressions that call a function the drop removes
+-- go too (the table's own go with the drop, or the drop fails and this is undone with it), so Postgres
+-- names only the user's objects in its notices and errors. Returns the tracked tables whose storage
+-- changed: the router syncs them after the drop (worlds._after_drop).
+CREATE FUNCTION worlds._before_drop(types oid[], schemas oid[], collations oid[], functions oid[],
+                                    extensions oid[], cascade boolean) RETURNS int4[]
+LANGUAGE plpgsql SET client_min_messages = warning
+    SET worlds.internal_ddl = on AS $$
+DECLARE
+    t worlds.tables;
+    c record;
+    touched int4[] := '{}';
+    doomed oid[];
+    colls oid[];
+    procs oid[];
+    members oid[];
+BEGIN
+    SELECT array_agg(d.objid) INTO members FROM pg_depend d
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ANY (extensions) AND d.deptype = 'e';
+    members := coalesce(members, '{}');
+    WITH RECURSIVE doomed_types(oid) AS (
+        SELECT unnest(types)
+        UNION SELECT ty.oid FROM pg_type ty WHERE ty.typnamespace = ANY (schemas) OR ty.oid = ANY (members)
+        UNION
+        SELECT ty.oid FROM pg_type ty JOIN doomed_types d
+            ON ty.typelem = d.oid AND ty.typlen = -1 AND ty.typcategory = 'A'
+            OR (cascade AND (ty.typbasetype = d.oid
+                 OR ty.oid IN (SELECT r.rngtypid FROM pg_range r WHERE r.rngsubtype = d.oid)
+                 OR ty.oid IN (SELECT r.rngmultitypid FROM pg_range r WHERE r.rngsubtype = d.oid)
+                 OR (ty.typtype = 'c' AND EXISTS (SELECT 1 FROM pg_class k JOIN pg_attribute x ON x.attrelid = k.oid
+                                                 WHERE k.oid = ty.typrelid AND k.relkind = 'c' AND x.atttypid = d.oid))))
+    )
+    SELECT array_agg(oid) INTO doomed FROM doomed_types WHERE oid >= 16384;
+    doomed := coalesce(doomed, '{}');
+    SELECT array_agg(cl.oid) INTO colls FROM pg_collation cl
+     WHERE cl.oid >= 16384 AND (cl.oid = ANY (collations) OR cl.collnamespace = ANY (schemas) OR cl.oid = ANY (members));
+    colls := coalesce(colls, '{}');
+    -- functions: the named ones, those of the schemas and extensions, and with CASCADE those taking or
+    -- returning a type that goes
+    SELECT array_agg(p.oid) INTO procs FROM pg_proc p
+     WHERE p.oid >= 16384 AND (p.oid = ANY (functions) OR p.pronamespace = ANY (schemas) OR p.oid = ANY (members)
+            OR (cascade AND (p.prorettype = ANY (doomed) OR p.proargtypes::oid[] && doomed)));
+    procs := coalesce(procs, '{}');
+    IF cardinality(doomed) = 0 AND cardinality(colls) = 0 AND cardinality(procs) = 0 THEN
+        RETURN touched;
+    END IF;
+    FOR t IN SELECT * FROM worlds.tables ORDER BY tabno LOOP
+        -- the delta's CHECK copies and generated expressions calling a function that goes
+        IF cardinality(procs) > 0 THEN
+            -- the overlay views carry the table's column defaults: they go with the views, made again after
+            IF EXISTS (SELECT 1 FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+                       WHERE ad.adrelid IN (t.overlay, t.overlay_nothing) AND d.refclassid = 'pg_proc'::regclass
+                         AND d.refobjid = ANY (procs)) AND NOT t.tabno = ANY (touched) THEN
+                touched := touched || t.tabno;
+                PERFORM worlds._release_overlay(t.relid);
+            END IF;
+            FOR c IN SELECT k.conname FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+                     WHERE k.conrelid = t.delta AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (procs) LOOP
+                IF NOT t.tabno = ANY (touched) THEN
+                    touched := touched || t.tabno;
+                    PERFORM worlds._release_overlay(t.relid);
+                END IF;
+                EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', t.delta, c.conname);
+            END LOOP;
+            FOR c IN SELECT a.attname FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
+                     JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+                     WHERE ad.adrelid = t.delta AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (procs) LOOP
+                IF NOT t.tabno = ANY (touched) THEN
+                    touched := touched || t.tabno;
+                    PERFORM worlds._release_overlay(t.relid);
+                END IF;
+                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = c.attname AND attgenerated <> '') THEN
+                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', t.delta, c.attname);
+                ELSE
+                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, c.attname);
+                END IF;
+            END LOOP;
+        END IF;
+        CONTINUE WHEN cardinality(doomed) = 0 AND cardinality(colls) = 0;
+        FOR c IN SELECT s.rel, x.attname, s.rel = t.delta AS in_delta,
+                        EXISTS (SELECT 1 FROM pg_attribute u WHERE u.attrelid = t.relid AND u.attname = x.attname AND NOT u.attisdropped) AS live
+                 FROM unnest(ARRAY[t.history, t.inserts, t.delta]) AS s(rel)
+                 JOIN pg_attribute x ON x.attrelid = s.rel AND x.attnum > 0 AND NOT x.attisdropped
+                 WHERE (x.atttypid = ANY (doomed) OR x.attcollation = ANY (colls))
+                   -- the table's own column of the type: without CASCADE the drop fails (as stock)
+                   AND (cascade OR NOT EXISTS (
+                        SELECT 1 FROM pg_attribute u WHERE u.attrelid = t.relid AND u.attname = x.attname AND NOT u.attisdropped
+                           AND (u.atttypid = ANY (doomed) OR u.attcollation = ANY (colls))))
+                 ORDER BY in_delta DESC LOOP
+            IF NOT t.tabno = ANY (touched) THEN
+                touched := touched || t.tabno;
+                PERFORM worlds._release_overlay(t.relid);
+            END IF;
+            PERFORM worlds._drop_changes_view(t);
+            IF c.in_delta AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = c.attname AND attgenerated <> '') THEN
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', t.delta, c.attname);
+            END IF;
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text COLLATE "default" USING %I::text', c.rel, c.attname, c.attname);
+            IF c.live THEN
+                -- the table's column goes with the drop (CASCADE), its rows keep values of the old type: the
+                -- history's column stays under another name, as a column whose type changed does
+                EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', c.rel, c.attname,
+                               c.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN touched;
+END $$;
+
+-- After such a drop: the tables whose storage changed, still tracked, follow their shape again.
+CREATE FUNCTION worlds._after_drop(touched int4[]) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning
+    SET worlds.internal_ddl = on AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    FOR t IN SELECT * FROM worlds.tables WHERE tabno = ANY (touched) ORDER BY tabno LOOP
+        UPDATE worlds.tables SET shape = NULL WHERE tabno = t.tabno RETURNING * INTO t;
+        PERFORM worlds._sync_table(t);
+    END LOOP;
 END $$;
 
 -- DROP TABLE of a tracked table: its delta and view go; its history stays readable until retention

@@ -240,7 +240,9 @@ fn load_layout(tabno: i32) -> Layout {
                                    SELECT l.attnum FROM worlds.column_log l
                                    WHERE l.tabno = t.tabno AND l.attname = ha.attname AND NOT l.renamed AND l.dropped IS NOT NULL
                                      AND l.typ = format_type(ha.atttypid, ha.atttypmod)
-                                     AND EXISTS (SELECT 1 FROM pg_attribute d WHERE d.attrelid = t.relid AND d.attnum = l.attnum AND d.attisdropped)
+                                     -- (and stored as the history's column is: a dropped column keeps its length)
+                                     AND EXISTS (SELECT 1 FROM pg_attribute d WHERE d.attrelid = t.relid AND d.attnum = l.attnum AND d.attisdropped
+                                                   AND d.attlen = ha.attlen AND d.attbyval = ha.attbyval)
                                    ORDER BY l.dropped DESC LIMIT 1) dl ON ta.attnum IS NULL
                               WHERE ha.attrelid = t.history AND ha.attnum > 7 AND NOT ha.attisdropped) AS hmap,
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)

@@ -12,6 +12,9 @@ pub(super) struct UtilityPass {
     stmt: *mut pg_sys::Node,
     guards_extension: bool,
     dropping_extension: bool,
+    /// tracked tables whose storage a DROP TYPE / DOMAIN / COLLATION / SCHEMA changed: synced after it
+    /// (boxed: the pass is Copy; freed after the drop, lost with an error)
+    synced_after: *mut Vec<i32>,
 }
 
 /// The hook itself is a thin frame holding nothing to drop: pg_worlds' work before and after runs guarded,
@@ -113,9 +116,6 @@ pub(super) unsafe fn process_utility_before(
             && !dropping_extension
             && matches!((*stmt).type_, pg_sys::NodeTag::T_DropStmt | pg_sys::NodeTag::T_DropOwnedStmt)
             && this_extension_exists();
-        if guards_extension && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt {
-            refuse_drop_of_storage_types(stmt as *mut pg_sys::DropStmt);
-        }
         if let Some(value) = history_retention_value(stmt) {
             // as Postgres's ALTER SYSTEM: not in a transaction block (25001), before any right is checked
             crate::api::refuse_in_transaction("ALTER SYSTEM");
@@ -139,6 +139,13 @@ pub(super) unsafe fn process_utility_before(
             }
             release_overlays_before_ddl((*pstmt).utilityStmt);
         }
+        // (after the rows of tables it drops went to history, in their own types)
+        let synced_after = if guards_extension && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt {
+            let tables = before_drop_of_storage_types(stmt as *mut pg_sys::DropStmt);
+            if tables.is_empty() { std::ptr::null_mut() } else { Box::into_raw(Box::new(tables)) }
+        } else {
+            std::ptr::null_mut()
+        };
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
             if tag == pg_sys::NodeTag::T_TruncateStmt {
@@ -176,15 +183,20 @@ pub(super) unsafe fn process_utility_before(
                 }
             }
         }
-        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension })
+        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after })
     }
 }
 
 pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     unsafe {
-        let UtilityPass { stmt, guards_extension, dropping_extension, .. } = b;
+        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, .. } = b;
         if guards_extension && !this_extension_exists() {
             refuse_storage_drop();
+        }
+        if !synced_after.is_null() {
+            let tables = *Box::from_raw(synced_after);
+            storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._after_drop($1)", &[tables.into()]))
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }
         if !stmt.is_null() && changes_world_setting(stmt) {
             if (*stmt).type_ == pg_sys::NodeTag::T_DiscardStmt {
@@ -213,16 +225,18 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     }
 }
 
-/// DROP TYPE / DOMAIN / SCHEMA ... CASCADE of a type that pg_worlds' storage has columns of (history and
-/// deltas keep the tracked tables' column types), or DROP FUNCTION ... CASCADE of one a delta's generated
-/// column computes with: refused before it runs, with the guard's error (Postgres itself would fail
-/// halfway, dropping the extension's members in an order it can't finish).
-pub(super) unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
+/// Before DROP TYPE / DOMAIN / COLLATION / FUNCTION / SCHEMA / EXTENSION: the storage columns of what goes
+/// become text, and the delta's copies of expressions calling a function that goes are dropped
+/// (`worlds._before_drop`); returns the tracked tables to sync after the drop. Postgres then drops as
+/// stock: it finds nothing of pg_worlds' depending on what it drops.
+pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> Vec<i32> {
     unsafe {
-        if (*d).behavior != pg_sys::DropBehavior::DROP_CASCADE || (*d).objects.is_null() {
-            return;
+        if (*d).objects.is_null() || pg_sys::XactReadOnly {
+            return Vec::new();
         }
-        let (mut types, mut schemas, mut functions): (Vec<pg_sys::Oid>, Vec<pg_sys::Oid>, Vec<pg_sys::Oid>) = (Vec::new(), Vec::new(), Vec::new());
+        let cascade = (*d).behavior == pg_sys::DropBehavior::DROP_CASCADE;
+        let mut found: [Vec<pg_sys::Oid>; 5] = Default::default();
+        let [types, schemas, collations, functions, extensions] = &mut found;
         for i in 0..(*(*d).objects).length {
             let o = pg_sys::list_nth((*d).objects, i);
             match (*d).removeType {
@@ -230,38 +244,31 @@ pub(super) unsafe fn refuse_drop_of_storage_types(d: *mut pg_sys::DropStmt) {
                     types.push(pg_sys::LookupTypeNameOid(std::ptr::null_mut(), o as *const pg_sys::TypeName, true))
                 }
                 pg_sys::ObjectType::OBJECT_SCHEMA => schemas.push(pg_sys::get_namespace_oid((*(o as *mut pg_sys::String)).sval, true)),
-                pg_sys::ObjectType::OBJECT_FUNCTION => {
-                    functions.push(pg_sys::LookupFuncWithArgs(pg_sys::ObjectType::OBJECT_FUNCTION, o as *mut pg_sys::ObjectWithArgs, true))
+                pg_sys::ObjectType::OBJECT_EXTENSION => {
+                    extensions.push(pg_sys::get_extension_oid((*(o as *mut pg_sys::String)).sval, true))
                 }
-                _ => return,
+                pg_sys::ObjectType::OBJECT_COLLATION => collations.push(pg_sys::get_collation_oid(o as *mut pg_sys::List, true)),
+                t @ (pg_sys::ObjectType::OBJECT_FUNCTION | pg_sys::ObjectType::OBJECT_PROCEDURE | pg_sys::ObjectType::OBJECT_ROUTINE) => {
+                    functions.push(pg_sys::LookupFuncWithArgs(t, o as *mut pg_sys::ObjectWithArgs, true))
+                }
+                _ => return Vec::new(),
             }
         }
-        types.retain(|t| *t != pg_sys::Oid::INVALID);
-        schemas.retain(|t| *t != pg_sys::Oid::INVALID);
-        functions.retain(|t| *t != pg_sys::Oid::INVALID);
-        if types.is_empty() && schemas.is_empty() && functions.is_empty() {
-            return;
+        for v in found.iter_mut() {
+            v.retain(|t| *t != pg_sys::Oid::INVALID);
         }
-        let used = storage::as_internal(|| {
-            pgrx::Spi::get_one_with_args::<bool>(
-                "SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-                                 JOIN pg_type ty ON ty.oid = a.atttypid
-                                 LEFT JOIN pg_type el ON el.oid = ty.typelem AND ty.typelem <> 0
-                                WHERE c.relnamespace = 'worlds_data'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
-                                  AND (ty.oid = ANY ($1) OR el.oid = ANY ($1) OR ty.typnamespace = ANY ($2) OR el.typnamespace = ANY ($2)))
-                     OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_attrdef ad ON ad.oid = d.objid JOIN pg_class c ON c.oid = ad.adrelid
-                                  JOIN pg_attribute ga ON ga.attrelid = ad.adrelid AND ga.attnum = ad.adnum AND ga.attgenerated <> ''
-                                WHERE d.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_proc'::regclass
-                                  AND d.refobjid = ANY ($3) AND c.relnamespace = 'worlds_data'::regnamespace)",
-                &[types.into(), schemas.into(), functions.into()],
+        if found.iter().all(|v| v.is_empty()) {
+            return Vec::new();
+        }
+        let [types, schemas, collations, functions, extensions] = found;
+        storage::as_internal(|| {
+            pgrx::Spi::get_one_with_args::<Vec<i32>>(
+                "SELECT worlds._before_drop($1, $2, $3, $4, $5, $6)",
+                &[types.into(), schemas.into(), collations.into(), functions.into(), extensions.into(), cascade.into()],
             )
         })
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-        if used {
-            refuse_storage_drop();
-        }
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+        .unwrap_or_default()
     }
 }
 
