@@ -150,7 +150,15 @@ fn _forget_user_types() {
                   OR (d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM storage)))
                   OR (d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_constraint WHERE conrelid IN (SELECT oid FROM storage))))
                 AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type ty WHERE d.refclassid = 'pg_catalog.pg_type'::regclass AND ty.oid = d.refobjid
-                                   AND ty.typnamespace IN ('worlds'::regnamespace, 'worlds_data'::regnamespace))",
+                                   AND ty.typnamespace IN ('worlds'::regnamespace, 'worlds_data'::regnamespace))
+             UNION
+             -- a CHECK copy or generated expression reading a field of a row type names the type's relation
+             -- (a table's): dropping that table drops the row type, for which the router prepares the storage
+             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+              WHERE d.deptype = 'n' AND d.refobjid >= 16384 AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                AND d.refobjid NOT IN (SELECT oid FROM storage)
+                AND ((d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM storage)))
+                  OR (d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_constraint WHERE conrelid IN (SELECT oid FROM storage))))",
             None,
             &[],
         )

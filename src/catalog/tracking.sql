@@ -252,6 +252,8 @@ BEGIN
     FOR c IN SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = t.relid AND contype = 'c' LOOP
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', t.delta, c.conname, regexp_replace(c.def, ' NOT VALID$', ''));
     END LOOP;
+    -- (the copies hold no dependency on the user's types either: catalog/members.rs)
+    PERFORM worlds._forget_user_types();
 END $$;
 
 -- The table's owner may read and add the delta's rows and read the overlay view: pg_worlds writes a
@@ -572,6 +574,9 @@ LANGUAGE plpgsql SET client_min_messages = warning
 DECLARE
     a record;
     storage regclass;
+    pair oid[];
+    part int;
+    released boolean := false;
     pk text[];
 BEGIN
     -- nothing the storage is built from changed, and the overlay views are in place: nothing to do
@@ -617,18 +622,29 @@ BEGIN
     -- a changed column type follows on the delta and in history (capture writes the table's values
     -- into them), their values converted as a cast does; when the cast refuses one, the old column
     -- stays under another name and a new one starts
+    -- (history and its inserts twin change together: the changes view reads them as one)
     FOR a IN SELECT ta.attname, format_type(ta.atttypid, ta.atttypmod) AS typ FROM pg_attribute ta
              WHERE ta.attrelid = t.relid AND ta.attnum > 0 AND NOT ta.attisdropped LOOP
-        FOREACH storage IN ARRAY ARRAY[t.delta, t.history, t.inserts] LOOP
-            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = storage AND x.attname = a.attname
+        FOR part IN 1..2 LOOP
+            pair := CASE part WHEN 1 THEN ARRAY[t.delta::oid] ELSE ARRAY[t.history::oid, t.inserts::oid] END;
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = ANY (pair) AND x.attname = a.attname
                                       AND NOT x.attisdropped AND format_type(x.atttypid, x.atttypmod) <> a.typ);
             PERFORM worlds._drop_changes_view(t);
+            IF pair[1] = t.delta AND NOT released THEN
+                -- a type changed by recursion from a parent table: its overlay views were not released first
+                PERFORM worlds._release_overlay(t.relid);
+                released := true;
+            END IF;
             BEGIN
-                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', storage, a.attname, a.typ, a.attname, a.typ);
+                FOREACH storage IN ARRAY pair LOOP
+                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', storage, a.attname, a.typ, a.attname, a.typ);
+                END LOOP;
             EXCEPTION WHEN OTHERS THEN
-                EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', storage, a.attname,
-                               a.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
-                EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', storage, a.attname, a.typ);
+                FOREACH storage IN ARRAY pair LOOP
+                    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', storage, a.attname,
+                                   a.attname || ' (until ' || to_char(statement_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+                    EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', storage, a.attname, a.typ);
+                END LOOP;
             END;
         END LOOP;
     END LOOP;
@@ -725,8 +741,10 @@ DECLARE
     storage regclass;
     a record;
     changed boolean := false;
-    cname text := (SELECT relname FROM pg_class WHERE oid = t.changes);
+    cname text := 'a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2);
 BEGIN
+    -- (a drop of a type it used, in the same statement, converted its columns already and dropped the view)
+    changed := to_regclass(format('worlds_data.%I', cname)) IS NULL;
     FOREACH storage IN ARRAY ARRAY[t.history, t.inserts] LOOP
         FOR a IN SELECT x.attname FROM pg_attribute x JOIN pg_type ty ON ty.oid = x.atttypid
                  WHERE x.attrelid = storage AND x.attnum > 0 AND NOT x.attisdropped
@@ -739,7 +757,7 @@ BEGIN
             EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text COLLATE "default" USING %I::text', storage, a.attname, a.attname);
         END LOOP;
     END LOOP;
-    IF changed AND cname IS NOT NULL THEN
+    IF changed THEN
         EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s WHERE worlds._may_read_history(%s) UNION ALL SELECT * FROM %s WHERE worlds._may_read_history(%s)',
                        cname, t.history, t.relid::oid, t.inserts, t.relid::oid);
         EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', cname);
@@ -760,7 +778,7 @@ END $$;
 -- names only the user's objects in its notices and errors. Returns the tracked tables whose storage
 -- changed: the router syncs them after the drop (worlds._after_drop).
 CREATE FUNCTION worlds._before_drop(types oid[], schemas oid[], collations oid[], functions oid[],
-                                    extensions oid[], cascade boolean) RETURNS int4[]
+                                    extensions oid[], tables oid[], cascade boolean) RETURNS int4[]
 LANGUAGE plpgsql SET client_min_messages = warning
     SET worlds.internal_ddl = on AS $$
 DECLARE
@@ -771,6 +789,7 @@ DECLARE
     colls oid[];
     procs oid[];
     members oid[];
+    k name;
 BEGIN
     SELECT array_agg(d.objid) INTO members FROM pg_depend d
      WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ANY (extensions) AND d.deptype = 'e';
@@ -801,65 +820,69 @@ BEGIN
     IF cardinality(doomed) = 0 AND cardinality(colls) = 0 AND cardinality(procs) = 0 THEN
         RETURN touched;
     END IF;
-    FOR t IN SELECT * FROM worlds.tables ORDER BY tabno LOOP
-        -- the delta's CHECK copies and generated expressions calling a function that goes
-        IF cardinality(procs) > 0 THEN
-            -- the overlay views carry the table's column defaults: they go with the views, made again after
-            IF EXISTS (SELECT 1 FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-                       WHERE ad.adrelid IN (t.overlay, t.overlay_nothing) AND d.refclassid = 'pg_proc'::regclass
-                         AND d.refobjid = ANY (procs)) AND NOT t.tabno = ANY (touched) THEN
-                touched := touched || t.tabno;
-                PERFORM worlds._release_overlay(t.relid);
+    -- the delta's CHECK copies and generated expressions calling a function that goes, and the overlay
+    -- views' copies of the table's column defaults (they go with the views, made again after)
+    IF cardinality(procs) > 0 THEN
+        FOR c IN SELECT DISTINCT wt.tabno, ad.adrelid = wt.delta AS in_delta, k.conname, a.attname, a.attgenerated <> '' AS generated
+                 FROM worlds.tables wt JOIN pg_depend d ON d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (procs)
+                 LEFT JOIN pg_constraint k ON d.classid = 'pg_constraint'::regclass AND k.oid = d.objid AND k.conrelid = wt.delta
+                 LEFT JOIN pg_attrdef ad ON d.classid = 'pg_attrdef'::regclass AND ad.oid = d.objid
+                                        AND ad.adrelid IN (wt.delta, wt.overlay, wt.overlay_nothing)
+                 LEFT JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+                 WHERE k.oid IS NOT NULL OR ad.oid IS NOT NULL
+                 ORDER BY wt.tabno LOOP
+            IF NOT c.tabno = ANY (touched) THEN
+                touched := touched || c.tabno;
+                PERFORM worlds._release_overlay(relid) FROM worlds.tables WHERE tabno = c.tabno;
             END IF;
-            FOR c IN SELECT k.conname FROM pg_constraint k JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
-                     WHERE k.conrelid = t.delta AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (procs) LOOP
-                IF NOT t.tabno = ANY (touched) THEN
-                    touched := touched || t.tabno;
-                    PERFORM worlds._release_overlay(t.relid);
-                END IF;
+            SELECT * INTO t FROM worlds.tables WHERE tabno = c.tabno;
+            IF c.conname IS NOT NULL THEN
                 EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', t.delta, c.conname);
-            END LOOP;
-            FOR c IN SELECT a.attname FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-                     JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
-                     WHERE ad.adrelid = t.delta AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (procs) LOOP
-                IF NOT t.tabno = ANY (touched) THEN
-                    touched := touched || t.tabno;
-                    PERFORM worlds._release_overlay(t.relid);
-                END IF;
-                IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = c.attname AND attgenerated <> '') THEN
-                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', t.delta, c.attname);
-                ELSE
-                    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, c.attname);
-                END IF;
-            END LOOP;
-        END IF;
-        CONTINUE WHEN cardinality(doomed) = 0 AND cardinality(colls) = 0;
-        FOR c IN SELECT s.rel, x.attname, s.rel = t.delta AS in_delta,
-                        EXISTS (SELECT 1 FROM pg_attribute u WHERE u.attrelid = t.relid AND u.attname = x.attname AND NOT u.attisdropped) AS live
-                 FROM unnest(ARRAY[t.history, t.inserts, t.delta]) AS s(rel)
-                 JOIN pg_attribute x ON x.attrelid = s.rel AND x.attnum > 0 AND NOT x.attisdropped
-                 WHERE (x.atttypid = ANY (doomed) OR x.attcollation = ANY (colls))
-                   -- the table's own column of the type: without CASCADE the drop fails (as stock)
-                   AND (cascade OR NOT EXISTS (
-                        SELECT 1 FROM pg_attribute u WHERE u.attrelid = t.relid AND u.attname = x.attname AND NOT u.attisdropped
-                           AND (u.atttypid = ANY (doomed) OR u.attcollation = ANY (colls))))
-                 ORDER BY in_delta DESC LOOP
-            IF NOT t.tabno = ANY (touched) THEN
-                touched := touched || t.tabno;
-                PERFORM worlds._release_overlay(t.relid);
-            END IF;
-            PERFORM worlds._drop_changes_view(t);
-            IF c.in_delta AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t.delta AND attname = c.attname AND attgenerated <> '') THEN
+            ELSIF c.in_delta AND c.generated THEN
                 EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', t.delta, c.attname);
-            END IF;
-            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text COLLATE "default" USING %I::text', c.rel, c.attname, c.attname);
-            IF c.live THEN
-                -- the table's column goes with the drop (CASCADE), its rows keep values of the old type: the
-                -- history's column stays under another name, as a column whose type changed does
-                EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', c.rel, c.attname,
-                               c.attname || ' (until ' || to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+            ELSIF c.in_delta THEN
+                EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, c.attname);
             END IF;
         END LOOP;
+    END IF;
+    IF cardinality(doomed) = 0 AND cardinality(colls) = 0 THEN
+        RETURN touched;
+    END IF;
+    -- one query over every tracked table's storage: the columns of a type or collation that goes
+    FOR c IN SELECT wt.tabno, s.rel, x.attname, s.rel = wt.delta AS in_delta, x.attgenerated <> '' AS generated,
+                    u.attname IS NOT NULL AS live
+             FROM worlds.tables wt CROSS JOIN LATERAL unnest(ARRAY[wt.history, wt.inserts, wt.delta]) AS s(rel)
+             JOIN pg_attribute x ON x.attrelid = s.rel AND x.attnum > 0 AND NOT x.attisdropped
+             -- the table's own column of that name, unless the table goes too
+             LEFT JOIN pg_attribute u ON u.attrelid = wt.relid AND u.attname = x.attname AND NOT u.attisdropped
+                                      AND NOT wt.relid = ANY (tables)
+             WHERE (x.atttypid = ANY (doomed) OR x.attcollation = ANY (colls))
+               -- the table's own column of the type: without CASCADE the drop fails (as stock)
+               AND (cascade OR u.attname IS NULL OR NOT (u.atttypid = ANY (doomed) OR u.attcollation = ANY (colls)))
+             ORDER BY wt.tabno, in_delta DESC LOOP
+        SELECT * INTO t FROM worlds.tables WHERE tabno = c.tabno;
+        IF NOT t.tabno = ANY (touched) THEN
+            touched := touched || t.tabno;
+            PERFORM worlds._release_overlay(t.relid);
+        END IF;
+        IF c.in_delta THEN
+            -- the delta's CHECK copies may read the column as its type: they go, and the sync after the
+            -- drop copies the table's own again (worlds._sync_checks)
+            FOR k IN SELECT conname FROM pg_constraint WHERE conrelid = t.delta AND contype = 'c' LOOP
+                EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t.delta, k);
+            END LOOP;
+        END IF;
+        PERFORM worlds._drop_changes_view(t);
+        IF c.in_delta AND c.generated THEN
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', t.delta, c.attname);
+        END IF;
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text COLLATE "default" USING %I::text', c.rel, c.attname, c.attname);
+        IF c.live THEN
+            -- the table's column goes with the drop (CASCADE), its rows keep values of the old type: the
+            -- history's column stays under another name, as a column whose type changed does
+            EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', c.rel, c.attname,
+                           c.attname || ' (until ' || to_char(statement_timestamp(), 'YYYY-MM-DD HH24:MI:SS.US') || ')');
+        END IF;
     END LOOP;
     RETURN touched;
 END $$;

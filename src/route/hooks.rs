@@ -1,4 +1,4 @@
-//! The four hooks pg_worlds installs. Each chains to the hook that was there before it, so other
+//! The executor and utility hooks pg_worlds installs. Each chains to the hook that was there before it, so other
 //! extensions (pg_stat_statements, auto_explain) keep working beside it. In main they only chain.
 //!
 //! - post_parse_analyze: in a world, swaps every tracked table's range-table entry for its overlay view
@@ -9,6 +9,7 @@
 //! - ExecutorStart: marks a new statement, so the overlay cache is re-validated once per statement, and
 //!   refuses any plan in a world that would write a tracked table itself.
 //! - ExecutorRun: words a failed row-level security check in a world as Postgres does for the table.
+//! - ExecutorFinish: clears the capture triggers' counters, so EXPLAIN ANALYZE lists the user's triggers only.
 //! - ProcessUtility: refuses DDL inside a world, routes `COPY t TO` through a query and `COPY t FROM`
 //!   through a staging table.
 use crate::storage::{self, overlay};
@@ -35,6 +36,7 @@ pub fn on_xact_end(event: pg_sys::XactEvent::Type) {
     }
 }
 
+mod finish;
 mod utility;
 use utility::process_utility;
 
@@ -53,6 +55,8 @@ pub fn install_hooks() {
         pg_sys::ProcessUtility_hook = Some(process_utility);
         PREV_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
         pg_sys::ExecutorRun_hook = Some(executor_run);
+        finish::PREV_EXECUTOR_FINISH = pg_sys::ExecutorFinish_hook;
+        pg_sys::ExecutorFinish_hook = Some(finish::executor_finish);
     }
     super::world_scan::install();
     super::history_lookup::install();
@@ -1234,7 +1238,7 @@ fn is_ddl(tag: pg_sys::NodeTag) -> bool {
 unsafe fn capture_trigger_exists(t: *mut pg_sys::CreateTrigStmt) -> bool {
     unsafe {
         let name = if (*t).trigname.is_null() { return false } else { std::ffi::CStr::from_ptr((*t).trigname).to_bytes() };
-        if name != b"worlds_capture" && name != b"worlds_capture_truncate" || (*t).relation.is_null() {
+        if !finish::is_capture_trigger(name) || (*t).relation.is_null() {
             return false;
         }
         let relid = pg_sys::RangeVarGetRelidExtended((*t).relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
@@ -1351,7 +1355,7 @@ unsafe fn guarded<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Postgres's own functions, called without pgrx's guard (an error they raise is left as it is).
-mod raw {
+pub(super) mod raw {
     use pgrx::pg_sys;
     unsafe extern "C-unwind" {
         pub fn standard_ProcessUtility(
@@ -1366,5 +1370,6 @@ mod raw {
         );
         pub fn standard_ExecutorStart(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int);
         pub fn standard_ExecutorRun(query_desc: *mut pg_sys::QueryDesc, direction: pg_sys::ScanDirection::Type, count: u64, execute_once: bool);
+        pub fn standard_ExecutorFinish(query_desc: *mut pg_sys::QueryDesc);
     }
 }

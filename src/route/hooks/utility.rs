@@ -235,8 +235,8 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
             return Vec::new();
         }
         let cascade = (*d).behavior == pg_sys::DropBehavior::DROP_CASCADE;
-        let mut found: [Vec<pg_sys::Oid>; 5] = Default::default();
-        let [types, schemas, collations, functions, extensions] = &mut found;
+        let mut found: [Vec<pg_sys::Oid>; 6] = Default::default();
+        let [types, schemas, collations, functions, extensions, tables] = &mut found;
         for i in 0..(*(*d).objects).length {
             let o = pg_sys::list_nth((*d).objects, i);
             match (*d).removeType {
@@ -251,6 +251,18 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
                 t @ (pg_sys::ObjectType::OBJECT_FUNCTION | pg_sys::ObjectType::OBJECT_PROCEDURE | pg_sys::ObjectType::OBJECT_ROUTINE) => {
                     functions.push(pg_sys::LookupFuncWithArgs(t, o as *mut pg_sys::ObjectWithArgs, true))
                 }
+                pg_sys::ObjectType::OBJECT_TABLE
+                | pg_sys::ObjectType::OBJECT_VIEW
+                | pg_sys::ObjectType::OBJECT_MATVIEW
+                | pg_sys::ObjectType::OBJECT_FOREIGN_TABLE => {
+                    // a relation's row type goes with it (a column of another table may be of it)
+                    let rv = pg_sys::makeRangeVarFromNameList(o as *mut pg_sys::List);
+                    let rel = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+                    if rel != pg_sys::Oid::INVALID {
+                        tables.push(rel);
+                        types.push(pg_sys::get_rel_type_id(rel));
+                    }
+                }
                 _ => return Vec::new(),
             }
         }
@@ -260,16 +272,36 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
         if found.iter().all(|v| v.is_empty()) {
             return Vec::new();
         }
-        let [types, schemas, collations, functions, extensions] = found;
+        let [types, schemas, collations, functions, extensions, tables] = found;
+        if !tables.is_empty() && !row_type_in_storage(&types) {
+            return Vec::new(); // (the common DROP TABLE: no storage column is of its row type)
+        }
         storage::as_internal(|| {
             pgrx::Spi::get_one_with_args::<Vec<i32>>(
-                "SELECT worlds._before_drop($1, $2, $3, $4, $5, $6)",
-                &[types.into(), schemas.into(), collations.into(), functions.into(), extensions.into(), cascade.into()],
+                "SELECT worlds._before_drop($1, $2, $3, $4, $5, $6, $7)",
+                &[types.into(), schemas.into(), collations.into(), functions.into(), extensions.into(), tables.into(), cascade.into()],
             )
         })
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
         .unwrap_or_default()
     }
+}
+
+/// Is any storage column of one of these row types, or of an array or domain of them? (One index probe per
+/// type on pg_attribute would need its own index; this is one query, run only for DROP TABLE / VIEW.)
+fn row_type_in_storage(types: &[pg_sys::Oid]) -> bool {
+    storage::as_internal(|| {
+        pgrx::Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_type ty JOIN pg_catalog.pg_attribute a ON a.atttypid = ty.oid
+                             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+                            WHERE (ty.oid = ANY ($1) OR ty.typelem = ANY ($1) OR ty.typbasetype = ANY ($1))
+                              AND c.relnamespace = 'worlds_data'::regnamespace)",
+            &[types.to_vec().into()],
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(true)
 }
 
 pub(super) fn refuse_storage_drop() -> ! {
