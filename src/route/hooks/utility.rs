@@ -140,7 +140,8 @@ pub(super) unsafe fn process_utility_before(
             release_overlays_before_ddl((*pstmt).utilityStmt);
         }
         // (after the rows of tables it drops went to history, in their own types)
-        let synced_after = if guards_extension && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt {
+        let own_ddl = crate::guc::INTERNAL_DDL.get() || storage::internal();
+        let synced_after = if guards_extension && !own_ddl && (*stmt).type_ == pg_sys::NodeTag::T_DropStmt {
             let tables = before_drop_of_storage_types(stmt as *mut pg_sys::DropStmt);
             if tables.is_empty() { std::ptr::null_mut() } else { Box::into_raw(Box::new(tables)) }
         } else {
