@@ -131,6 +131,12 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
     }
 }
 
+/// Was this xid (a catalog row's xmin) written by the current transaction or one of its subtransactions?
+#[pg_extern(volatile, parallel_unsafe)]
+fn _made_now(xid: i64) -> bool {
+    u32::try_from(xid).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(x)) })
+}
+
 /// Removes what ties pg_worlds' storage (its tables, their indexes, defaults and constraints, its views and
 /// their rules) to the user's types and collations. With those ties Postgres walks from a DROP TYPE,
 /// DOMAIN, COLLATION or SCHEMA into the extension: it locks every member (deadlocks with other sessions'
@@ -141,8 +147,12 @@ fn _forget_user_types() {
     // (class of the depending object, its oid, class of the type or collation, its oid)
     let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
         c.select(
-            "WITH storage AS (SELECT oid FROM pg_catalog.pg_class WHERE relnamespace = 'worlds_data'::regnamespace)
-             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+            // only entries this transaction made: every storage change calls this before it commits, so
+            // older ones were forgotten then (the cost is one pass over pg_depend, not a join per entry)
+            "WITH storage AS (SELECT oid FROM pg_catalog.pg_class WHERE relnamespace = 'worlds_data'::regnamespace),
+                  recent AS (SELECT d.classid, d.objid, d.refclassid, d.refobjid, d.deptype FROM pg_catalog.pg_depend d
+                              WHERE d.deptype = 'n' AND d.refobjid >= 16384 AND worlds._made_now(d.xmin::text::int8))
+             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM recent d
               WHERE d.deptype = 'n' AND d.refobjid >= 16384
                 AND d.refclassid IN ('pg_catalog.pg_type'::regclass, 'pg_catalog.pg_collation'::regclass)
                 AND ((d.classid = 'pg_catalog.pg_class'::regclass AND d.objid IN (SELECT oid FROM storage))
@@ -154,7 +164,7 @@ fn _forget_user_types() {
              UNION
              -- a CHECK copy or generated expression reading a field of a row type names the type's relation
              -- (a table's): dropping that table drops the row type, for which the router prepares the storage
-             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+             SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM recent d
               WHERE d.deptype = 'n' AND d.refobjid >= 16384 AND d.refclassid = 'pg_catalog.pg_class'::regclass
                 AND d.refobjid NOT IN (SELECT oid FROM storage)
                 AND ((d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM storage)))
