@@ -101,12 +101,15 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
     // (class of the depending object, its oid, the user's relation it depends on)
     let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
         c.select(
-            "SELECT DISTINCT d.classid, d.objid, d.refobjid FROM pg_catalog.pg_depend d
+            // (the view's rules and defaults first, then their entries by pg_depend's depender index)
+            "WITH objects(classid, objid) AS (
+                 SELECT 'pg_catalog.pg_rewrite'::regclass::oid, oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1
+                 UNION ALL SELECT 'pg_catalog.pg_attrdef'::regclass::oid, oid FROM pg_catalog.pg_attrdef WHERE adrelid = $1)
+             SELECT DISTINCT d.classid, d.objid, d.refobjid FROM objects o
+               JOIN pg_catalog.pg_depend d ON d.classid = o.classid AND d.objid = o.objid
                JOIN pg_catalog.pg_class r ON r.oid = d.refobjid
               WHERE d.deptype = 'n' AND d.refclassid = 'pg_catalog.pg_class'::regclass
-                AND r.relnamespace NOT IN ('worlds'::regnamespace, 'worlds_data'::regnamespace, 'pg_catalog'::regnamespace)
-                AND ((d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1))
-                  OR (d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid = $1)))",
+                AND r.relnamespace NOT IN ('worlds'::regnamespace, 'worlds_data'::regnamespace, 'pg_catalog'::regnamespace)",
             None,
             &[view.into()],
         )

@@ -443,6 +443,8 @@ DECLARE
 BEGIN
     FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c
              WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+               -- (made by this transaction: every one before was made a member by the transaction that made it)
+               AND worlds._made_now(c.xmin::text::int8)
                AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') LOOP
         PERFORM worlds._add_member(r.rel);
     END LOOP;
