@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The system benchmark suite: figures P1–P7 and P9 of the performance goals, each printed beside its goal.
+# The system benchmark suite: figures P1–P7, P9 and P10 of the performance goals, each printed beside its goal.
 #
 #   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
 #                                        every figure 3 times (alternating the two sides of each ratio), prints
@@ -10,9 +10,9 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p1c,p2,p2c,p3,p6,p7,p9     run only those groups of figures (p1c, p2c = P1, P2 counted in
+#   --only p1,p1c,p2,p2c,p3,p6,p7,p9,p10 run only those groups of figures (p1c, p2c = P1, P2 counted in
 #                                        instructions; p3 = P3, P4 and P5; p9 = main writing while worlds
-#                                        merge; default all)
+#                                        merge; p10 = CREATE TABLE tracked vs plain; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -21,14 +21,15 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=p1,p1c,p2,p2c,p3,p6,p7,p9
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p9,p10
+MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) MODE=smoke ;;
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p9]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p9,p10]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -36,11 +37,11 @@ done
 # Sizes. T_* are pgbench durations in seconds; BIG_ROWS is the "1M-row table" of P3-P5, CHANGES the rows a
 # world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
 if [ $MODE = smoke ]; then
-  SCALE=1 INSTR_TX=50 INSTR_SCANS=2 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 REPS=${REPS:-1}
+  SCALE=1 INSTR_TX=50 INSTR_SCANS=2 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 DDL_TABLES=20 REPS=${REPS:-1}
 else
-  SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 REPS=${REPS:-3}
+  SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 DDL_TABLES=500 REPS=${REPS:-3}
 fi
-DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old"
+DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -439,6 +440,32 @@ measure_p9() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P10
+# DDL cost: DDL_TABLES CREATE TABLEs (each its own transaction, as a migration tool runs them) in a database
+# with pg_worlds (every new table tracked) and in one without the extension, same cluster, sides alternating.
+p10_side() {  # p10_side DB: milliseconds for the CREATE TABLEs, the tables dropped again (untimed)
+  local db=$1 s e
+  seq 1 $DDL_TABLES | sed 's/.*/create table p10_& (id int primary key, name text, n int);/' >"$WORK/p10_create.sql"
+  seq 1 $DDL_TABLES | sed 's/.*/drop table p10_&;/' >"$WORK/p10_drop.sql"
+  s=$(date +%s%N)
+  psql_in "$CLUSTER" -d "$db" -q -f "$WORK/p10_create.sql" >/dev/null
+  e=$(date +%s%N)
+  psql_in "$CLUSTER" -d "$db" -q -f "$WORK/p10_drop.sql" >/dev/null
+  awk -v a="$s" -v b="$e" 'BEGIN { printf "%.1f", (b - a) / 1e6 }'
+}
+setup_ddl() {
+  fresh_db bench_ddl_tracked >/dev/null; fresh_db bench_ddl_plain >/dev/null
+  sql bench_ddl_tracked -c "create extension pg_worlds"
+}
+measure_p10() {
+  local rep t p
+  for rep in $(seq $REPS); do
+    if [ $((rep % 2)) -eq 1 ]; then t=$(p10_side bench_ddl_tracked); p=$(p10_side bench_ddl_plain)
+    else p=$(p10_side bench_ddl_plain); t=$(p10_side bench_ddl_tracked); fi
+    pair P10 tracked "$t" plain "$p"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -567,6 +594,7 @@ if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi
 if want p7; then group "P7" setup_old_world measure_p7; fi
 if want p9; then group "P9" setup_tpcb measure_p9; fi
+if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi
@@ -577,7 +605,8 @@ if [ -n "${LIBRARY_CHANGED_IN:-}" ]; then
   echo "bench: WARNING: $LIBRARY_NOTE" >&2
 fi
 echo
-if [ $MODE = full ]; then
+if [ $MODE = full ] && [ "$ONLY" = "$ALL_FIGURES" ]; then
+  # (only a run of every figure rewrites the page; a partial run prints its table)
   write_meta
   python3 "$ROOT/benches/report.py" "$SAMPLES" --markdown "$ROOT/docs/benchmarks.md" --meta "$WORK/meta.tsv" --explain "$EXPLAIN"
   echo; echo "bench: wrote docs/benchmarks.md"
