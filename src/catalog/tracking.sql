@@ -320,7 +320,7 @@ BEGIN
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid, _w_of int8%s)',
                    'd_' || base, CASE WHEN worlds._delta_column_defs(rel) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(rel) END);
-    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_dseq)', 'd_' || base);
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_xid)', 'd_' || base);
     -- history and inserts have no index on the key: each index main's capture fills costs its writes
     -- (measured: the key index was half of capture's cost under TPC-B). A world finds main's before-images
     -- through its cache, which holds each one's position (see storage/overlay.rs); merges join by key.

@@ -32,6 +32,7 @@ pub fn worlds(nums: &[i32]) {
     for n in nums {
         Spi::run_with_args("SELECT pg_advisory_xact_lock($1, $2)", &[WORLD_LOCK.into(), n.into()])
             .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")));
+        crate::storage::world_locks::note_exclusive(n);
     }
 }
 

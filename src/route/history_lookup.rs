@@ -634,3 +634,135 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
 pub fn install() {
     unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
 }
+
+// ------------------------------------------------------------------------- the keys a write statement names
+
+/// The keys a write statement reads its target rows by, before it runs: for each of `tabnos` (the tables
+/// whose overlay the statement writes), every scan of the table's delta in the plan is a key lookup of
+/// keys named by constants or parameters, so every row it can write has one of those keys. Then the
+/// statement locks those keys before it reads (route/hooks.rs), as Postgres's UPDATE locks a row before it
+/// changes it. None when a scan of a target's delta isn't such a lookup (a range, a join, a scan).
+///
+/// # Safety
+/// A planned statement about to start, and its parameters.
+pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::ParamListInfo, tabnos: &[i32]) -> Option<Vec<(i32, overlay::Key)>> {
+    unsafe {
+        let deltas: Vec<(pg_sys::Oid, i32)> = tabnos.iter().map(|&t| (storage::relation_layout(t).delta, t)).collect();
+        let mut found: Vec<(i32, overlay::Key)> = Vec::new();
+        let mut lookups: Vec<i32> = Vec::new();
+        let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
+        let subplans = (*stmt).subplans;
+        for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
+            plans.push(pg_sys::list_nth(subplans, i) as *mut pg_sys::Plan);
+        }
+        while let Some(plan) = plans.pop() {
+            if plan.is_null() {
+                continue;
+            }
+            plans.push((*plan).lefttree);
+            plans.push((*plan).righttree);
+            let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
+                pg_sys::NodeTag::T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
+                pg_sys::NodeTag::T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
+                pg_sys::NodeTag::T_BitmapAnd => vec![(*(plan as *mut pg_sys::BitmapAnd)).bitmapplans],
+                pg_sys::NodeTag::T_BitmapOr => vec![(*(plan as *mut pg_sys::BitmapOr)).bitmapplans],
+                pg_sys::NodeTag::T_CustomScan => vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans],
+                _ => vec![],
+            };
+            for l in lists {
+                for i in 0..if l.is_null() { 0 } else { (*l).length } {
+                    plans.push(pg_sys::list_nth(l, i) as *mut pg_sys::Plan);
+                }
+            }
+            if (*plan).type_ == pg_sys::NodeTag::T_SubqueryScan {
+                plans.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
+            }
+            let scanrelid = match (*plan).type_ {
+                pg_sys::NodeTag::T_SeqScan
+                | pg_sys::NodeTag::T_SampleScan
+                | pg_sys::NodeTag::T_IndexScan
+                | pg_sys::NodeTag::T_IndexOnlyScan
+                | pg_sys::NodeTag::T_BitmapHeapScan
+                | pg_sys::NodeTag::T_TidScan
+                | pg_sys::NodeTag::T_TidRangeScan
+                | pg_sys::NodeTag::T_CustomScan => (*(plan as *mut pg_sys::Scan)).scanrelid,
+                _ => continue,
+            };
+            if scanrelid == 0 {
+                continue;
+            }
+            let rte = pg_sys::list_nth((*stmt).rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            let Some(&(_, tabno)) = deltas.iter().find(|(d, _)| *d == (*rte).relid) else { continue };
+            // a scan of a target's delta: it must be this lookup, naming its keys
+            let cscan = plan as *mut pg_sys::CustomScan;
+            if (*plan).type_ != pg_sys::NodeTag::T_CustomScan
+                || !std::ptr::eq((*cscan).methods, &SCAN_METHODS.0)
+                || int_at((*cscan).custom_private, 2) != DELTA
+                || int_at((*cscan).custom_private, 4) == KEY_RANGE
+            {
+                return None;
+            }
+            let expr = pg_sys::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
+            let keys = evaluate_keys(expr, params, int_at((*cscan).custom_private, 4) == KEY_LIST)?;
+            lookups.push(tabno);
+            found.extend(keys.into_iter().map(|k| (tabno, k)));
+        }
+        // every target read through a lookup (a target the plan doesn't read at all writes nothing)
+        tabnos.iter().all(|t| lookups.contains(t)).then_some(found)
+    }
+}
+
+/// Can the expression be computed before the statement runs: constants and the statement's own
+/// parameters, through casts, functions and arrays of them (no sub-plan's output)?
+unsafe fn computable(n: *mut pg_sys::Node) -> bool {
+    unsafe {
+        if n.is_null() {
+            return true;
+        }
+        let all = |l: *mut pg_sys::List| (0..if l.is_null() { 0 } else { (*l).length }).all(|i| computable(pg_sys::list_nth(l, i) as *mut pg_sys::Node));
+        match (*n).type_ {
+            pg_sys::NodeTag::T_Const => true,
+            pg_sys::NodeTag::T_Param => (*(n as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN,
+            pg_sys::NodeTag::T_RelabelType => computable((*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node),
+            pg_sys::NodeTag::T_CoerceViaIO => computable((*(n as *mut pg_sys::CoerceViaIO)).arg as *mut pg_sys::Node),
+            pg_sys::NodeTag::T_FuncExpr => all((*(n as *mut pg_sys::FuncExpr)).args),
+            pg_sys::NodeTag::T_OpExpr => all((*(n as *mut pg_sys::OpExpr)).args),
+            pg_sys::NodeTag::T_ArrayExpr => all((*(n as *mut pg_sys::ArrayExpr)).elements),
+            _ => false,
+        }
+    }
+}
+
+/// The keys a lookup's key expression names (an array of them for a list), as the cache keeps them.
+unsafe fn evaluate_keys(expr: *mut pg_sys::Expr, params: pg_sys::ParamListInfo, list: bool) -> Option<Vec<overlay::Key>> {
+    unsafe {
+        if !computable(expr as *mut pg_sys::Node) {
+            return None;
+        }
+        let econtext = pg_sys::CreateStandaloneExprContext();
+        (*econtext).ecxt_param_list_info = params;
+        let old = pg_sys::MemoryContextSwitchTo((*econtext).ecxt_per_query_memory);
+        let state = pg_sys::ExecInitExpr(expr, std::ptr::null_mut());
+        pg_sys::MemoryContextSwitchTo(old);
+        let mut isnull = false;
+        let d = pg_sys::ExecEvalExprSwitchContext(state, econtext, &mut isnull);
+        let key_of = |typ: pg_sys::Oid, d: pg_sys::Datum| {
+            if let Some(k) = integer_of(typ, d) {
+                return overlay::Key::I(k);
+            }
+            let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
+            pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
+            overlay::Key::T(std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned())
+        };
+        let keys = if isnull {
+            Vec::new()
+        } else if list {
+            let (elem, elements) = array_elements(d);
+            elements.into_iter().map(|e| key_of(elem, e)).collect()
+        } else {
+            vec![key_of(pg_sys::exprType(expr as *mut pg_sys::Node), d)]
+        };
+        pg_sys::FreeExprContext(econtext, true);
+        Some(keys)
+    }
+}

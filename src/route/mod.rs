@@ -1,5 +1,5 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
-mod custom_scan;
+pub(crate) mod custom_scan;
 mod history_lookup;
 mod hooks;
 mod merge_command;

@@ -20,6 +20,7 @@ pub mod capture;
 pub mod overlay;
 pub mod rewrite;
 pub mod snapshot_spi;
+pub mod world_locks;
 pub mod writes;
 
 use crate::api::raise;

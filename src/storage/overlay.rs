@@ -104,8 +104,8 @@ pub(super) struct TableCache {
     /// what the world's chain has, shared with the scans that started before a later write changed it
     /// (copied on write, see `WorldPart`)
     pub(super) world: Rc<WorldPart>,
-    /// the highest version number of the world's own rows read into `world` (what a refresh reads past)
-    own_max_dseq: i64,
+    /// the snapshot the world's own rows in `world` were read on (a refresh reads those committed since)
+    world_frontier: String,
     /// the chain `world` was read for: its worlds and the snapshot each is seen through
     chain: Vec<(i32, Option<String>)>,
     // main part
@@ -206,6 +206,7 @@ pub fn forget_all() {
 /// At a transaction's end (called by storage's one transaction callback, after capture's).
 pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
+        super::writes::apply_version_bumps();
         super::writes::_flush_event_rows();
     }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
@@ -307,7 +308,18 @@ pub fn session_world() -> Option<World> {
     }
     let sig = snapshot_signature();
     let setting = guc::current_world_setting().to_string_lossy().into_owned();
-    let world = as_internal(|| resolve(&setting));
+    let mut world = as_internal(|| resolve(&setting));
+    // the version as the statement's snapshot sees it (resolve's reads take a fresh snapshot once the
+    // transaction has an xid): the caches are read on that snapshot and labelled with it, so a writer that
+    // committed after it moves the version past the label and is read in later
+    if let Some(w) = world.as_mut().filter(|w| w.num > 0) {
+        let seen = as_internal(|| {
+            snapshot_spi::query("SELECT version FROM worlds.world WHERE num = $1", &[pg_sys::INT4OID], &[arg(w.num)], |r| r.get::<i64>(1))
+        });
+        if let Some(Some(v)) = seen.into_iter().next() {
+            w.set_version(v);
+        }
+    }
     let setting_gen = guc::world_generation(); // resolve may have moved the session
     WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
     WORLD_SIG.with(|s| s.set(sig));
@@ -719,7 +731,11 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     // best (layer, dseq) per key: the nearest layer wins, then its latest version
     let mut best: FastMap<Key, (usize, i64, bool)> = FastMap::default();
     let mut cancelled: Vec<i64> = Vec::new();
-    cache.own_max_dseq = rows.iter().filter(|r| r.0 == world.num).map(|r| r.1).max().unwrap_or(0);
+    cache.world_frontier = snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1))
+        .into_iter()
+        .next()
+        .flatten()
+        .unwrap_or_default();
     cache.chain = chain_of(world);
     for (w, dseq, del, key, (base_tid, of)) in rows {
         let layer = world.chain.iter().position(|&c| c == w).unwrap_or(usize::MAX);
@@ -751,39 +767,52 @@ fn chain_of(world: &World) -> Vec<(i32, Option<String>)> {
     world.chain.iter().copied().zip(world.layer_snapshots.iter().cloned()).collect()
 }
 
-/// Brings the world part forward by the world's own versions numbered past the last one read: O(rows
-/// written since), where a rebuild is O(every version the world ever wrote), which made each statement of
-/// several sessions writing one world slower as the world grew. Exact because a world's own rows are only
-/// ever added, by writers that hold the world's lock until they commit and number their versions by WAL
-/// position: a version committed later has a higher number. A world's own version beats any of its
-/// ancestors' (it was written after the fork that cut them), so the highest number wins, as in a rebuild.
+/// Brings the world part forward by the world's own versions committed since its frontier (the snapshot
+/// it was read on): O(rows written since), where a rebuild is O(every version the world ever wrote), which
+/// made each statement of several sessions writing one world slower as the world grew. Found by writer
+/// (the delta's `(_w_world, _w_xid)` index), not by number: the world's writers run at once, and one that
+/// commits later may have numbered its versions lower. Writers of one key queue on its lock, so of one
+/// key's versions the one committed last has the highest number, and the highest number wins, as in a
+/// rebuild; a world's own version beats any of its ancestors' (it was written after the fork that cut
+/// them). Versions read twice (this backend's own, already kept in place) change nothing.
 fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
+    if cache.world_frontier.is_empty() {
+        load_world_part(layout, world, cache);
+        return;
+    }
     let sql = format!(
-        "SELECT d._w_dseq, d._w_del, {}, d._w_base_tid::text, d._w_of FROM {} d WHERE d._w_world = $1 AND d._w_dseq > $2",
+        "SELECT s.snap, d._w_dseq, d._w_del, d.k, d._w_base_tid::text, d._w_of
+         FROM (SELECT pg_current_snapshot()::text AS snap) s
+         LEFT JOIN LATERAL (SELECT d._w_dseq, d._w_del, {} AS k, d._w_base_tid, d._w_of FROM {} d
+                            WHERE d._w_world = $1 AND d._w_xid >= pg_snapshot_xmin($2::pg_snapshot)
+                              AND NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot)) d ON true",
         key_expr(layout, "d"),
         layout.delta_name
     );
     let kind = layout.key_kind;
     let rows = snapshot_spi::query(
         &sql,
-        &[pg_sys::INT4OID, pg_sys::INT8OID],
-        &[arg(world.num), arg(cache.own_max_dseq)],
+        &[pg_sys::INT4OID, pg_sys::TEXTOID],
+        &[arg(world.num), arg(cache.world_frontier.clone())],
         |row| {
             let key = match kind {
-                b'i' => row.get::<i64>(3).map(Key::I),
-                b't' => row.get::<String>(3).map(Key::T),
+                b'i' => row.get::<i64>(4).map(Key::I),
+                b't' => row.get::<String>(4).map(Key::T),
                 _ => None,
             };
-            (row.get::<i64>(1).unwrap_or(0), row.get::<bool>(2).unwrap_or(false), key, row.get::<String>(4), row.get::<i64>(5))
+            (row.get::<String>(1), row.get::<i64>(2), row.get::<bool>(3).unwrap_or(false), key, row.get::<String>(5), row.get::<i64>(6))
         },
     );
-    if rows.is_empty() {
+    if let Some(Some(now)) = rows.first().map(|r| r.0.clone()) {
+        cache.world_frontier = now;
+    }
+    if rows.iter().all(|r| r.1.is_none()) {
         return;
     }
     let part = Rc::make_mut(&mut cache.world);
     let mut cancelled = Vec::new();
-    for (dseq, del, key, base_tid, of) in rows {
-        cache.own_max_dseq = cache.own_max_dseq.max(dseq);
+    for (_, dseq, del, key, base_tid, of) in rows {
+        let Some(dseq) = dseq else { continue };
         match key {
             Some(k) => {
                 if part.winner.get(&k).is_some_and(|(d, _)| *d >= dseq) {

@@ -2,8 +2,8 @@
 //! INSERT ... ON CONFLICT). A write is a new version of the row in the table's delta, checked as the
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
-use super::overlay::{key_expr, quote_ident, read_key_of, session_world, with_cache, World, CACHES, LOCKED, BUMPED, WRITE_EVENT, WORLD};
-use super::{app_triggers, snapshot_spi};
+use super::overlay::{key_expr, quote_ident, read_key_of, session_world, with_cache, World, CACHES, BUMPED, WRITE_EVENT, WORLD};
+use super::{app_triggers, snapshot_spi, world_locks};
 use super::{as_internal, as_table_owner, relation_layout, Layout};
 use crate::api::raise;
 use pgrx::prelude::*;
@@ -179,7 +179,7 @@ fn upsert(
     // statement's snapshot is read and a row changed since fails with 40001.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
     if read_committed {
-        lock_world(world);
+        lock_conflict_target(layout, world, desc, proposed, &action.match_attnos);
     }
     let read = if read_committed { snapshot_spi::query_fresh } else { snapshot_spi::query };
     let check = if read_committed { KeyCheck::Locked } else { KeyCheck::Unchanged };
@@ -347,7 +347,9 @@ unsafe fn row_identity(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Opt
 /// row another session removed since this statement read it fails with 40001 rather than twice.
 fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, old: pg_sys::HeapTuple, identity: RowIdentity) {
     let by_tid = identity.src != 1;
-    lock_world(world);
+    // the physical row's own lock (a base row or before-image by tid, an added row by its number)
+    let physical = if by_tid { super::overlay::Key::T(format!("tid {}", unsafe { super::overlay::tid_of_datum(identity.tid) })) } else { super::overlay::Key::I(identity.seq) };
+    world_locks::lock_key(world, world_locks::key_id(world.num, layout.tabno, &physical));
     let taken = if by_tid {
         "SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid = $2 LIMIT 1"
     } else {
@@ -510,7 +512,7 @@ fn serialize_key(
     all.extend(key_args);
     // the statement's snapshot
     let seen = as_table_owner(layout, || snapshot_query(&latest, &all).into_iter().next().flatten());
-    lock_world(world);
+    world_locks::lock_key(world, world_locks::key_id(world.num, layout.tabno, &row_key(layout, names, args)));
     as_table_owner(layout, || {
         // a fresh snapshot, taken after the lock
         let now = kept(&latest, &all, |r| {
@@ -527,39 +529,62 @@ fn serialize_key(
     })
 }
 
-/// The world's write lock, once per transaction (a transaction-level advisory lock): writers of one world
-/// serialize on it (a lock per key would fill the lock table on bulk updates).
-/// (this transaction, the world): what LOCKED holds while the transaction has the world's write lock
-fn lock_key(world: &World) -> (u32, i32) {
-    (unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }, world.num)
+/// The world's write lock for a statement that reads the rows it writes other than by key (ON CONFLICT,
+/// SQL MERGE): EXCLUSIVE when the transaction holds none yet (it reads on a snapshot taken after it, as a
+/// statement of its own), else the one it holds (its rows are then locked one by one as written, and a
+/// row changed since the statement read it fails with 40001).
+pub fn lock_world(world: &World) -> bool {
+    match world_locks::held(world) {
+        Some(_) => false,
+        None => world_locks::lock_world(world, world_locks::Mode::Exclusive),
+    }
 }
 
-/// Does this transaction hold the world's write lock?
-pub fn holds_world_lock(world: &World) -> bool {
-    LOCKED.with(|l| l.get()) == lock_key(world)
+/// The key of a row as its lock names it: the cache's key (an integer key as itself, one text-like column
+/// as its text), several key columns as their texts joined.
+fn row_key(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> super::overlay::Key {
+    let values: Vec<&pgrx::datum::DatumWithOid> = layout.key_columns.iter().map(|k| &args[names.iter().position(|n| n == k).unwrap()]).collect();
+    if layout.key_kind == b'i' && values.len() == 1 {
+        if let Some(i) = values[0].datum().and_then(|d| crate::route::custom_scan::integer_of(values[0].oid(), d.sans_lifetime())) {
+            return super::overlay::Key::I(i);
+        }
+    }
+    let owned: Vec<pgrx::datum::DatumWithOid> = values.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }).collect();
+    super::overlay::Key::T(output_values(&owned).join("\u{1f}"))
 }
 
-pub fn lock_world(world: &World) {
-    if holds_world_lock(world) {
+/// Locks the values a row has in the unique index on `columns` (NULLs clash with nothing: no lock).
+fn lock_unique_values(layout: &Layout, world: &World, columns: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) {
+    let Some(owned) = columns
+        .iter()
+        .map(|c| {
+            let a = &args[names.iter().position(|n| n == c)?];
+            a.datum().map(|_| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) })
+        })
+        .collect::<Option<Vec<_>>>()
+    else {
         return;
+    };
+    world_locks::lock_key(world, world_locks::unique_id(world.num, layout.tabno, columns, &output_values(&owned)));
+}
+
+/// ON CONFLICT DO UPDATE reads the conflicting row on a fresh snapshot: first the conflict target's
+/// values are locked (the key's lock when the target is the primary key), so two upserts of one key queue.
+fn lock_conflict_target(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, proposed: pg_sys::HeapTuple, match_attnos: &[i16]) {
+    let (names, args) = row_args(desc, proposed);
+    let columns: Vec<String> = match_attnos
+        .iter()
+        .map(|&a| unsafe { std::ffi::CStr::from_ptr((*(*desc).attrs.as_ptr().add(a as usize - 1)).attname.data.as_ptr()).to_string_lossy().into_owned() })
+        .collect();
+    let mut sorted_target = columns.clone();
+    sorted_target.sort();
+    let mut sorted_key = layout.key_columns.clone();
+    sorted_key.sort();
+    if layout.key_kind != b'r' && sorted_target == sorted_key {
+        world_locks::lock_key(world, world_locks::key_id(world.num, layout.tabno, &row_key(layout, &names, &args)));
+    } else {
+        lock_unique_values(layout, world, &columns, &names, &args);
     }
-    as_internal(|| kept("SELECT pg_advisory_xact_lock(2092147, $1)", &[world.num.into()], |_| ()));
-    // a DROP WORLD holds the lock while it frees the world's rows: once it is ours, the world may be gone
-    // (read on a fresh snapshot, after the lock)
-    let live = as_internal(|| kept("SELECT dropped IS NULL FROM worlds.world WHERE num = $1", &[world.num.into()], |r| r.get::<bool>(1)))
-        .into_iter()
-        .next()
-        .flatten();
-    if live == Some(false) {
-        crate::api::raise_with(
-            "0A000",
-            format!("world \"{}\" was dropped while this statement ran; nothing was written", world.name),
-            None,
-            Some("The session now works in the world's parent: run the statement again if it should go there.".into()),
-        );
-    }
-    LOCKED.with(|l| l.set(lock_key(world)));
-    done_in(LOCK);
 }
 
 fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
@@ -684,7 +709,7 @@ fn write_version_with(
         }
     }
     if !del {
-        check_unique(layout, &names, &args);
+        check_unique(layout, world, &names, &args);
     }
     // generated columns are the delta's to compute
     let (mut names, mut args): (Vec<String>, Vec<pgrx::datum::DatumWithOid>) = if layout.generated.is_empty() {
@@ -822,7 +847,15 @@ fn primary_key_name(layout: &Layout) -> String {
 
 /// Unique constraints other than the primary key hold inside the world: another row the world sees with
 /// the same (non-null) values is a 23505.
-fn check_unique(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) {
+fn check_unique(layout: &Layout, world: &World, names: &[String], args: &[pgrx::datum::DatumWithOid]) {
+    // the values first: two sessions adding one value queue, and the second sees the first's row
+    for (_, cols) in &layout.uniques {
+        lock_unique_values(layout, world, cols, names, args);
+    }
+    for u in &layout.other_uniques {
+        // (an index on expressions or partial: the index itself)
+        world_locks::lock_key(world, world_locks::unique_id(world.num, layout.tabno, std::slice::from_ref(&u.name), &[]));
+    }
     if let Some((index, cols)) = unique_clash(layout, names, args) {
         raise_duplicate(index, cols, names, args);
     }
@@ -972,9 +1005,12 @@ fn done_in(what: usize) {
 /// `sub` on are the aborted one and its children.
 pub fn forget_aborted(sub: pg_sys::SubTransactionId) {
     let done = DONE_IN.with(|d| d.get());
-    if done[LOCK] >= sub {
-        LOCKED.with(|l| l.set((0, 0)));
-    }
+    world_locks::forget_aborted(sub);
+    PENDING_BUMPS.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            p.retain(|&(_, _, s)| sub != 0 && s < sub);
+        }
+    });
     if done[BUMP] >= sub {
         BUMPED.with(|b| b.set((0, 0)));
         WRITE_EVENT.with(|e| e.set(0));
@@ -1070,27 +1106,58 @@ fn bump_version(world: &World) {
         seq
     };
     WRITE_EVENT.with(|e| e.set(event));
-    let new_version = as_internal(|| {
-        kept(
-            "UPDATE worlds.world SET version = version + 1, active = clock_timestamp() WHERE num = $1 RETURNING version",
-            &[world.num.into()],
-            |r| r.get::<i64>(1),
-        )
-    })
-    .into_iter()
-    .next()
-    .flatten();
-    if new_version != Some(world.version + 1) {
-        // another session wrote the world since this statement's cache was read: the caches stay at the
-        // version they were read at, and the next statement (on a snapshot that sees those writes) brings
-        // them forward by the versions added since (overlay::advance_world_part: it only adds, so this
-        // statement's own writes, kept in place, are never lost). Not a rebuild now: one within this
-        // statement would read on its snapshot, which doesn't see the statement's own writes
+    // the version itself moves at commit (apply_version_bumps): an UPDATE of the world's row here would
+    // hold its row lock until commit, and every other writer of the world would queue behind it
+    let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    PENDING_BUMPS.with(|p| p.borrow_mut().push((stmt.0, world.num, sub)));
+}
+
+thread_local! {
+    /// one entry per write statement of this transaction: (lxid, world, its subtransaction)
+    static PENDING_BUMPS: std::cell::RefCell<Vec<(u32, i32, pg_sys::SubTransactionId)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Before commit (or PREPARE): each world written moves its version on by the statements that wrote it,
+/// and its `active` time to now, in one UPDATE of its row per world (in world-number order, so two
+/// committing writers of two worlds never wait for each other crosswise). The row lock is held only
+/// from here to the commit. Readers of the world see the new version and the rows together.
+pub fn apply_version_bumps() {
+    let lxid = unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) };
+    let pending = PENDING_BUMPS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let mut counts: std::collections::BTreeMap<i32, i64> = Default::default();
+    for (x, num, _) in pending {
+        if x == lxid {
+            *counts.entry(num).or_default() += 1;
+        }
+    }
+    if counts.is_empty() {
         return;
     }
-    if let Some(v) = new_version {
-        // caches of this world were brought up to date in place: they stay valid at the new version
-        move_cached_version(world, v);
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    for (num, k) in counts {
+        let new_version = as_internal(|| {
+            kept(
+                "UPDATE worlds.world SET version = version + $2, active = clock_timestamp() WHERE num = $1 RETURNING version",
+                &[num.into(), k.into()],
+                |r| r.get::<i64>(1),
+            )
+        })
+        .into_iter()
+        .next()
+        .flatten();
+        // no other writer committed since this backend's caches were read: they stay valid at the new version
+        let resolved = WORLD.with(|w| w.borrow().as_ref().map(|(_, _, w)| w.clone())).filter(|w| w.num == num);
+        if let (Some(v), Some(w)) = (new_version, resolved) {
+            if v == w.version + k {
+                move_cached_version(&w, v);
+            }
+        }
+    }
+    if pushed {
+        unsafe { pg_sys::PopActiveSnapshot() };
     }
 }
 
