@@ -105,7 +105,7 @@ pub(super) struct TableCache {
     /// (copied on write, see `WorldPart`)
     pub(super) world: Rc<WorldPart>,
     /// the snapshot the world's own rows in `world` were read on (a refresh reads those committed since)
-    world_frontier: String,
+    pub(super) world_frontier: String,
     /// the chain `world` was read for: its worlds and the snapshot each is seen through
     chain: Vec<(i32, Option<String>)>,
     // main part

@@ -70,7 +70,7 @@ fn _overlay_write<'a>(
             // (Postgres skips only conflicts on the named target and raises on others)
             if on_conflict_nothing && (key_exists(&layout, view_desc, old) || {
                 let (names, args) = row_args(view_desc, old);
-                unique_clash(&layout, &names, &args).is_some()
+                unique_clash(&layout, &world, &names, &args).is_some()
                     // a row this same statement inserted before (the statement's snapshot doesn't see it;
                     // Postgres's conflict check does)
                     || (layout.key_kind != b'r' && serialize_key(&layout, &world, &names, &args).1.is_some_and(|(_, del, _)| !del))
@@ -856,7 +856,7 @@ fn check_unique(layout: &Layout, world: &World, names: &[String], args: &[pgrx::
         // (an index on expressions or partial: the index itself)
         world_locks::lock_key(world, world_locks::unique_id(world.num, layout.tabno, std::slice::from_ref(&u.name), &[]));
     }
-    if let Some((index, cols)) = unique_clash(layout, names, args) {
+    if let Some((index, cols)) = unique_clash(layout, world, names, args) {
         raise_duplicate(index, cols, names, args);
     }
     for u in &layout.other_uniques {
@@ -908,7 +908,7 @@ fn other_unique_clash(layout: &Layout, u: &super::OtherUnique, names: &[String],
 
 /// The first unique index (other than the primary key) on which another row the world sees has this
 /// row's (non-null) values.
-fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> Option<(&'l String, &'l Vec<String>)> {
+fn unique_clash<'l>(layout: &'l Layout, world: &World, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> Option<(&'l String, &'l Vec<String>)> {
     let pos = |c: &String| names.iter().position(|n| n == c);
     let overlay = &layout.overlay_name;
     for (index, cols) in &layout.uniques {
@@ -934,8 +934,46 @@ fn unique_clash<'l>(layout: &'l Layout, names: &[String], args: &[pgrx::datum::D
         if as_table_owner(layout, || !snapshot_spi::query_fresh_generic(&sql, &types, &values, |r| r.get::<i64>(1)).is_empty()) {
             return Some((index, cols));
         }
+        if committed_since_with(layout, world, cols, &positions, names, args) {
+            return Some((index, cols));
+        }
     }
     None
+}
+
+/// Did another writer of the world commit, after this backend's view of the world was read, a row with
+/// these values in `cols` under another key (its latest version, not removed)? The overlay reads the world
+/// through that view, which doesn't have it yet; the value's lock (taken first) made the check wait for it.
+fn committed_since_with(layout: &Layout, world: &World, cols: &[String], positions: &[usize], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> bool {
+    if layout.key_columns.is_empty() {
+        return false;
+    }
+    let frontier = with_cache(layout.tabno, |c| c.world_frontier.clone());
+    if frontier.is_empty() {
+        return false;
+    }
+    let n = args.len();
+    let mut conds: Vec<String> = cols.iter().zip(positions).map(|(c, p)| format!("d.{} = ${}", quote_ident(c), p + 1)).collect();
+    let pos = |c: &String| names.iter().position(|x| x == c);
+    let same_key: Vec<String> = layout.key_columns.iter().filter_map(|k| pos(k).map(|p| format!("d.{} = ${}", quote_ident(k), p + 1))).collect();
+    if !same_key.is_empty() {
+        conds.push(format!("NOT ({})", same_key.join(" AND ")));
+    }
+    let later: Vec<String> = layout.key_columns.iter().map(|k| format!("l.{k} = d.{k}", k = quote_ident(k))).collect();
+    let sql = format!(
+        "SELECT 1 FROM {delta} d WHERE d._w_world = ${w} AND d._w_xid >= pg_snapshot_xmin(${f}::pg_snapshot)
+           AND NOT pg_visible_in_snapshot(d._w_xid, ${f}::pg_snapshot) AND NOT d._w_del AND {conds}
+           AND NOT EXISTS (SELECT 1 FROM {delta} l WHERE l._w_world = d._w_world AND {later} AND l._w_dseq > d._w_dseq) LIMIT 1",
+        delta = layout.delta_name,
+        w = n + 1,
+        f = n + 2,
+        conds = conds.join(" AND "),
+        later = later.join(" AND ")
+    );
+    let mut all: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }).collect();
+    all.push(world.num.into());
+    all.push(frontier.into());
+    as_table_owner(layout, || !kept(&sql, &all, |_| ()).is_empty())
 }
 
 fn raise_duplicate(constraint: &str, cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> ! {
