@@ -44,7 +44,10 @@ start_cluster() {
   local conf="-c port=$port -c unix_socket_directories=$dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
   [ "$preload" = yes ] && conf="$conf -c shared_preload_libraries=pg_worlds"
   # a Rust backtrace in every error DETAIL is noise for users: the server runs without RUST_BACKTRACE
-  as_pg env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE $PGBIN/pg_ctl -D "$dir/data" -l "$dir/server.log" -o "$conf" -w -t 60 start >/dev/null
+  # (KEEP_RUST_BACKTRACE=1 keeps it: tests/sessions/16 proves errors don't change with it)
+  local unset="-u RUST_BACKTRACE -u RUST_LIB_BACKTRACE"
+  [ "${KEEP_RUST_BACKTRACE:-}" = 1 ] && unset=
+  as_pg env $unset $PGBIN/pg_ctl -D "$dir/data" -l "$dir/server.log" -o "$conf" -w -t 60 start >/dev/null
 }
 
 stop_cluster() {
