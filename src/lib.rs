@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod guc;
 pub mod merge;
 pub mod route;
+pub mod spi_calls;
 pub mod statements;
 pub mod storage;
 pub mod time;
@@ -58,7 +59,7 @@ mod tests {
     /// A world row made directly (CREATE WORLD refuses to run inside the test's transaction), named
     /// `w<num>`. `sees_this_transaction`: forked as if this transaction's writes so far were committed.
     fn make_test_world(num: i32, sees_this_transaction: bool) {
-        Spi::run_with_args(
+        crate::spi_calls::run_with_args(
             "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
              SELECT $1, 'w' || $1, 'w' || $1, 0, 1, now(),
                     CASE WHEN $2 THEN format('%s:%s:', x, x)::pg_snapshot ELSE pg_current_snapshot() END
@@ -81,11 +82,11 @@ mod tests {
         assert_eq!(crate::guc::current_world_setting().to_str().unwrap(), "main");
         assert!(crate::guc::in_main());
         let before = crate::guc::world_generation();
-        Spi::run("SET LOCAL worlds.world = 'agent_7'").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'agent_7'").unwrap();
         assert_eq!(crate::guc::current_world_setting().to_str().unwrap(), "agent_7");
         assert!(!crate::guc::in_main());
         assert!(crate::guc::world_generation() > before, "changing the world bumps the generation");
-        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'main'").unwrap();
     }
 
     #[pg_test]
@@ -98,24 +99,24 @@ mod tests {
 
     #[pg_test]
     fn tables_are_tracked_with_their_key() {
-        Spi::run("CREATE TABLE t_tracked (a int, b text, PRIMARY KEY (a, b))").unwrap();
-        let kind = Spi::get_one::<String>("SELECT key_kind::text FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_tracked (a int, b text, PRIMARY KEY (a, b))").unwrap();
+        let kind = crate::spi_calls::get_one::<String>("SELECT key_kind::text FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
         assert_eq!(kind.as_deref(), Some("t"));
-        let cols = Spi::get_one::<Vec<String>>("SELECT key_columns FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
+        let cols = crate::spi_calls::get_one::<Vec<String>>("SELECT key_columns FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
         assert_eq!(cols, Some(vec!["a".to_string(), "b".to_string()]));
     }
 
     #[pg_test]
     fn history_captures_before_images_natively() {
-        Spi::run("CREATE TABLE t_hist (id int PRIMARY KEY, v text)").unwrap();
-        Spi::run("INSERT INTO t_hist VALUES (1, 'a'), (2, 'b')").unwrap();
-        Spi::run("UPDATE t_hist SET v = 'z' WHERE id = 1").unwrap();
-        Spi::run("UPDATE t_hist SET id = 3 WHERE id = 2").unwrap();
-        let history = Spi::get_one::<String>("SELECT changes::text FROM worlds.tables WHERE relid = 't_hist'::regclass")
+        crate::spi_calls::run("CREATE TABLE t_hist (id int PRIMARY KEY, v text)").unwrap();
+        crate::spi_calls::run("INSERT INTO t_hist VALUES (1, 'a'), (2, 'b')").unwrap();
+        crate::spi_calls::run("UPDATE t_hist SET v = 'z' WHERE id = 1").unwrap();
+        crate::spi_calls::run("UPDATE t_hist SET id = 3 WHERE id = 2").unwrap();
+        let history = crate::spi_calls::get_one::<String>("SELECT changes::text FROM worlds.tables WHERE relid = 't_hist'::regclass")
             .unwrap()
             .unwrap();
         // inserts keep only the key; an update keeps the before-image; a key change is a delete and an insert
-        let ops = Spi::get_one::<String>(&format!(
+        let ops = crate::spi_calls::get_one::<String>(&format!(
             "SELECT string_agg(_w_op::text || ':' || id || ':' || coalesce(v, '-'), ',' ORDER BY _w_hseq) FROM {history}"
         ))
         .unwrap();
@@ -125,45 +126,45 @@ mod tests {
     #[pg_test(error = "CREATE WORLD cannot run inside a transaction block")]
     fn lifecycle_refuses_transaction_blocks() {
         // the test itself runs inside a transaction block
-        Spi::run("SELECT worlds.create_world('in_block')").unwrap();
+        crate::spi_calls::run("SELECT worlds.create_world('in_block')").unwrap();
     }
 
     #[pg_test(error = "world names with a dash need quotes")]
     fn grammar_errors_carry_their_sqlstate() {
-        Spi::run("SELECT * FROM worlds.sql('create world task-1')").unwrap();
+        crate::spi_calls::run("SELECT * FROM worlds.sql('create world task-1')").unwrap();
     }
 
     #[pg_test]
     fn a_world_and_main_do_not_see_each_others_writes() {
-        Spi::run("CREATE TABLE t_route (id int PRIMARY KEY, v text)").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_route (id int PRIMARY KEY, v text)").unwrap();
         // main's rows come after the world's fork, so the world must not see them
         make_test_world(900, false);
-        Spi::run("INSERT INTO t_route VALUES (1, 'main'), (2, 'main')").unwrap();
-        Spi::run("SET LOCAL worlds.world = 'w900'").unwrap();
-        Spi::run("INSERT INTO t_route VALUES (3, 'world')").unwrap();
-        Spi::run("UPDATE t_route SET v = 'world!' WHERE id = 3").unwrap();
-        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
+        crate::spi_calls::run("INSERT INTO t_route VALUES (1, 'main'), (2, 'main')").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'w900'").unwrap();
+        crate::spi_calls::run("INSERT INTO t_route VALUES (3, 'world')").unwrap();
+        crate::spi_calls::run("UPDATE t_route SET v = 'world!' WHERE id = 3").unwrap();
+        let seen = crate::spi_calls::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
         assert_eq!(seen.as_deref(), Some("3=world!"));
-        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
-        let main = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'main'").unwrap();
+        let main = crate::spi_calls::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_route").unwrap();
         assert_eq!(main.as_deref(), Some("1=main,2=main"));
     }
 
     #[pg_test]
     fn a_select_in_a_world_reads_through_the_world_scan() {
-        Spi::run("CREATE TABLE t_scan (id int PRIMARY KEY, v text)").unwrap();
-        Spi::run("INSERT INTO t_scan SELECT g, 'main' FROM generate_series(1, 100) g").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_scan (id int PRIMARY KEY, v text)").unwrap();
+        crate::spi_calls::run("INSERT INTO t_scan SELECT g, 'main' FROM generate_series(1, 100) g").unwrap();
         make_test_world(901, true);
-        Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
-        Spi::run("UPDATE t_scan SET v = 'world' WHERE id IN (5, 50)").unwrap();
-        Spi::run("DELETE FROM t_scan WHERE id = 6").unwrap();
-        let plan = Spi::get_one::<String>("EXPLAIN (COSTS OFF) SELECT v FROM t_scan WHERE id = 5").unwrap().unwrap_or_default();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'w901'").unwrap();
+        crate::spi_calls::run("UPDATE t_scan SET v = 'world' WHERE id IN (5, 50)").unwrap();
+        crate::spi_calls::run("DELETE FROM t_scan WHERE id = 6").unwrap();
+        let plan = crate::spi_calls::get_one::<String>("EXPLAIN (COSTS OFF) SELECT v FROM t_scan WHERE id = 5").unwrap().unwrap_or_default();
         assert!(plan.contains("WorldScan"), "a point read in a world goes through the world scan: {plan}");
-        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_scan WHERE id BETWEEN 4 AND 7").unwrap();
+        let seen = crate::spi_calls::get_one::<String>("SELECT string_agg(id || '=' || v, ',' ORDER BY id) FROM t_scan WHERE id BETWEEN 4 AND 7").unwrap();
         assert_eq!(seen.as_deref(), Some("4=main,5=world,7=main"));
-        let ordered = Spi::get_one::<String>("SELECT string_agg(id::text, ',') FROM (SELECT id FROM t_scan WHERE id > 45 ORDER BY id LIMIT 6) s").unwrap();
+        let ordered = crate::spi_calls::get_one::<String>("SELECT string_agg(id::text, ',') FROM (SELECT id FROM t_scan WHERE id > 45 ORDER BY id LIMIT 6) s").unwrap();
         assert_eq!(ordered.as_deref(), Some("46,47,48,49,50,51"), "the world's rows are merged in key order");
-        let count = Spi::get_one::<i64>("SELECT count(*) FROM t_scan").unwrap();
+        let count = crate::spi_calls::get_one::<i64>("SELECT count(*) FROM t_scan").unwrap();
         assert_eq!(count, Some(99));
     }
 
@@ -189,35 +190,35 @@ mod tests {
 
     #[pg_test]
     fn upsert_in_a_world_updates_the_worlds_row_from_excluded() {
-        Spi::run("CREATE TABLE t_upsert (id int PRIMARY KEY, n int NOT NULL)").unwrap();
-        Spi::run("INSERT INTO t_upsert VALUES (1, 10)").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_upsert (id int PRIMARY KEY, n int NOT NULL)").unwrap();
+        crate::spi_calls::run("INSERT INTO t_upsert VALUES (1, 10)").unwrap();
         make_test_world(901, false);
-        Spi::run("SET LOCAL worlds.world = 'w901'").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'w901'").unwrap();
         // the world sees main's row 1 as of its fork (the insert above is this transaction's own)
-        Spi::run("INSERT INTO t_upsert VALUES (2, 5), (3, 7) ON CONFLICT (id) DO UPDATE SET n = t_upsert.n + excluded.n").unwrap();
-        let returned = Spi::get_one::<i32>("INSERT INTO t_upsert AS t VALUES (2, 1) ON CONFLICT (id) DO UPDATE SET n = t.n * 100 + excluded.n RETURNING n").unwrap();
+        crate::spi_calls::run("INSERT INTO t_upsert VALUES (2, 5), (3, 7) ON CONFLICT (id) DO UPDATE SET n = t_upsert.n + excluded.n").unwrap();
+        let returned = crate::spi_calls::get_one::<i32>("INSERT INTO t_upsert AS t VALUES (2, 1) ON CONFLICT (id) DO UPDATE SET n = t.n * 100 + excluded.n RETURNING n").unwrap();
         assert_eq!(returned, Some(501));
-        let seen = Spi::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
+        let seen = crate::spi_calls::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
         assert_eq!(seen.as_deref(), Some("2=501,3=7"));
-        Spi::run("SET LOCAL worlds.world = 'main'").unwrap();
-        let main = Spi::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
+        crate::spi_calls::run("SET LOCAL worlds.world = 'main'").unwrap();
+        let main = crate::spi_calls::get_one::<String>("SELECT string_agg(id || '=' || n, ',' ORDER BY id) FROM t_upsert").unwrap();
         assert_eq!(main.as_deref(), Some("1=10"));
     }
 
     #[pg_test]
     fn a_dropped_columns_value_is_read_from_the_unchanged_row() {
-        Spi::run("CREATE TABLE t_dropped (id int PRIMARY KEY, old_note text, n int)").unwrap();
-        Spi::run("INSERT INTO t_dropped VALUES (1, 'kept in the heap', 3)").unwrap();
-        let attnum = Spi::get_one::<i16>("SELECT attnum FROM pg_attribute WHERE attrelid = 't_dropped'::regclass AND attname = 'old_note'")
+        crate::spi_calls::run("CREATE TABLE t_dropped (id int PRIMARY KEY, old_note text, n int)").unwrap();
+        crate::spi_calls::run("INSERT INTO t_dropped VALUES (1, 'kept in the heap', 3)").unwrap();
+        let attnum = crate::spi_calls::get_one::<i16>("SELECT attnum FROM pg_attribute WHERE attrelid = 't_dropped'::regclass AND attname = 'old_note'")
             .unwrap()
             .unwrap();
-        Spi::run("ALTER TABLE t_dropped DROP COLUMN old_note").unwrap();
-        let value = Spi::get_one::<String>(&format!(
+        crate::spi_calls::run("ALTER TABLE t_dropped DROP COLUMN old_note").unwrap();
+        let value = crate::spi_calls::get_one::<String>(&format!(
             "SELECT worlds._dropped_value('t_dropped'::regclass::oid, ctid, {attnum}::int2, NULL::text) FROM t_dropped"
         ))
         .unwrap();
         assert_eq!(value.as_deref(), Some("kept in the heap"));
-        let logged = Spi::get_one::<bool>(
+        let logged = crate::spi_calls::get_one::<bool>(
             "SELECT dropped IS NOT NULL FROM worlds.column_log WHERE tabno = (SELECT tabno FROM worlds.tables WHERE relid = 't_dropped'::regclass) AND attname = 'old_note'",
         )
         .unwrap();
@@ -226,16 +227,16 @@ mod tests {
 
     #[pg_test]
     fn rows_created_since_a_moment_are_found_by_tid() {
-        Spi::run("CREATE TABLE t_since (id int PRIMARY KEY, v int)").unwrap();
-        Spi::run("INSERT INTO t_since VALUES (1, 1)").unwrap();
-        Spi::run("CREATE TEMP TABLE t_since_at AS SELECT clock_timestamp() - interval '1 second' AS at").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_since (id int PRIMARY KEY, v int)").unwrap();
+        crate::spi_calls::run("INSERT INTO t_since VALUES (1, 1)").unwrap();
+        crate::spi_calls::run("CREATE TEMP TABLE t_since_at AS SELECT clock_timestamp() - interval '1 second' AS at").unwrap();
         // history records the statement's time: entries of this transaction are at its statements' starts
-        let created = Spi::get_one::<bool>(
+        let created = crate::spi_calls::get_one::<bool>(
             "SELECT worlds._created_since('t_since'::regclass::oid, (SELECT at FROM t_since_at), ctid) FROM t_since WHERE id = 1",
         )
         .unwrap();
         assert_eq!(created, Some(true), "the insert is in history after the moment");
-        let before = Spi::get_one::<bool>(
+        let before = crate::spi_calls::get_one::<bool>(
             "SELECT worlds._created_since('t_since'::regclass::oid, now() + interval '1 hour', ctid) FROM t_since WHERE id = 1",
         )
         .unwrap();

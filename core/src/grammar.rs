@@ -105,6 +105,26 @@ pub enum RestoreTarget {
     Checkpoint(String),
 }
 
+impl Statement {
+    /// The command a statement that changes something names in a read-only transaction's 25006 ("cannot
+    /// execute MERGE WORLD in a read-only transaction"); None for one that only reads (SHOW, DIFF, a DRY
+    /// RUN, SWITCH, which changes only the session).
+    pub fn writes(&self) -> Option<&'static str> {
+        match self {
+            Statement::CreateWorld { .. } => Some("CREATE WORLD"),
+            Statement::AlterWorld { .. } => Some("ALTER WORLD"),
+            Statement::DropWorld { .. } => Some("DROP WORLD"),
+            Statement::Merge { clauses, .. } if !clauses.dry_run => Some("MERGE WORLD"),
+            Statement::Rebase { .. } => Some("REBASE WORLD"),
+            Statement::UndoMerge { .. } => Some("UNDO MERGE"),
+            Statement::Restore { .. } => Some("RESTORE WORLD"),
+            Statement::Checkpoint { .. } => Some("CHECKPOINT WORLD"),
+            Statement::SetHistoryRetention { .. } => Some("ALTER SYSTEM"),
+            _ => None,
+        }
+    }
+}
+
 /// A statement that could not be parsed: SQLSTATE (42601 for syntax; names break their own rules with
 /// 42602 / 42939), a message, and the 1-based character position in the text.
 #[derive(Debug, Clone, PartialEq)]
@@ -1940,4 +1960,23 @@ mod tests {
         assert_eq!(ok("diff world \"_tx_1\" to 'x@now'"), diff(Some("_tx_1"), Some("x@now"), false, None));
         assert_eq!(ok("create world target"), create("target", None, None));
     }
+
+    #[test]
+    fn which_statements_write() {
+        for (text, writes) in [
+            ("show worlds", None),
+            ("diff world w", None),
+            ("merge world w dry run", None),
+            ("switch world w", None),
+            ("show history of world w", None),
+            ("merge world w", Some("MERGE WORLD")),
+            ("create world w", Some("CREATE WORLD")),
+            ("drop world w", Some("DROP WORLD")),
+            ("rebase world w", Some("REBASE WORLD")),
+            ("undo merge w", Some("UNDO MERGE")),
+        ] {
+            assert_eq!(parse(text).unwrap().writes(), writes, "{text}");
+        }
+    }
+
 }

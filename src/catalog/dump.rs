@@ -56,7 +56,7 @@ fn _portable_rows() -> TableIterator<
 pub fn restore_pending() {
     // (the catalog is pg_worlds' own: any role's worlds statement may find the worlds a restore brought)
     let pending = as_internal(|| {
-        Spi::get_one::<bool>(
+        crate::spi_calls::get_one::<bool>(
             "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world) AND NOT current_setting('transaction_read_only')::boolean",
         )
     })
@@ -95,7 +95,7 @@ fn restore_worlds() -> i64 {
         })
     });
     // the worlds see what the restore loaded, and their parents' rows this transaction writes
-    let snapshot: String = Spi::get_one(
+    let snapshot: String = crate::spi_calls::get_one(
         "WITH s AS (SELECT pg_current_snapshot() AS s, pg_current_xact_id() AS me),
               m AS (SELECT greatest(pg_snapshot_xmax(s.s)::text::bigint, s.me::text::bigint + 1) AS xmax FROM s),
               x AS (SELECT x::text::bigint AS x FROM s, pg_snapshot_xip(s.s) x WHERE x <> s.me)
@@ -109,7 +109,7 @@ fn restore_worlds() -> i64 {
     let mut made = 0;
     for (name, id, parent) in worlds {
         let num: Option<i32> = as_internal(|| {
-            Spi::get_one_with_args(
+            crate::spi_calls::get_one_with_args(
                 "SELECT worlds._restore_world($1, $2, $3, $4::pg_snapshot)",
                 &[name.as_str().into(), id.into(), parent.clone().unwrap_or_else(|| "main".into()).into(), snapshot.as_str().into()],
             )
@@ -130,8 +130,8 @@ fn restore_worlds() -> i64 {
             made += 1;
         }
         as_internal(|| {
-            Spi::run_with_args("DELETE FROM worlds.dumped_row WHERE world = $1", &[name.as_str().into()]).ok();
-            Spi::run_with_args("DELETE FROM worlds.dumped_world WHERE name = $1", &[name.as_str().into()]).ok();
+            crate::spi_calls::run_with_args("DELETE FROM worlds.dumped_row WHERE world = $1", &[name.as_str().into()]).ok();
+            crate::spi_calls::run_with_args("DELETE FROM worlds.dumped_world WHERE name = $1", &[name.as_str().into()]).ok();
         });
     }
     made
@@ -174,7 +174,7 @@ fn changes_of(world: &str) -> Vec<(String, Vec<Change>)> {
 
 /// Writes a world's changes to one table, routed into the world (under with_world).
 fn write_changes(world: &str, table: &str, items: &[Change]) {
-    let Some(relid) = Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[table.into()]).ok().flatten() else {
+    let Some(relid) = crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[table.into()]).ok().flatten() else {
         pgrx::warning!("world \"{world}\" from the restored dump changed table {table}, which the restore didn't bring; those changes are left out");
         return;
     };
@@ -197,7 +197,7 @@ fn write_changes(world: &str, table: &str, items: &[Change]) {
     );
     let delete = format!("DELETE FROM {t} WHERE {matching}");
     let run = |sql: &str, row: &Value| {
-        Spi::run_with_args(sql, &[JsonB(row.clone()).into()])
+        crate::spi_calls::run_with_args(sql, &[JsonB(row.clone()).into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: restoring world \"{world}\" (table {table}): {e}")));
     };
     if keyed {
@@ -225,7 +225,7 @@ fn write_changes(world: &str, table: &str, items: &[Change]) {
         }
     }
     for (row, n) in removed {
-        let copies: i64 = Spi::get_one_with_args(&format!("SELECT count(*) FROM {t} WHERE {matching}"), &[JsonB(row.clone()).into()])
+        let copies: i64 = crate::spi_calls::get_one_with_args(&format!("SELECT count(*) FROM {t} WHERE {matching}"), &[JsonB(row.clone()).into()])
             .ok()
             .flatten()
             .unwrap_or(0);

@@ -78,6 +78,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     w worlds.world;
 BEGIN
+    -- a standby can't write: the primary discards them, and the standby replays that (nor does a
+    -- read-only transaction: the next one that may write does)
+    IF pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean THEN
+        RETURN;
+    END IF;
     FOR w IN SELECT * FROM worlds.world x
              WHERE x.dropped IS NULL AND x.expires IS NOT NULL AND x.expires <= clock_timestamp()
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)

@@ -211,7 +211,7 @@ pub(super) fn check_foreign_keys(plan: &[Planned]) {
                 ccols.iter().map(|c| format!("r.{} IS NOT NULL", quote_ident(c))).collect::<Vec<_>>().join(" AND "),
                 eq("p", &pcols, "r", &ccols),
             );
-            if let Some(missing) = Spi::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(written)).into()]).ok().flatten() {
+            if let Some(missing) = crate::spi_calls::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(written)).into()]).ok().flatten() {
                 crate::api::raise_with(
                     "23503",
                     format!("insert or update on table \"{}\" violates foreign key constraint \"{conname}\"", short(child)),
@@ -235,7 +235,7 @@ pub(super) fn check_foreign_keys(plan: &[Planned]) {
                 eq("p", &pcols, "r", &pcols),
                 eq("c", &ccols, "r", &pcols),
             );
-            if let Some(held) = Spi::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(replaced)).into()]).ok().flatten() {
+            if let Some(held) = crate::spi_calls::get_one_with_args::<String>(&sql, &[JsonB(Value::Array(replaced)).into()]).ok().flatten() {
                 crate::api::raise_with(
                     "23503",
                     format!("update or delete on table \"{}\" violates foreign key constraint \"{conname}\" on table \"{}\"", short(parent), short(child)),
@@ -249,7 +249,7 @@ pub(super) fn check_foreign_keys(plan: &[Planned]) {
 
 /// The layout of a tracked table by its relid.
 pub(super) fn relation_layout_of(relid: pg_sys::Oid) -> Option<std::rc::Rc<Layout>> {
-    let tabno = Spi::get_one_with_args::<i32>("SELECT tabno FROM worlds.tables WHERE relid = $1", &[relid.into()]).ok().flatten()?;
+    let tabno = crate::spi_calls::get_one_with_args::<i32>("SELECT tabno FROM worlds.tables WHERE relid = $1", &[relid.into()]).ok().flatten()?;
     Some(relation_layout(tabno))
 }
 

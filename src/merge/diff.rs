@@ -229,7 +229,7 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
 /// (O(table): such a table has no key to find the changed rows by). One row of output per copy more or
 /// less. Skipped when neither side's chain wrote the table and main never changed it.
 pub(super) fn keyless_difference(l: &Layout, a: &Option<World>, b: &Option<World>, worlds: &[i32]) -> Vec<DiffRow> {
-    let touched = Spi::get_one_with_args::<bool>(
+    let touched = crate::spi_calls::get_one_with_args::<bool>(
         &format!(
             "SELECT EXISTS (SELECT 1 FROM {} d WHERE d._w_world = ANY($1)) OR EXISTS (SELECT 1 FROM {} h)",
             l.delta_name, l.history_name
@@ -277,7 +277,7 @@ pub(super) fn keyless_difference(l: &Layout, a: &Option<World>, b: &Option<World
 pub(super) fn schema_changes(from: &str, to: &str, as_sql_out: bool) -> Vec<Value> {
     let time_of = |side: &str| -> Option<String> {
         side.contains('@').then(|| {
-            Spi::get_one_with_args::<String>("SELECT m.at::text FROM worlds._moment_of($1) m", &[side.into()]).ok().flatten().unwrap_or_default()
+            crate::spi_calls::get_one_with_args::<String>("SELECT m.at::text FROM worlds._moment_of($1) m", &[side.into()]).ok().flatten().unwrap_or_default()
         })
     };
     let (a, b) = (time_of(from), time_of(to));
@@ -455,7 +455,7 @@ pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value)
         (_, Value::Array(_) | Value::Object(_)) => match typ {
             None => sql_literal(v),
             Some(typ) => {
-                let text = Spi::get_one_with_args::<String>(
+                let text = crate::spi_calls::get_one_with_args::<String>(
                     &format!("SELECT (jsonb_populate_record(NULL::{table}, $1)).{}::text", quote_ident(column)),
                     &[pgrx::JsonB(serde_json::json!({ column: v })).into()],
                 )

@@ -30,7 +30,7 @@ pub fn worlds(nums: &[i32]) {
     nums.sort_unstable();
     nums.dedup();
     for n in nums {
-        Spi::run_with_args("SELECT pg_advisory_xact_lock($1, $2)", &[WORLD_LOCK.into(), n.into()])
+        crate::spi_calls::run_with_args("SELECT pg_advisory_xact_lock($1, $2)", &[WORLD_LOCK.into(), n.into()])
             .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")));
         crate::storage::world_locks::note_exclusive(n);
     }
@@ -92,7 +92,7 @@ impl Blocked {
     fn wait(&self) {
         match self {
             Blocked::Row { sql, key } => Spi::connect_mut(|c| c.update(sql, None, &[key.as_str().into()]).map(|_| ())),
-            Blocked::Key { relid, key } => Spi::run_with_args(
+            Blocked::Key { relid, key } => crate::spi_calls::run_with_args(
                 "SELECT pg_advisory_xact_lock($1, hashtext($3::text || '/' || $2))",
                 &[KEY_LOCK.into(), key.as_str().into(), (*relid as i64).into()],
             ),
@@ -144,7 +144,7 @@ impl Round {
         }
         if self.hold == Hold::Write {
             for (_, k) in found.into_iter().filter(|(kind, _)| kind == "absent") {
-                let got = Spi::get_one_with_args::<bool>(
+                let got = crate::spi_calls::get_one_with_args::<bool>(
                     "SELECT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || $2))",
                     &[KEY_LOCK.into(), k.as_str().into(), (self.relid as i64).into()],
                 )
@@ -166,7 +166,7 @@ pub fn keyless_tables(layouts: &[Rc<Layout>]) {
     let mut ls: Vec<&Rc<Layout>> = layouts.iter().filter(|l| l.key_kind == b'r').collect();
     ls.sort_by_key(|l| l.relid.to_u32());
     for l in ls {
-        Spi::run(&format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", l.table_name))
+        crate::spi_calls::run(&format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", l.table_name))
             .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")));
     }
 }

@@ -54,7 +54,7 @@ fn resolve_again(world: &WorldRow) -> WorldRow {
 pub fn resolve_world(name: &str) -> WorldRow {
     // a world past its TTL is discarded first: it can't be merged, rebased or diffed any more
     if unsafe { !pg_sys::XactReadOnly } {
-        Spi::run("SELECT worlds._expire()").ok();
+        crate::spi_calls::run("SELECT worlds._expire()").ok();
     }
     let row = world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into());
     row.unwrap_or_else(|| {
@@ -266,7 +266,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         let main_changed = {
             // the same parameters as the gather below ($2: the fork point)
             let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {})", after_fork("h"));
-            Spi::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
+            crate::spi_calls::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
         };
         // main's first change of each key since the fork, after the world's own last partial merge of it
         // (only worlds partly merged before have one): one pass over history since the fork, joined to the
@@ -341,7 +341,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
 }
 
 fn partly_merged(world: &WorldRow) -> bool {
-    Spi::get_one_with_args::<bool>(
+    crate::spi_calls::get_one_with_args::<bool>(
         "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event LIKE 'merged part into %')",
         &[world.num.into()],
     )
@@ -366,7 +366,7 @@ pub fn short_name(table: &str) -> String {
     if let Some(name) = NAMES.with(|n| n.borrow().get(&key).cloned()) {
         return name;
     }
-    let name = Spi::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()])
+    let name = crate::spi_calls::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()])
         .ok()
         .flatten()
         .unwrap_or_else(|| table.rsplit('.').next().unwrap_or(table).trim_matches('"').to_string());
@@ -441,7 +441,7 @@ pub struct Planned {
 }
 
 fn regclass_of(name: &str) -> pg_sys::Oid {
-    Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
+    crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
         .ok()
         .flatten()
         .unwrap_or_else(|| raise("42P01", format!("relation \"{name}\" does not exist")))
@@ -635,7 +635,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // a table without a key has no row identity to tell a merged row from an unmerged one: once a world
         // merged into this target (in part, or whole while it stays open), its rows there would be applied again
         if let Some(p) = plan.iter().find(|p| p.layout.key_kind == b'r') {
-            let before = Spi::get_one_with_args::<bool>(
+            let before = crate::spi_calls::get_one_with_args::<bool>(
                 "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event IN ('merged into ' || $2, 'merged part into ' || $2))",
                 &[world.num.into(), target_name.as_str().into()],
             )
@@ -849,11 +849,11 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
 
 fn world_touched(l: &Layout, world: &WorldRow) -> bool {
     let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", l.delta_name);
-    Spi::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
+    crate::spi_calls::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
 }
 
 fn merge_by_columns(l: &Layout) -> bool {
-    Spi::get_one_with_args::<bool>("SELECT merge_by_columns FROM worlds.tables WHERE tabno = $1", &[l.tabno.into()])
+    crate::spi_calls::get_one_with_args::<bool>("SELECT merge_by_columns FROM worlds.tables WHERE tabno = $1", &[l.tabno.into()])
         .ok()
         .flatten()
         .unwrap_or(false)

@@ -24,7 +24,7 @@ fn refuse_duplicates_after_rebase(world: &WorldRow, layouts: &[std::rc::Rc<Layou
                 same = on("t", "d"),
                 same_key = key_match(l, "t", "d"),
             );
-            let hit = with_world(rebased.clone(), || Spi::get_one_with_args::<String>(&sql, &[world.num.into()]).ok().flatten());
+            let hit = with_world(rebased.clone(), || crate::spi_calls::get_one_with_args::<String>(&sql, &[world.num.into()]).ok().flatten());
             if let Some(key) = hit {
                 raise(
                     "23505",
@@ -55,7 +55,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         Spi::connect_mut(|c| {
             c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
         });
-        let has_forks = Spi::get_one_with_args::<bool>(
+        let has_forks = crate::spi_calls::get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT 1 FROM worlds.world WHERE parent = $1 AND dropped IS NULL)",
             &[world.num.into()],
         )
@@ -163,7 +163,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                     vec![world.fork_snapshot.clone().into()],
                 )
             };
-            taken += Spi::get_one_with_args::<i64>(&sql, &args).ok().flatten().unwrap_or(0);
+            taken += crate::spi_calls::get_one_with_args::<i64>(&sql, &args).ok().flatten().unwrap_or(0);
         }
         for (l, v, del) in &writes {
             let cols = table_columns(l.relid, true);
@@ -203,7 +203,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         });
         for (l, key) in &absent {
             // (a fresh snapshot, after the new fork point's: it sees every row that point sees)
-            let added = Spi::get_one_with_args::<bool>(
+            let added = crate::spi_calls::get_one_with_args::<bool>(
                 &format!("SELECT EXISTS (SELECT 1 FROM {} t WHERE {} = $1)", l.table_name, key_text_expr(l, "t")),
                 &[key.as_str().into()],
             )

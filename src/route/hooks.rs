@@ -1313,7 +1313,7 @@ unsafe fn truncate_in_world(t: *mut pg_sys::TruncateStmt, world: overlay::World)
         for i in 0..if rels.is_null() { 0 } else { (*rels).length } {
             let rv = pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar;
             let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::AccessShareLock as i32, 0, None, std::ptr::null_mut());
-            let name = pgrx::Spi::get_one_with_args::<String>("SELECT $1::regclass::text", &[relid.into()]).ok().flatten().unwrap_or_default();
+            let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[relid.into()]).ok().flatten().unwrap_or_default();
             if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
                 statements.push((false, format!("DELETE FROM {name}")));
                 continue;
@@ -1338,7 +1338,7 @@ unsafe fn truncate_in_world(t: *mut pg_sys::TruncateStmt, world: overlay::World)
             raise("0A000", "TRUNCATE ... RESTART IDENTITY is not supported inside a world: sequences are main's");
         }
         for (is_tracked, sql) in statements {
-            let run = || pgrx::Spi::run(&sql).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            let run = || crate::spi_calls::run(&sql).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             if is_tracked {
                 storage::as_internal(|| overlay::with_world(Some(world.clone()), run));
             } else {

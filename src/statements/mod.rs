@@ -12,8 +12,11 @@ use worlds_core::merge::Pick;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
-    // worlds a restored dump brought are made by the first worlds statement after the restore
-    crate::catalog::dump::restore_pending();
+    // worlds a restored dump brought are made by the first worlds statement after the restore (by the
+    // primary: a standby has them when it replays that)
+    if !crate::spi_calls::in_recovery() {
+        crate::catalog::dump::restore_pending();
+    }
     // a SELECT reading tables AS OF a moment: each reference becomes a sub-query reading the table as it
     // was (its columns as they were then; a table dropped since from its history), run as the caller
     match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {
@@ -46,6 +49,12 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
             None,
         ),
     };
+    // a standby, or SET TRANSACTION READ ONLY: as Postgres refuses an INSERT there (25006)
+    if let Some(command) = parsed.writes() {
+        if unsafe { pg_sys::XactReadOnly } {
+            raise("25006", format!("cannot execute {command} in a read-only transaction"));
+        }
+    }
     SetOfIterator::new(run(parsed).into_iter().map(JsonB))
 }
 
@@ -69,12 +78,12 @@ fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
         // expression, evaluated as the caller; the role must may read the table now (42501), checked as the
         // caller; the cache itself is pg_worlds' own (its copies are read through views that check the
         // reader's rights on the table again)
-        let at = Spi::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten();
-        Spi::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()])
+        let at = crate::spi_calls::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten();
+        crate::spi_calls::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()])
             .unwrap_or_else(|e| raise("XX000", format!("{e}")));
         let cached = at.and_then(|at| {
             crate::storage::as_internal(|| {
-                Spi::get_one_with_args::<String>(
+                crate::spi_calls::get_one_with_args::<String>(
                     "SELECT c::text FROM worlds._as_of_cached(to_regclass($1), $2::timestamptz) c",
                     &[table.into(), at.into()],
                 )
@@ -86,13 +95,11 @@ fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
             return format!("(SELECT * FROM {copy}) AS {alias}");
         }
     }
-    Spi::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
-    let query = Spi::connect_mut(|c| {
-        c.update(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()])
-            .unwrap_or_else(|e| raise("XX000", format!("{e}")))
-            .next()
-            .and_then(|r| r.get::<String>(1).ok().flatten())
+    crate::spi_calls::run_with_args("SELECT worlds._require_select(to_regclass($1))", &[table.into()]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
+    let query = crate::spi_calls::rows(&format!("SELECT worlds._as_of_query($1, worlds.moment({when}), false)"), None, &[table.into()], |mut t| {
+        t.next().and_then(|r| r.get::<String>(1).ok().flatten())
     })
+    .unwrap_or_else(|e| raise("XX000", format!("{e}")))
     .unwrap_or_default();
     format!("({query}) AS {alias}")
 }
@@ -105,12 +112,8 @@ fn tag(t: impl Into<String>) -> Vec<serde_json::Value> {
 /// the function's output columns: the spec's).
 fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
     let wrapped = format!("SELECT to_jsonb(r.*) FROM ({sql}) r");
-    Spi::connect_mut(|c| {
-        c.update(&wrapped, None, args)
-            .unwrap_or_else(|e| raise("XX000", format!("{e}")))
-            .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
-            .collect()
-    })
+    crate::spi_calls::rows(&wrapped, None, args, |t| t.filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0)).collect())
+        .unwrap_or_else(|e| raise("XX000", format!("{e}")))
 }
 
 /// Is the moment a time written out as a string ('2026-09-20 10:00')? Relative ones (now, '-1 hour') name
@@ -132,19 +135,19 @@ fn fixed_time(when: &str) -> bool {
 /// existed, 55000 before its last rebase.
 fn world_as_of_reference(world: &str, table: &str, when: &str, alias: &str) -> String {
     // `when` is the caller's own expression, evaluated as the caller (see as_of_reference)
-    let at = Spi::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten().unwrap_or_default();
+    let at = crate::spi_calls::get_one::<String>(&format!("SELECT worlds.moment({when})::text")).ok().flatten().unwrap_or_default();
     let past = crate::storage::overlay::past_of(world, &at);
     let n = AS_OF_COPIES.with(|c| {
         c.set(c.get() + 1);
         c.get()
     });
     let copy = format!("_worlds_as_of_{n}");
-    let Some(relation) = Spi::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()]).ok().flatten() else {
+    let Some(relation) = crate::spi_calls::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()]).ok().flatten() else {
         raise("42P01", format!("relation \"{table}\" does not exist"));
     };
     // read as the caller, routed to the world's moment
     crate::storage::overlay::with_world(Some(past), || {
-        Spi::run(&format!("CREATE TEMP TABLE {copy} ON COMMIT DROP AS SELECT * FROM {relation}"))
+        crate::spi_calls::run(&format!("CREATE TEMP TABLE {copy} ON COMMIT DROP AS SELECT * FROM {relation}"))
     })
     .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     format!("(SELECT * FROM pg_temp.{copy}) AS {alias}")
@@ -436,7 +439,7 @@ RETURNS text LANGUAGE sql AS $$ SELECT worlds._rebase(world, "using", by_columns
 
 /// A moment written as a string: its time (22P02 when it isn't one, 22023 outside the history window).
 fn moment_text(text: &str) -> String {
-    Spi::get_one_with_args::<String>("SELECT worlds.moment($1::text)::text", &[text.into()])
+    crate::spi_calls::get_one_with_args::<String>("SELECT worlds.moment($1::text)::text", &[text.into()])
         .ok()
         .flatten()
         .unwrap_or_default()
@@ -446,7 +449,7 @@ fn moment_text(text: &str) -> String {
 /// caller's rights. The grammar guarantees balanced parentheses and no `;`.
 fn moment_expr(expr: &str) -> String {
     let sql = format!("SELECT worlds.moment(({expr}))::text");
-    match Spi::get_one::<String>(&sql) {
+    match crate::spi_calls::get_one::<String>(&sql) {
         Ok(Some(t)) => t,
         _ => raise("22P02", format!("AS OF needs a time: {expr} is not one")),
     }
@@ -455,7 +458,7 @@ fn moment_expr(expr: &str) -> String {
 #[pg_extern]
 fn restore_world(name: &str, to_moment: Option<pgrx::datum::TimestampWithTimeZone>, to_checkpoint: Option<&str>) -> String {
     let when = to_moment.map(|t| {
-        Spi::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[t.into()]).ok().flatten().unwrap_or_default()
+        crate::spi_calls::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[t.into()]).ok().flatten().unwrap_or_default()
     });
     crate::time::restore(name, when, to_checkpoint.map(str::to_string))
 }

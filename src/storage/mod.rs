@@ -157,7 +157,7 @@ pub fn as_table_owner<R>(layout: &Layout, f: impl FnOnce() -> R) -> R {
     // a new owner the event trigger didn't see (REASSIGN OWNED), or a table tracked before these grants
     let granted = |rel: pg_sys::Oid, mode: u32| unsafe { pg_sys::pg_class_aclcheck(rel, owner, mode as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK };
     if !granted(layout.delta, pg_sys::ACL_INSERT) || !granted(layout.overlay, pg_sys::ACL_SELECT) {
-        as_internal(|| Spi::run_with_args("SELECT worlds._sync_owner(t) FROM worlds.tables t WHERE t.tabno = $1", &[layout.tabno.into()]))
+        as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._sync_owner(t) FROM worlds.tables t WHERE t.tabno = $1", &[layout.tabno.into()]))
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: granting the table's owner its storage: {e}")));
     }
     as_internal(|| {

@@ -373,7 +373,7 @@ fn resolve(setting: &str) -> Option<World> {
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let Some(row) = row.into_iter().next() else {
             let restored = super::as_internal(|| {
-                Spi::get_one_with_args::<bool>(
+                crate::spi_calls::get_one_with_args::<bool>(
                     "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1)",
                     &[setting.into()],
                 )

@@ -121,7 +121,7 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
     let moved = moved_of(candidates.into_iter().filter(|r| tracked.contains_key(r) && changed_here(*r)).collect());
     for r in moved {
         super::as_internal(|| {
-            Spi::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
+            crate::spi_calls::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
                 .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
         });
         if let Some(now) = relfilenode(r) {
@@ -159,7 +159,7 @@ fn moved_of(relids: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
             }
             // (read again: another session's transaction may have followed it already)
             let recorded = super::as_internal(|| {
-                Spi::get_one_with_args::<pg_sys::Oid>("SELECT filenode FROM worlds.tables WHERE relid = $1::oid::regclass", &[(*r).into()])
+                crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT filenode FROM worlds.tables WHERE relid = $1::oid::regclass", &[(*r).into()])
             })
             .ok()
             .flatten()

@@ -836,7 +836,7 @@ fn with_generated(layout: &Layout, desc: pg_sys::TupleDesc, tuple: pg_sys::HeapT
 }
 
 fn primary_key_name(layout: &Layout) -> String {
-    Spi::get_one_with_args::<String>(
+    crate::spi_calls::get_one_with_args::<String>(
         "SELECT conname::text FROM pg_constraint WHERE conrelid = $1 AND contype = 'p'",
         &[layout.relid.into()],
     )
@@ -1025,7 +1025,6 @@ thread_local! {
     /// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
     static PENDING_ROWS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
-const LOCK: usize = 0;
 const BUMP: usize = 1;
 const COMMIT: usize = 2;
 

@@ -78,7 +78,7 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
     as_internal(|| {
         let world = crate::merge::resolve_world(name);
         let at: String = match (&when, &checkpoint) {
-            (_, Some(label)) => Spi::get_one_with_args::<String>(
+            (_, Some(label)) => crate::spi_calls::get_one_with_args::<String>(
                 "SELECT at::text FROM worlds.checkpoint WHERE world = $1 AND label = $2",
                 &[world.num.into(), label.clone().into()],
             )
@@ -89,7 +89,7 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
             (None, None) => raise("42601", "RESTORE WORLD needs TO when or TO CHECKPOINT 'label'"),
         };
         // inside the history window (22023), and not before the world's last rebase (55000)
-        Spi::get_one_with_args::<String>("SELECT worlds._in_window($1::timestamptz)::text", &[at.clone().into()]).ok();
+        crate::spi_calls::get_one_with_args::<String>("SELECT worlds._in_window($1::timestamptz)::text", &[at.clone().into()]).ok();
         if world.num != 0 {
             // (as 'name@when' reads it: 22023 before the world existed)
             let (before_created, before_rebase) = Spi::connect(|c| {
@@ -271,7 +271,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
     let Some(xid) = xid else {
         raise("22023", format!("the merge of {merged} into {target_name} was not recorded with its transaction; it can't be undone"));
     };
-    let num = Spi::get_one_with_args::<i32>("SELECT num FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[target_name.into()])
+    let num = crate::spi_calls::get_one_with_args::<i32>("SELECT num FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[target_name.into()])
         .ok()
         .flatten()
         .unwrap_or_else(|| raise("3D000", format!("world \"{target_name}\" that {merged} was merged into no longer exists")));

@@ -5,7 +5,6 @@
 //! they are made right after `SET worlds.world`, and otherwise (SWITCH WORLD, a connection string, a
 //! setting undone by ROLLBACK) at the next statement, which is then analysed again.
 use crate::guc;
-use pgrx::prelude::*;
 use std::cell::RefCell;
 
 thread_local! {
@@ -42,7 +41,7 @@ pub fn sync() -> bool {
     let had = SHADOWED.with(|s| s.borrow_mut().take());
     if unsure && had.is_some() && had == target {
         // after a rollback: still there (made before it), or to make again?
-        let present = Spi::get_one::<i64>("SELECT count(*) FROM worlds._past_views()").ok().flatten().unwrap_or(0);
+        let present = crate::spi_calls::get_one::<i64>("SELECT count(*) FROM worlds._past_views()").ok().flatten().unwrap_or(0);
         if present > 0 {
             SHADOWED.with(|s| *s.borrow_mut() = had);
             return false;
@@ -50,10 +49,10 @@ pub fn sync() -> bool {
     }
     let mut changed = false;
     if had.is_some() || unsure {
-        changed |= Spi::get_one::<i32>("SELECT worlds._unshadow_past()").ok().flatten().unwrap_or(0) > 0;
+        changed |= crate::spi_calls::get_one::<i32>("SELECT worlds._unshadow_past()").ok().flatten().unwrap_or(0) > 0;
     }
     if let Some(setting) = target {
-        let made = Spi::get_one_with_args::<i32>("SELECT worlds._shadow_past($1)", &[setting.as_str().into()])
+        let made = crate::spi_calls::get_one_with_args::<i32>("SELECT worlds._shadow_past($1)", &[setting.as_str().into()])
             .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
             .unwrap_or(0);
         changed |= made > 0;

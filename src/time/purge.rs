@@ -27,14 +27,14 @@ pub extern "C-unwind" fn worlds_purge_worker_main(_arg: pg_sys::Datum) {
         // batch after batch, each in its own short transaction, until nothing is left to purge
         loop {
             let purged = BackgroundWorker::transaction(|| {
-                let installed = Spi::get_one::<bool>("SELECT to_regproc('worlds.purge_history') IS NOT NULL")
+                let installed = crate::spi_calls::get_one::<bool>("SELECT to_regproc('worlds.purge_history') IS NOT NULL")
                     .ok()
                     .flatten()
                     .unwrap_or(false);
                 if !installed {
                     return 0;
                 }
-                Spi::get_one::<i64>("SELECT worlds.purge_history(1000)").ok().flatten().unwrap_or(0)
+                crate::spi_calls::get_one::<i64>("SELECT worlds.purge_history(1000)").ok().flatten().unwrap_or(0)
             });
             if purged == 0 || BackgroundWorker::sigterm_received() {
                 break;

@@ -84,7 +84,7 @@ pub(super) unsafe fn process_utility_before(
             for i in 0..if roles.is_null() { 0 } else { (*roles).length } {
                 let role = pg_sys::get_rolespec_oid(pg_sys::list_nth(roles, i) as *mut pg_sys::RoleSpec, true);
                 if role != pg_sys::Oid::INVALID {
-                    storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._forget_role($1)", &[role.into()])).ok();
+                    storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._forget_role($1)", &[role.into()])).ok();
                 }
             }
         }
@@ -97,7 +97,7 @@ pub(super) unsafe fn process_utility_before(
                 // a table made a view: untracked first, as its capture triggers would refuse the conversion
                 let rel = pg_sys::RangeVarGetRelidExtended((*rule).relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
                 if rel != pg_sys::Oid::INVALID && storage::tracked_tables().contains_key(&rel) {
-                    storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._before_view_conversion($1)", &[rel.into()]))
+                    storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._before_view_conversion($1)", &[rel.into()]))
                         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                 }
             }
@@ -107,7 +107,7 @@ pub(super) unsafe fn process_utility_before(
         if dropping_extension {
             // triggers on user tables and storage tracked after CREATE EXTENSION are not its members:
             // remove them first, so a plain DROP EXTENSION works and leaves nothing behind
-            storage::as_internal(|| pgrx::Spi::run("SELECT worlds._uninstall()")).ok();
+            storage::as_internal(|| crate::spi_calls::run("SELECT worlds._uninstall()")).ok();
         }
         // a DROP ... CASCADE of a type, domain, function or schema that pg_worlds' storage uses (its history
         // and deltas keep the table's column types, its deltas the table's CHECK and generated expressions)
@@ -119,7 +119,7 @@ pub(super) unsafe fn process_utility_before(
         if let Some(value) = history_retention_value(stmt) {
             // as Postgres's ALTER SYSTEM: not in a transaction block (25001), before any right is checked
             crate::api::refuse_in_transaction("ALTER SYSTEM");
-            pgrx::Spi::run_with_args("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
+            crate::spi_calls::run_with_args("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             return None;
         }
@@ -196,7 +196,7 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
         }
         if !synced_after.is_null() {
             let tables = *Box::from_raw(synced_after);
-            storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._after_drop($1)", &[tables.into()]))
+            storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._after_drop($1)", &[tables.into()]))
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }
         if !stmt.is_null() && changes_world_setting(stmt) {
@@ -210,7 +210,7 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
         if dropping_extension {
             // CREATE EXTENSION made schema worlds (the control file names it); it goes too when left empty
             storage::as_internal(|| {
-                pgrx::Spi::run(
+                crate::spi_calls::run(
                     "DO $$ BEGIN
                        IF to_regnamespace('worlds') IS NOT NULL
                           AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = 'worlds'::regnamespace)
@@ -278,7 +278,7 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
             return Vec::new(); // (the common DROP TABLE: no storage column is of its row type)
         }
         storage::as_internal(|| {
-            pgrx::Spi::get_one_with_args::<Vec<i32>>(
+            crate::spi_calls::get_one_with_args::<Vec<i32>>(
                 "SELECT worlds._before_drop($1, $2, $3, $4, $5, $6, $7)",
                 &[types.into(), schemas.into(), collations.into(), functions.into(), extensions.into(), tables.into(), cascade.into()],
             )
@@ -292,7 +292,7 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
 /// type on pg_attribute would need its own index; this is one query, run only for DROP TABLE / VIEW.)
 fn row_type_in_storage(types: &[pg_sys::Oid]) -> bool {
     storage::as_internal(|| {
-        pgrx::Spi::get_one_with_args::<bool>(
+        crate::spi_calls::get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_type ty JOIN pg_catalog.pg_attribute a ON a.atttypid = ty.oid
                              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                             WHERE (ty.oid = ANY ($1) OR ty.typelem = ANY ($1) OR ty.typbasetype = ANY ($1))
@@ -400,12 +400,12 @@ pub(super) unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
         for rel in rels.into_iter().filter(|r| tracked.contains_key(r)) {
             if dropping {
                 // every row into history first: worlds forked before, and AS OF, still read the table
-                storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._capture_drop($1)", &[rel.into()]))
+                storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._capture_drop($1)", &[rel.into()]))
                     .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
             }
             if !dropping {
                 // (a drop needs no release: the views don't hold the table; its end forgets them)
-                storage::as_internal(|| pgrx::Spi::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
+                storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._release_overlay($1)", &[rel.into()])).ok();
             }
         }
     }
@@ -453,7 +453,7 @@ pub(super) unsafe fn take_merge_by_columns(stmt: *mut pg_sys::AlterTableStmt) ->
         let rel = pg_sys::RangeVarGetRelidExtended((*stmt).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
         let value = found.last().map(|f| f.2).unwrap_or(false);
         let updated = storage::as_internal(|| {
-            pgrx::Spi::get_one_with_args::<bool>(
+            crate::spi_calls::get_one_with_args::<bool>(
                 "UPDATE worlds.tables SET merge_by_columns = $2 WHERE relid = $1 RETURNING true",
                 &[rel.into(), value.into()],
             )
@@ -494,7 +494,7 @@ pub(super) unsafe fn drops_this_extension(drop: *mut pg_sys::DropStmt) -> bool {
         (0..(*objects).length).any(|i| {
             let name = pg_sys::list_nth(objects, i) as *mut pg_sys::String;
             !name.is_null() && std::ffi::CStr::from_ptr((*name).sval).to_bytes() == b"pg_worlds"
-        }) && pgrx::Spi::get_one::<bool>("SELECT to_regnamespace('worlds') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds')")
+        }) && crate::spi_calls::get_one::<bool>("SELECT to_regnamespace('worlds') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds')")
             .ok()
             .flatten()
             .unwrap_or(false)
@@ -617,7 +617,7 @@ pub(super) unsafe fn copy_from_into_world(
         let defs = cols.iter().map(|(n, t)| format!("{} {t}", overlay::quote_ident(n))).collect::<Vec<_>>().join(", ");
         let list = cols.iter().map(|(n, _)| overlay::quote_ident(n)).collect::<Vec<_>>().join(", ");
         // as the session's role: COPY into the staging table, and the INSERT into t, check its rights
-        pgrx::Spi::run(&format!("CREATE TEMP TABLE {staging} ({defs}) ON COMMIT DROP")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        crate::spi_calls::run(&format!("CREATE TEMP TABLE {staging} ({defs}) ON COMMIT DROP")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let staged = pg_sys::copyObjectImpl(copy as *const std::ffi::c_void) as *mut pg_sys::CopyStmt;
         let schema = std::ffi::CString::new("pg_temp").unwrap();
         let relname = std::ffi::CString::new(staging.clone()).unwrap();
@@ -629,8 +629,8 @@ pub(super) unsafe fn copy_from_into_world(
             None => pg_sys::standard_ProcessUtility(staged_stmt, query_string, false, context, params, query_env, dest, qc),
         }
         // (COPY sets identity columns GENERATED ALWAYS as it is given them, as into the table itself)
-        pgrx::Spi::run(&format!("INSERT INTO {table} ({list}) OVERRIDING SYSTEM VALUE SELECT {list} FROM pg_temp.{staging}"))
+        crate::spi_calls::run(&format!("INSERT INTO {table} ({list}) OVERRIDING SYSTEM VALUE SELECT {list} FROM pg_temp.{staging}"))
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-        pgrx::Spi::run(&format!("DROP TABLE pg_temp.{staging}")).ok();
+        crate::spi_calls::run(&format!("DROP TABLE pg_temp.{staging}")).ok();
     }
 }
