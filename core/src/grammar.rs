@@ -1968,7 +1968,7 @@ mod tests {
             ("diff world w", None),
             ("merge world w dry run", None),
             ("switch world w", None),
-            ("show history of world w", None),
+            ("show history for world w", None),
             ("merge world w", Some("MERGE WORLD")),
             ("create world w", Some("CREATE WORLD")),
             ("drop world w", Some("DROP WORLD")),
