@@ -82,6 +82,65 @@ struct Round {
     hold: Hold,
 }
 
+thread_local! {
+    /// the table of the row a round found held
+    static ROW_RELID: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
+}
+
+/// Waits until the transactions that hold the row at `place` (its updater or lockers, read from the
+/// tuple's xmax, a MultiXact's members included) have ended, by waiting on their transaction ids, as
+/// Postgres's own row lock waits end in. Unlike `SELECT ... FOR UPDATE` it takes no tuple lock: the merge
+/// never stands in the row's queue, so main's writers never wait for it, and it can't be part of a
+/// deadlock among them (it holds no row then: see `main_rows`). The next round locks the row (or finds it
+/// held again, and waits again).
+unsafe fn wait_for_row_holders(relid: pg_sys::Oid, place: &str) {
+    unsafe {
+        let Some((block, offset)) = place.trim_matches(|c| c == '(' || c == ')').split_once(',') else { return };
+        let (Ok(block), Ok(offset)) = (block.parse::<u32>(), offset.parse::<u16>()) else { return };
+        let rel = pg_sys::relation_open(relid, pg_sys::AccessShareLock as i32);
+        let buffer = pg_sys::ReadBuffer(rel, block);
+        pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
+        let page = pg_sys::BufferGetPage(buffer);
+        let mut holders: Vec<pg_sys::TransactionId> = Vec::new();
+        let max = pg_sys::PageGetMaxOffsetNumber(page);
+        if offset >= 1 && offset <= max {
+            let item = pg_sys::PageGetItemId(page, offset);
+            if (*item).lp_flags() == pg_sys::LP_NORMAL {
+                let tuple = pg_sys::PageGetItem(page, item) as pg_sys::HeapTupleHeader;
+                let infomask = (*tuple).t_infomask as u32;
+                let xmax = (*tuple).t_choice.t_heap.t_xmax;
+                if infomask & pg_sys::HEAP_XMAX_INVALID == 0 && xmax != pg_sys::InvalidTransactionId {
+                    if infomask & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
+                        let lock_only = infomask & pg_sys::HEAP_XMAX_LOCK_ONLY != 0
+                            || (infomask & (pg_sys::HEAP_XMAX_IS_MULTI | pg_sys::HEAP_XMAX_EXCL_LOCK | pg_sys::HEAP_XMAX_KEYSHR_LOCK)) == pg_sys::HEAP_XMAX_EXCL_LOCK;
+                        let mut members: *mut pg_sys::MultiXactMember = std::ptr::null_mut();
+                        let n = pg_sys::GetMultiXactIdMembers(xmax, &mut members, false, lock_only);
+                        for i in 0..n.max(0) as usize {
+                            holders.push((*members.add(i)).xid);
+                        }
+                    } else {
+                        holders.push(xmax);
+                    }
+                }
+            }
+        }
+        pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+        pg_sys::ReleaseBuffer(buffer);
+        let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
+        tid.ip_blkid.bi_hi = (block >> 16) as u16;
+        tid.ip_blkid.bi_lo = block as u16;
+        tid.ip_posid = offset;
+        for xid in holders {
+            if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+                continue;
+            }
+            // (returns at once when it has ended; honours lock_timeout and cancels as any lock wait)
+            pg_sys::XactLockTableWait(xid, rel, &mut tid, pg_sys::XLTW_Oper::XLTW_Lock);
+        }
+        pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+    }
+}
+
 /// What a round found held by someone else.
 enum Blocked {
     Row { sql: String, key: String },
@@ -89,9 +148,23 @@ enum Blocked {
 }
 
 impl Blocked {
+    fn relid(&self) -> Option<pg_sys::Oid> {
+        match self {
+            Blocked::Row { .. } => ROW_RELID.with(|r| r.get()),
+            Blocked::Key { .. } => None,
+        }
+    }
+
     fn wait(&self) {
         match self {
-            Blocked::Row { sql, key } => Spi::connect_mut(|c| c.update(sql, None, &[key.as_str().into()]).map(|_| ())),
+            Blocked::Row { sql, key } => {
+                // the row's place now (a fresh snapshot: its latest committed version)
+                let place = crate::spi_calls::get_one_with_args::<String>(sql, &[key.as_str().into()]).ok().flatten();
+                if let (Some(place), Some(relid)) = (place, self.relid()) {
+                    unsafe { wait_for_row_holders(relid, &place) };
+                }
+                Ok(())
+            }
             Blocked::Key { relid, key } => crate::spi_calls::run_with_args(
                 "SELECT pg_advisory_xact_lock($1, hashtext($3::text || '/' || $2))",
                 &[KEY_LOCK.into(), key.as_str().into(), (*relid as i64).into()],
@@ -139,7 +212,9 @@ impl Round {
         if let Some((_, k)) = found.iter().find(|(kind, _)| kind == "held") {
             let table = &self.layout.table_name;
             let mode = if self.hold == Hold::Read { "SHARE" } else { "UPDATE" };
-            let sql = format!("SELECT 1 FROM {table} t WHERE {} = $1 FOR {mode} OF t", key_text_expr(&self.layout, "t"));
+            let _ = mode;
+            let sql = format!("SELECT t.ctid::text FROM {table} t WHERE {} = $1", key_text_expr(&self.layout, "t"));
+            ROW_RELID.with(|r| r.set(Some(self.layout.relid)));
             return Some(Blocked::Row { sql, key: k.clone() });
         }
         if self.hold == Hold::Write {
