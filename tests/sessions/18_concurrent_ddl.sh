@@ -37,16 +37,16 @@ SQL
 }
 printf '%s\n' '\set r random(0, 6)' 'UPDATE shared SET n = n + 1 WHERE id = 1 + (:client_id * 7 + :r) % 50;' > "$OUT/dml.sql"
 echo "check: 4 DDL sessions x $ROUNDS rounds beside 2 DML clients: nothing fails"
-$PGBIN/pgbench -n -c 2 -j 2 -T 600 -f "$OUT/dml.sql" -h "$dir/sock" -p "$port" -U postgres $DB >"$OUT/dml.log" 2>&1 &
+$PGBIN/pgbench -n -c 2 -j 2 -T ${DML_SECONDS:-25} -f "$OUT/dml.sql" -h "$dir/sock" -p "$port" -U postgres $DB >"$OUT/dml.log" 2>&1 &
 DML=$!
 pids=()
 for n in 1 2 3 4; do ddl $n >"$OUT/ddl$n.log" 2>&1 & pids+=($!); done
 ddl_failed=0
 for p in "${pids[@]}"; do wait "$p" || ddl_failed=$((ddl_failed + 1)); done
-kill -INT $DML 2>/dev/null; wait $DML 2>/dev/null || true
+wait $DML 2>/dev/null || true
 expect "DDL sessions that failed" "$ddl_failed" 0
 cat "$OUT"/ddl*.log | grep -E 'ERROR|FATAL' | sort | uniq -c | head -5 | sed 's/^/    | /' || true
-expect "deadlocks in the server log since the start" "$(grep -c 'deadlock detected' "$OUT"/*.log)" 0
+expect "deadlocks met by the sessions" "$(cat "$OUT"/*.log | grep -c 'deadlock detected' || true)" 0
 expect "failed DML transactions" "$(sed -n 's/.*failed transactions: \([0-9]*\).*/\1/p' "$OUT/dml.log" | head -1)" "0"
 expect "tables left" "$(psql_in $CL -d $DB -qAt -c "select count(*) from pg_class where relnamespace = 'public'::regnamespace and relkind = 'r' and relname ~ '^[de][0-9]'")" 0
 expect "DROP TYPE mood after its tables went (stock: it works)" "$(psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 -c "drop type mood" 2>&1)" ""
