@@ -10,7 +10,7 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p1c,p2,p2c,p3,p6,p7,p9,p10 run only those groups of figures (p1c, p2c = P1, P2 counted in
+#   --only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10 run only those groups of figures (p1c, p2c = P1, P2 counted in
 #                                        instructions; p3 = P3, P4 and P5; p9 = main writing while worlds
 #                                        merge; p10 = CREATE TABLE tracked vs plain; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p9,p10
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p9,p10]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -387,6 +387,38 @@ measure_p7() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P8
+# World writers run at once: pgbench TPC-B inside a world against main, same database, the sides
+# alternating, at 1, 2 and 4 clients (goal >= 0.5x each). Each world run gets a world forked just before
+# it (O(1)), so it measures writers of one world, not a world that must first catch up on main's changes
+# since an old fork (that is P7).
+setup_p8() {
+  fresh_db bench_p8
+  pgbench_in -i -q -s $SCALE bench_p8 >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+  track bench_p8
+}
+p8_world() {  # p8_world N CLIENTS: tps of TPC-B in a world forked now
+  sql bench_p8 -c "select worlds.create_world('p8_$1')" >/dev/null
+  bench p8_$1 bench_p8 -c $2 -j $2 -T $T_BUSY || return 1
+  tps
+  sql bench_p8 -c "select worlds.drop_world('p8_$1')" >/dev/null
+}
+measure_p8() {
+  local rep c w m n=0
+  for c in 1 2 4; do
+    for rep in $(seq $REPS); do
+      n=$((n + 1))
+      sql postgres -c checkpoint >/dev/null
+      if [ $((rep % 2)) -eq 1 ]; then
+        w=$(p8_world $n $c); bench main bench_p8 -c $c -j $c -T $T_BUSY; m=$(tps)
+      else
+        bench main bench_p8 -c $c -j $c -T $T_BUSY; m=$(tps); w=$(p8_world $n $c)
+      fi
+      pair P8c$c world "$w" main "$m"
+    done
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P9
 # Main keeps writing while worlds merge: main's TPC-B (2 clients) while 4 other sessions loop, either
 # writing a 4-row change straight to main (direct) or forking a world, making the same change there and
@@ -593,6 +625,7 @@ if want p2c; then group "P2pointi P2rangei P2joini P2counti" setup_instr_reads m
 if want p3; then group "P3 P3abs P4 P4rate P5" setup_forks measure_p3 measure_p4_p5; fi
 if want p6; then group "P6 P6u P6fn" setup_reads_once measure_p6; fi
 if want p7; then group "P7" setup_old_world measure_p7; fi
+if want p8; then group "P8c1 P8c2 P8c4" setup_p8 measure_p8; fi
 if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
