@@ -148,7 +148,7 @@ pub(super) fn run_dml_counted(sql: &str, first: Vec<Value>, second: Vec<Value>) 
 /// are not checked at write time). O(rows merged): only the merged rows and the rows that reference them.
 pub(super) fn apply_into_world(plan: &[Planned], world: &WorldRow, target: &World) -> usize {
     with_world(Some(target.clone()), || {
-        let applied = crate::storage::writes::as_merge_writes(|| apply(plan, world));
+        let applied = crate::storage::write_events::as_merge_writes(|| apply(plan, world));
         check_foreign_keys(plan);
         applied
     })

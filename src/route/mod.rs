@@ -1,6 +1,6 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 pub(crate) mod custom_scan;
-mod history_lookup;
+pub(crate) mod history_lookup;
 mod hooks;
 mod merge_command;
 pub mod upsert;

@@ -21,6 +21,8 @@ pub mod overlay;
 pub mod rewrite;
 pub mod snapshot_spi;
 pub mod world_locks;
+pub mod unique_checks;
+pub mod write_events;
 pub mod writes;
 
 use crate::api::raise;

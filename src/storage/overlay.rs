@@ -206,11 +206,11 @@ pub fn forget_all() {
 /// At a transaction's end (called by storage's one transaction callback, after capture's).
 pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
-        super::writes::apply_version_bumps();
-        super::writes::_flush_event_rows();
+        super::write_events::apply_version_bumps();
+        super::write_events::_flush_event_rows();
     }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
-        super::writes::forget_aborted(0);
+        super::write_events::forget_aborted(0);
         forget_all();
         crate::time::past_schema::on_abort();
         // an error may have skipped a guard's reset: nothing of pg_worlds' own work survives the abort
@@ -232,7 +232,7 @@ unsafe extern "C-unwind" fn on_subxact(
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         forget_all();
-        super::writes::forget_aborted(my);
+        super::write_events::forget_aborted(my);
         // before the subtransaction's relations leave the relcache (those it created are removed)
         super::capture::close_targets();
     }

@@ -1,0 +1,207 @@
+//! What a world's writes record besides their rows: SHOW HISTORY's `write` / `commit` events (their row
+//! counts added once per statement) and the world's version, moved at commit (PRE_COMMIT / PRE_PREPARE),
+//! and what a rolled-back subtransaction undoes of them.
+use super::overlay::{World, BUMPED, CACHES, WORLD, WRITE_EVENT};
+use super::writes::kept;
+use super::{as_internal, world_locks};
+use pgrx::prelude::*;
+
+thread_local! {
+    /// (lxid, event) of the `commit` event of this transaction block's writes
+    static COMMIT_EVENT: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
+    /// the subtransactions that took the world's lock, bumped its version and wrote the `commit` event
+    static DONE_IN: std::cell::Cell<[pg_sys::SubTransactionId; 3]> = const { std::cell::Cell::new([0; 3]) };
+    /// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
+    static PENDING_ROWS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+const BUMP: usize = 1;
+const COMMIT: usize = 2;
+
+fn done_in(what: usize) {
+    DONE_IN.with(|d| {
+        let mut v = d.get();
+        v[what] = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        d.set(v);
+    });
+}
+
+/// A subtransaction aborted (a plpgsql exception block, a savepoint rolled back): what it did once per
+/// transaction or statement is undone with it (the advisory lock is released, the version bump and the
+/// events are rolled back), so the next write does it again. Subtransactions nest, so those numbered from
+/// `sub` on are the aborted one and its children.
+pub fn forget_aborted(sub: pg_sys::SubTransactionId) {
+    let done = DONE_IN.with(|d| d.get());
+    world_locks::forget_aborted(sub);
+    PENDING_BUMPS.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            p.retain(|&(_, _, s)| sub != 0 && s < sub);
+        }
+    });
+    if done[BUMP] >= sub {
+        BUMPED.with(|b| b.set((0, 0)));
+        WRITE_EVENT.with(|e| e.set(0));
+    }
+    if done[COMMIT] >= sub {
+        COMMIT_EVENT.with(|c| c.set((0, 0)));
+    }
+    // rows counted since the last flush may be the aborted ones: counts are a report, not a guarantee
+    PENDING_ROWS.with(|p| p.set((0, 0)));
+}
+
+/// Adds the rows counted in this backend to their event (before the next statement's event, before
+/// commit, and before SHOW HISTORY reads events): one UPDATE per statement, not one per row written.
+#[pg_extern]
+pub fn _flush_event_rows() {
+    let (event, rows) = PENDING_ROWS.with(|p| p.replace((0, 0)));
+    if event != 0 && rows != 0 {
+        // at commit no snapshot is active (as for deferred triggers, take one)
+        let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+        if pushed {
+            unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+        }
+        as_internal(|| kept("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[event.into(), rows.into()], |_| ()));
+        if pushed {
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+    }
+}
+
+fn count_row(event: i64) {
+    if event == 0 {
+        return;
+    }
+    if PENDING_ROWS.with(|p| p.get().0) != event {
+        _flush_event_rows();
+    }
+    PENDING_ROWS.with(|p| p.set((event, p.get().1 + 1)));
+}
+
+thread_local! {
+    /// Set while a merge writes into a world: its `merged ...` events say it, not a `write` of its own.
+    static MERGE_WRITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a merge's writes into a world) without SHOW HISTORY `write` events for them.
+pub fn as_merge_writes<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            MERGE_WRITING.with(|m| m.set(self.0));
+        }
+    }
+    let _reset = Reset(MERGE_WRITING.with(|m| m.replace(true)));
+    f()
+}
+
+/// A world's version moves on once per write statement (and its `active` time with it).
+pub(super) fn bump_version(world: &World) {
+    let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
+    if BUMPED.with(|b| b.get()) == stmt {
+        // one more row of this statement's write, for SHOW HISTORY
+        count_row(WRITE_EVENT.with(|e| e.get()));
+        return;
+    }
+    _flush_event_rows();
+    BUMPED.with(|b| b.set(stmt));
+    done_in(BUMP);
+    // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
+    // `commit` (the event goes with the transaction if it rolls back)
+    let in_block = crate::route::explicit_transaction_block();
+    let (xact, xact_event) = COMMIT_EVENT.with(|c| c.get());
+    let event = if MERGE_WRITING.with(|m| m.get()) {
+        0 // the merge's own event says it
+    } else if in_block && xact == stmt.0 && xact_event != 0 {
+        count_row(xact_event);
+        xact_event
+    } else {
+        let seq = as_internal(|| {
+            kept(
+                "INSERT INTO worlds.event (world, event, rows) VALUES ($1, $2, 1) RETURNING seq",
+                &[world.num.into(), (if in_block { "commit" } else { "write" }).into()],
+                |r| r.get::<i64>(1),
+            )
+        })
+        .into_iter()
+        .next()
+        .flatten()
+        .unwrap_or(0);
+        if in_block {
+            COMMIT_EVENT.with(|c| c.set((stmt.0, seq)));
+            done_in(COMMIT);
+        }
+        seq
+    };
+    WRITE_EVENT.with(|e| e.set(event));
+    // the version itself moves at commit (apply_version_bumps): an UPDATE of the world's row here would
+    // hold its row lock until commit, and every other writer of the world would queue behind it
+    let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    PENDING_BUMPS.with(|p| p.borrow_mut().push((stmt.0, world.num, sub)));
+}
+
+thread_local! {
+    /// one entry per write statement of this transaction: (lxid, world, its subtransaction)
+    static PENDING_BUMPS: std::cell::RefCell<Vec<(u32, i32, pg_sys::SubTransactionId)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Before commit (or PREPARE): each world written moves its version on by the statements that wrote it,
+/// and its `active` time to now, in one UPDATE of its row per world (in world-number order, so two
+/// committing writers of two worlds never wait for each other crosswise). The row lock is held only
+/// from here to the commit. Readers of the world see the new version and the rows together.
+pub fn apply_version_bumps() {
+    let lxid = unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) };
+    let pending = PENDING_BUMPS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let mut counts: std::collections::BTreeMap<i32, i64> = Default::default();
+    for (x, num, _) in pending {
+        if x == lxid {
+            *counts.entry(num).or_default() += 1;
+        }
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    for (num, k) in counts {
+        let new_version = as_internal(|| {
+            kept(
+                "UPDATE worlds.world SET version = version + $2, active = clock_timestamp() WHERE num = $1 RETURNING version",
+                &[num.into(), k.into()],
+                |r| r.get::<i64>(1),
+            )
+        })
+        .into_iter()
+        .next()
+        .flatten();
+        // no other writer committed since this backend's caches were read: they stay valid at the new version
+        let resolved = WORLD.with(|w| w.borrow().as_ref().map(|(_, _, w)| w.clone())).filter(|w| w.num == num);
+        if let (Some(v), Some(w)) = (new_version, resolved) {
+            if v == w.version + k {
+                move_cached_version(&w, v);
+            }
+        }
+    }
+    if pushed {
+        unsafe { pg_sys::PopActiveSnapshot() };
+    }
+}
+
+/// Moves this backend's caches of the world, and the session's resolved world, from the version the
+/// statement started at to `v`.
+fn move_cached_version(world: &World, v: i64) {
+    CACHES.with(|c| {
+        for t in c.borrow_mut().values_mut() {
+            if t.world_num == world.num && t.world_version == world.version {
+                t.world_version = v;
+            }
+        }
+    });
+    WORLD.with(|w| {
+        if let Some((_, _, w)) = w.borrow_mut().as_mut() {
+            if w.num == world.num {
+                w.set_version(v);
+            }
+        }
+    });
+}
