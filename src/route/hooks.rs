@@ -364,7 +364,14 @@ unsafe fn route_query(query: *mut pg_sys::Query) {
         return;
     }
     let overlays = storage::overlay_relations();
+    // FOR UPDATE / SHARE of a world's rows: key locks (row_locks.rs), read through the overlay views (whose
+    // key lookups name the keys a statement locks before it reads)
+    let row_locks = match overlay::routing_world().filter(|w| w.num > 0 && !w.read_only) {
+        Some(w) => unsafe { super::row_locks::rewrite(query, &tracked, w.num) },
+        None => false,
+    };
     let world_scan = guc::WORLD_SCAN.get()
+        && !row_locks
         && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
     let mut ctx = RouteContext { tracked, world_scan, overlays };
     unsafe {
@@ -1022,6 +1029,9 @@ unsafe fn executor_start_before(query_desc: *mut pg_sys::QueryDesc) -> bool {
         // (a MERGE's plan never runs in a world: executor_run runs it through merge_command)
         if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE) && routing_active() {
             refuse_writes_to_main((*query_desc).plannedstmt);
+            lock_world_before_reading(query_desc);
+        } else if (*query_desc).operation == pg_sys::CmdType::CMD_SELECT && routing_active() && !storage::internal() {
+            // SELECT ... FOR UPDATE / SHARE in a world
             lock_world_before_reading(query_desc);
         }
         // a portal's own SELECT (a cursor, a FOR loop's query) reads the world as of its start, whenever its

@@ -3,6 +3,7 @@ pub(crate) mod custom_scan;
 pub(crate) mod history_lookup;
 mod hooks;
 mod merge_command;
+mod row_locks;
 pub mod upsert;
 mod view_writes;
 pub mod world_scan;

@@ -68,6 +68,16 @@ pub fn query_fresh_generic<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<p
     run(sql, types, args, false, true, f)
 }
 
+/// As `query_generic`, on the latest snapshot whatever the isolation level (under REPEATABLE READ too):
+/// whether a row changed since the transaction's snapshot, for a row lock taken after a wait.
+pub fn query_latest_generic<R>(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    // (on an error the (sub)transaction's abort pops it)
+    let out = run(sql, types, args, true, true, f);
+    unsafe { pg_sys::PopActiveSnapshot() };
+    out
+}
+
 fn run<R>(
     sql: &str,
     types: &[pg_sys::Oid],

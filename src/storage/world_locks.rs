@@ -37,8 +37,8 @@ pub enum Mode {
 thread_local! {
     /// (lxid, world, mode, the subtransaction that took it) of the world locks this transaction holds
     static HELD: RefCell<Vec<(u32, i32, u8, pg_sys::SubTransactionId)>> = const { RefCell::new(Vec::new()) };
-    /// (lxid, world, the key locks this transaction took in it)
-    static KEYS: RefCell<(u32, i32, std::collections::HashSet<i64>)> = RefCell::new((0, 0, Default::default()));
+    /// (lxid, world, the key locks this transaction took in it and their modes)
+    static KEYS: RefCell<(u32, i32, std::collections::HashMap<i64, Mode>)> = RefCell::new((0, 0, Default::default()));
 }
 
 fn lxid() -> u32 {
@@ -81,9 +81,18 @@ fn advisory_tag(field2: u32, field3: u32, field4: u16) -> pg_sys::LOCKTAG {
     }
 }
 
-/// Takes a transaction-level lock; true when it was not this transaction's already (newly granted,
-/// perhaps after a wait).
-fn acquire(tag: &pg_sys::LOCKTAG, mode: Mode) -> bool {
+/// How a lock request meets a lock another transaction holds: as `SELECT ... FOR UPDATE`, plain, `SKIP
+/// LOCKED` or `NOWAIT` (Postgres's LockWaitPolicy, in its order).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Wait {
+    Block = 0,
+    Skip = 1,
+    Error = 2,
+}
+
+/// Takes a transaction-level lock: Some(true) when it was not this transaction's already (newly granted,
+/// perhaps after a wait), None when another transaction holds it and `wait` is not Block.
+fn try_acquire(tag: &pg_sys::LOCKTAG, mode: Mode, wait: Wait) -> Option<bool> {
     let lockmode = match mode {
         Mode::Shared => pg_sys::ShareLock,
         Mode::Exclusive => pg_sys::ExclusiveLock,
@@ -91,21 +100,29 @@ fn acquire(tag: &pg_sys::LOCKTAG, mode: Mode) -> bool {
     unsafe {
         let got = pg_sys::LockAcquire(tag, lockmode, false, true);
         if got == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
+            if wait != Wait::Block {
+                return None;
+            }
             pg_sys::LockAcquire(tag, lockmode, false, false);
-            return true;
+            return Some(true);
         }
-        got != pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
+        Some(got != pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD)
     }
 }
 
 /// Takes the world's lock in `mode` (or keeps a stronger one held); true when newly taken. A DROP WORLD
 /// holds the lock while it frees the world's rows: once it is ours, the world may be gone (0A000).
 pub fn lock_world(world: &World, mode: Mode) -> bool {
+    lock_world_with(world, mode, Wait::Block).unwrap_or(true)
+}
+
+/// `lock_world`, or None when another transaction holds it and `wait` says not to wait.
+pub fn lock_world_with(world: &World, mode: Mode, wait: Wait) -> Option<bool> {
     if held(world).is_some_and(|m| m >= mode) {
-        return false;
+        return Some(false);
     }
     let tag = advisory_tag(WORLD_LOCK as u32, world.num as u32, 2);
-    let taken = acquire(&tag, mode);
+    let taken = try_acquire(&tag, mode, wait)?;
     // (read on a fresh snapshot, after the lock)
     let live = as_internal(|| {
         snapshot_spi::query_fresh_generic(
@@ -127,34 +144,41 @@ pub fn lock_world(world: &World, mode: Mode) -> bool {
         );
     }
     note(world.num, mode);
-    taken
+    Some(taken)
 }
 
-/// Takes the lock of one row key (or unique value) of the world, after the world's lock SHARED; true when
-/// newly taken (the caller's snapshot may predate a writer of it that committed since).
+/// Takes the lock of one row key (or unique value) of the world EXCLUSIVE, after the world's lock SHARED;
+/// true when newly taken (the caller's snapshot may predate a writer of it that committed since).
 pub fn lock_key(world: &World, id: i64) -> bool {
+    lock_key_with(world, id, Mode::Exclusive, Wait::Block).unwrap_or(true)
+}
+
+/// Takes the lock of one row key in `mode` (SHARED for `FOR SHARE`: readers that lock a row don't wait
+/// for each other, a writer waits for them). None when another transaction holds it and `wait` says not
+/// to wait (the caller skips the row or raises 55P03); else true when newly taken.
+pub fn lock_key_with(world: &World, id: i64, mode: Mode, wait: Wait) -> Option<bool> {
     if held(world) == Some(Mode::Exclusive) {
-        return false;
+        return Some(false);
     }
     let mut taken = lock_world(world, Mode::Shared);
     let (x, num) = (lxid(), world.num);
-    let (new, count) = KEYS.with(|k| {
+    let (had, count) = KEYS.with(|k| {
         let mut k = k.borrow_mut();
         if k.0 != x || k.1 != num {
             *k = (x, num, Default::default());
         }
-        let new = k.2.insert(id);
-        (new, k.2.len())
+        (k.2.get(&id).copied(), k.2.len() + 1)
     });
-    if !new {
-        return taken;
+    if had.is_some_and(|m| m >= mode) {
+        return Some(taken);
     }
-    if count > MAX_KEY_LOCKS {
+    if had.is_none() && count > MAX_KEY_LOCKS {
         // a bulk write: the whole world instead of more keys
-        return lock_world(world, Mode::Exclusive) || taken;
+        return Some(lock_world(world, Mode::Exclusive) || taken);
     }
-    taken |= acquire(&advisory_tag((id as u64 >> 32) as u32, id as u32, KEY_SPACE), Mode::Exclusive);
-    taken
+    taken |= try_acquire(&advisory_tag((id as u64 >> 32) as u32, id as u32, KEY_SPACE), mode, wait)?;
+    KEYS.with(|k| k.borrow_mut().2.insert(id, mode));
+    Some(taken)
 }
 
 /// A subtransaction aborted: the locks it took are released with it (Postgres releases them), so they

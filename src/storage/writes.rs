@@ -542,6 +542,34 @@ pub fn lock_world(world: &World) -> bool {
     }
 }
 
+/// The key of a row as a row lock names it (route/row_locks.rs): `values` are its key columns, in order.
+pub fn lock_key_of(layout: &Layout, values: &[pgrx::datum::DatumWithOid]) -> super::overlay::Key {
+    let names = layout.key_columns.clone();
+    row_key(layout, &names, values)
+}
+
+/// Has a transaction the statement's snapshot doesn't see written a version of the row with these key
+/// values (in key column order) into the world? For a row lock taken after a wait.
+pub fn changed_since_statement(layout: &Layout, world: &World, values: &[pgrx::datum::DatumWithOid]) -> bool {
+    let conds = layout
+        .key_columns
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let latest = format!("SELECT d._w_dseq FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1", layout.delta_name);
+    let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
+    all.extend(values.iter().map(|v| unsafe { pgrx::datum::DatumWithOid::new_from_datum(v.datum(), v.oid()) }));
+    as_table_owner(layout, || {
+        let seen = snapshot_query(&latest, &all).into_iter().next().flatten();
+        let types: Vec<pg_sys::Oid> = all.iter().map(|a| a.oid()).collect();
+        let values: Vec<Option<pg_sys::Datum>> = all.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+        let now = snapshot_spi::query_latest_generic(&latest, &types, &values, |r| r.get::<i64>(1)).into_iter().next().flatten();
+        seen != now
+    })
+}
+
 /// The key of a row as its lock names it: the cache's key (an integer key as itself, one text-like column
 /// as its text), several key columns as their texts joined.
 fn row_key(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> super::overlay::Key {

@@ -1,5 +1,5 @@
-//! The ExecutorStart hook's part for writes in a world: the locks a write statement takes before it reads
-//! its target rows (storage/world_locks.rs), and the snapshot it then reads on.
+//! The ExecutorStart hook's part for writes (and row-locking reads) in a world: the locks a statement takes
+//! before it reads its target rows (storage/world_locks.rs), and the snapshot it then reads on.
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 
@@ -13,29 +13,63 @@ use pgrx::pg_sys;
 ///   so it reads what every other writer committed. A transaction holding the SHARED lock already keeps
 ///   it (taking EXCLUSIVE then could deadlock with another such one): its rows are locked as written, and
 ///   one another session changed since the statement read it fails with 40001, as under REPEATABLE READ.
+/// - A statement that locks rows (`FOR UPDATE / SHARE`, route/row_locks.rs): under READ COMMITTED, when it
+///   names their keys and waits for locks, those keys (SHARED for FOR SHARE) before it reads, as for a
+///   write; else the world's lock SHARED, and each row's key is locked as the row is read. A table without
+///   a key: the world's lock EXCLUSIVE.
 pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDesc) {
     unsafe {
-        use storage::world_locks::{self, Mode};
+        use storage::world_locks::{self, Mode, Wait};
         let stmt = (*query_desc).plannedstmt;
         let targets = world_targets(stmt);
-        if targets.is_empty() {
+        // the rows it locks (FOR UPDATE / SHARE: route/row_locks.rs)
+        let locks = crate::route::row_locks::lock_calls(stmt);
+        if targets.is_empty() && locks.is_empty() {
             return;
         }
         let Some(world) = overlay::routing_world().filter(|w| w.num > 0 && !w.read_only) else { return };
-        let fresh = if (*query_desc).operation == pg_sys::CmdType::CMD_INSERT {
+        let read_committed = pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32;
+        let keyless = locks.iter().any(|l| storage::relation_layout(l.tabno).key_attnos.is_empty());
+        // the tables whose keys are locked before reading: the targets, and under READ COMMITTED the tables
+        // a plain FOR UPDATE / SHARE locks (SKIP LOCKED and NOWAIT lock row by row; under REPEATABLE READ a
+        // row lock must see whether the row changed since the transaction's snapshot)
+        let mut named: Vec<(i32, Mode)> = targets.iter().map(|&t| (t, Mode::Exclusive)).collect();
+        if read_committed && !keyless {
+            for l in locks.iter().filter(|l| l.wait == Wait::Block) {
+                let mode = if l.exclusive { Mode::Exclusive } else { Mode::Shared };
+                match named.iter_mut().find(|n| n.0 == l.tabno) {
+                    Some(n) => n.1 = n.1.max(mode),
+                    None => named.push((l.tabno, mode)),
+                }
+            }
+        }
+        let tabnos: Vec<i32> = named.iter().map(|n| n.0).collect();
+        let fresh = if (*query_desc).operation == pg_sys::CmdType::CMD_INSERT && locks.is_empty() {
             world_locks::lock_world(&world, Mode::Shared);
             false
-        } else if let Some(mut keys) = crate::route::history_lookup::keys_written(stmt, (*query_desc).params, &targets)
+        } else if let Some(mut keys) = (!tabnos.is_empty() && (!keyless || !targets.is_empty()))
+            .then(|| crate::route::history_lookup::keys_written(stmt, (*query_desc).params, &tabnos))
+            .flatten()
             .filter(|k| k.len() <= world_locks::MAX_KEY_LOCKS)
         {
             let mut taken = world_locks::lock_world(&world, Mode::Shared);
-            let mut ids: Vec<i64> = keys.drain(..).map(|(t, k)| world_locks::key_id(world.num, t, &k)).collect();
+            let mut ids: Vec<(i64, Mode)> = keys
+                .drain(..)
+                .map(|(t, k)| (world_locks::key_id(world.num, t, &k), named.iter().find(|n| n.0 == t).map(|n| n.1).unwrap_or(Mode::Exclusive)))
+                .collect();
             ids.sort_unstable();
-            ids.dedup();
-            for id in ids {
-                taken |= world_locks::lock_key(&world, id);
+            ids.dedup_by(|b, a| a.0 == b.0 && {
+                a.1 = a.1.max(b.1);
+                true
+            });
+            for (id, mode) in ids {
+                taken |= world_locks::lock_key_with(&world, id, mode, Wait::Block).unwrap_or(true);
             }
             taken
+        } else if !locks.is_empty() && !keyless {
+            // rows locked as read: the world's lock SHARED (a write among them meets its locked rows
+            // unchanged, or fails with 40001)
+            world_locks::lock_world(&world, Mode::Shared)
         } else if world_locks::held(&world).is_none() {
             world_locks::lock_world(&world, Mode::Exclusive)
         } else {
