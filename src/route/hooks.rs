@@ -302,7 +302,7 @@ struct RouteContext {
     /// for the world scan to read (see world_scan.rs)
     world_scan: bool,
     /// the overlay views themselves (already routed; never inlined again)
-    overlays: std::rc::Rc<std::collections::HashSet<pg_sys::Oid>>,
+    overlays: std::rc::Rc<std::collections::HashMap<pg_sys::Oid, i32>>,
 }
 
 thread_local! {
@@ -438,7 +438,7 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
             }
             let is_result = (*query).resultRelation == i + 1;
             // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
-            if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains(&(*rte).relid) {
+            if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains_key(&(*rte).relid) {
                 if is_result {
                     // the views a session in the past reads its tables through (time/past_schema.rs) too
                     refuse_write_in_past();

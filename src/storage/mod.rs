@@ -108,7 +108,7 @@ thread_local! {
     /// relid -> tabno of every tracked table, for the router; None until loaded.
     static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
     /// the overlay views of every tracked table (the router leaves them alone); None until made
-    static OVERLAYS: RefCell<Option<Rc<std::collections::HashSet<pg_sys::Oid>>>> = const { RefCell::new(None) };
+    static OVERLAYS: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
 }
 
 thread_local! {
@@ -381,15 +381,16 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
 
 /// The overlay views of every tracked table (each table's three), kept until a relcache invalidation: the
 /// router asks for them in every statement of a world.
-pub fn overlay_relations() -> Rc<std::collections::HashSet<pg_sys::Oid>> {
+pub fn overlay_relations() -> Rc<HashMap<pg_sys::Oid, i32>> {
     if let Some(o) = OVERLAYS.with(|o| o.borrow().clone()) {
         return o;
     }
-    let overlays: std::collections::HashSet<pg_sys::Oid> = tracked_tables()
+    // each overlay view (and its twins) with its table's number: a write of a world finds its table here
+    let overlays: HashMap<pg_sys::Oid, i32> = tracked_tables()
         .values()
         .flat_map(|&t| {
             let l = relation_layout(t);
-            [l.overlay, l.overlay_nothing, l.overlay_rows]
+            [l.overlay, l.overlay_nothing, l.overlay_rows].into_iter().filter(|o| *o != pg_sys::Oid::INVALID).map(move |o| (o, t))
         })
         .collect();
     let overlays = Rc::new(overlays);

@@ -99,15 +99,12 @@ unsafe fn world_targets(stmt: *mut pg_sys::PlannedStmt) -> Vec<i32> {
         if results.is_null() || !writes_a_world(stmt) {
             return Vec::new();
         }
-        let tracked = storage::tracked_tables();
+        let overlays = storage::overlay_relations();
         let mut out = Vec::new();
         for i in 0..(*results).length {
             let index = pg_sys::list_nth_int(results, i);
             let relid = (*(pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry)).relid;
-            if let Some(&t) = tracked.values().find(|&&t| {
-                let l = storage::relation_layout(t);
-                l.overlay == relid || l.overlay_nothing == relid || l.overlay_rows == relid
-            }) {
+            if let Some(&t) = overlays.get(&relid) {
                 out.push(t);
             }
         }
