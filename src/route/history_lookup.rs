@@ -650,33 +650,7 @@ pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::Param
         let deltas: Vec<(pg_sys::Oid, i32)> = tabnos.iter().map(|&t| (storage::relation_layout(t).delta, t)).collect();
         let mut found: Vec<(i32, overlay::Key)> = Vec::new();
         let mut lookups: Vec<i32> = Vec::new();
-        let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
-        let subplans = (*stmt).subplans;
-        for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
-            plans.push(pg_sys::list_nth(subplans, i) as *mut pg_sys::Plan);
-        }
-        while let Some(plan) = plans.pop() {
-            if plan.is_null() {
-                continue;
-            }
-            plans.push((*plan).lefttree);
-            plans.push((*plan).righttree);
-            let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
-                pg_sys::NodeTag::T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
-                pg_sys::NodeTag::T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
-                pg_sys::NodeTag::T_BitmapAnd => vec![(*(plan as *mut pg_sys::BitmapAnd)).bitmapplans],
-                pg_sys::NodeTag::T_BitmapOr => vec![(*(plan as *mut pg_sys::BitmapOr)).bitmapplans],
-                pg_sys::NodeTag::T_CustomScan => vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans],
-                _ => vec![],
-            };
-            for l in lists {
-                for i in 0..if l.is_null() { 0 } else { (*l).length } {
-                    plans.push(pg_sys::list_nth(l, i) as *mut pg_sys::Plan);
-                }
-            }
-            if (*plan).type_ == pg_sys::NodeTag::T_SubqueryScan {
-                plans.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
-            }
+        for plan in plan_nodes(stmt) {
             let scanrelid = match (*plan).type_ {
                 pg_sys::NodeTag::T_SeqScan
                 | pg_sys::NodeTag::T_SampleScan
@@ -709,6 +683,44 @@ pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::Param
         }
         // every target read through a lookup (a target the plan doesn't read at all writes nothing)
         tabnos.iter().all(|t| lookups.contains(t)).then_some(found)
+    }
+}
+
+/// Every plan node of the statement: its tree, its sub-plans and init plans, and what Append, MergeAppend,
+/// BitmapAnd / BitmapOr, custom scans and sub-query scans hold.
+pub unsafe fn plan_nodes(stmt: *mut pg_sys::PlannedStmt) -> Vec<*mut pg_sys::Plan> {
+    unsafe {
+        let mut out = Vec::new();
+        let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
+        let subplans = (*stmt).subplans;
+        for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
+            plans.push(pg_sys::list_nth(subplans, i) as *mut pg_sys::Plan);
+        }
+        while let Some(plan) = plans.pop() {
+            if plan.is_null() {
+                continue;
+            }
+            plans.push((*plan).lefttree);
+            plans.push((*plan).righttree);
+            let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
+                pg_sys::NodeTag::T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
+                pg_sys::NodeTag::T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
+                pg_sys::NodeTag::T_BitmapAnd => vec![(*(plan as *mut pg_sys::BitmapAnd)).bitmapplans],
+                pg_sys::NodeTag::T_BitmapOr => vec![(*(plan as *mut pg_sys::BitmapOr)).bitmapplans],
+                pg_sys::NodeTag::T_CustomScan => vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans],
+                _ => vec![],
+            };
+            for l in lists {
+                for i in 0..if l.is_null() { 0 } else { (*l).length } {
+                    plans.push(pg_sys::list_nth(l, i) as *mut pg_sys::Plan);
+                }
+            }
+            if (*plan).type_ == pg_sys::NodeTag::T_SubqueryScan {
+                plans.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
+            }
+            out.push(plan);
+        }
+        out
     }
 }
 

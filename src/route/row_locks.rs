@@ -241,33 +241,11 @@ pub struct LockCall {
 pub unsafe fn lock_calls(stmt: *mut pg_sys::PlannedStmt) -> Vec<LockCall> {
     unsafe {
         let mut out = Vec::new();
-        let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
-        let subplans = (*stmt).subplans;
-        for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
-            plans.push(pg_sys::list_nth(subplans, i) as *mut pg_sys::Plan);
-        }
         let mut lock_fn = None;
-        while let Some(plan) = plans.pop() {
-            if plan.is_null() {
-                continue;
-            }
-            plans.push((*plan).lefttree);
-            plans.push((*plan).righttree);
-            let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
-                pg_sys::NodeTag::T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
-                pg_sys::NodeTag::T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
-                pg_sys::NodeTag::T_CustomScan => vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans],
-                _ => vec![],
-            };
-            for l in lists {
-                for i in 0..if l.is_null() { 0 } else { (*l).length } {
-                    plans.push(pg_sys::list_nth(l, i) as *mut pg_sys::Plan);
-                }
-            }
+        for plan in super::history_lookup::plan_nodes(stmt) {
             if (*plan).type_ != pg_sys::NodeTag::T_SubqueryScan {
                 continue;
             }
-            plans.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
             let qual = (*plan).qual;
             if qual.is_null() {
                 continue;

@@ -498,13 +498,7 @@ fn serialize_key(
             unsafe { pgrx::datum::DatumWithOid::new_from_datum(args[p].datum(), args[p].oid()) }
         })
         .collect();
-    let conds = layout
-        .key_columns
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let conds = delta_key_conds(layout);
     let latest = format!(
         "SELECT d._w_dseq, d._w_del, {} FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1",
         key_expr(layout, "d"),
@@ -542,6 +536,11 @@ pub fn lock_world(world: &World) -> bool {
     }
 }
 
+/// `d.k1 = $2 AND d.k2 = $3 ...`: a delta row with the key given as parameters after the world ($1).
+fn delta_key_conds(layout: &Layout) -> String {
+    layout.key_columns.iter().enumerate().map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2)).collect::<Vec<_>>().join(" AND ")
+}
+
 /// The key of a row as a row lock names it (route/row_locks.rs): `values` are its key columns, in order.
 pub fn lock_key_of(layout: &Layout, values: &[pgrx::datum::DatumWithOid]) -> super::overlay::Key {
     let names = layout.key_columns.clone();
@@ -551,13 +550,7 @@ pub fn lock_key_of(layout: &Layout, values: &[pgrx::datum::DatumWithOid]) -> sup
 /// Has a transaction the statement's snapshot doesn't see written a version of the row with these key
 /// values (in key column order) into the world? For a row lock taken after a wait.
 pub fn changed_since_statement(layout: &Layout, world: &World, values: &[pgrx::datum::DatumWithOid]) -> bool {
-    let conds = layout
-        .key_columns
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("d.{} = ${}", quote_ident(k), i + 2))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let conds = delta_key_conds(layout);
     let latest = format!("SELECT d._w_dseq FROM {} d WHERE d._w_world = $1 AND {conds} ORDER BY d._w_dseq DESC LIMIT 1", layout.delta_name);
     let mut all: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into()];
     all.extend(values.iter().map(|v| unsafe { pgrx::datum::DatumWithOid::new_from_datum(v.datum(), v.oid()) }));
