@@ -59,6 +59,8 @@ mod tests {
     /// A world row made directly (CREATE WORLD refuses to run inside the test's transaction), named
     /// `w<num>`. `sees_this_transaction`: forked as if this transaction's writes so far were committed.
     fn make_test_world(num: i32, sees_this_transaction: bool) {
+        // (as CREATE WORLD does first: the tracked tables get their deltas)
+        Spi::run("SELECT worlds._ensure_world_storage()").unwrap();
         crate::spi_calls::run_with_args(
             "INSERT INTO worlds.world (num, id, name, parent, depth, created, fork_snapshot)
              SELECT $1, 'w' || $1, 'w' || $1, 0, 1, now(),

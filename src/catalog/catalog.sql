@@ -38,10 +38,9 @@ CREATE TABLE worlds.tables (
     history          regclass NOT NULL,      -- before-images of main's updates and deletes (the overlay reads it)
     inserts          regclass NOT NULL,      -- main's inserts (key and new row only; same columns as history)
     changes          regclass NOT NULL,      -- a view: history and inserts together, in one order
-    delta            regclass NOT NULL,
+    delta            regclass,               -- worlds' own rows; made once the database has a world (storage/world_storage.rs)
     overlay          regclass NOT NULL,
     overlay_nothing  regclass,               -- the overlay as INSERT ... ON CONFLICT DO NOTHING target
-    sequence         regclass NOT NULL,      -- orders history and delta rows
     merge_by_columns boolean NOT NULL DEFAULT false,
     columns          text[],                 -- the table's column names by attnum at the last sync (renames)
     unsupported      text,                   -- why the table can't be used inside a world, or null
@@ -76,7 +75,6 @@ CREATE TABLE worlds.dropped_table (
     changes     regclass NOT NULL,           -- history and inserts together
     history     regclass NOT NULL,
     inserts     regclass NOT NULL,
-    sequence    regclass NOT NULL,
     columns     text[] NOT NULL,             -- column names by attnum at the drop (null for dropped ones)
     dropped     timestamptz NOT NULL
 );

@@ -49,6 +49,7 @@ BEGIN
         RAISE WARNING 'world "%" from the restored dump was not made: its parent "%" did not come back', world_name, parent_name;
         RETURN NULL;
     END IF;
+    PERFORM worlds._ensure_world_storage();
     n := nextval('worlds.world_num_seq');
     INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, owner, expires, pinned, active, fork_snapshot)
     VALUES (n,

@@ -113,7 +113,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
-    FOR t IN SELECT * FROM worlds.tables LOOP
+    FOR t IN SELECT * FROM worlds.tables WHERE delta IS NOT NULL LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;
     INSERT INTO worlds.event (world, event, rows) VALUES (w.num, 'discarded', NULL);
@@ -154,6 +154,8 @@ BEGIN
     -- one create at a time (two concurrent ones could both pass the name and max_worlds checks), and none
     -- while its source is being dropped
     PERFORM worlds._lock_worlds();
+    -- the database's first world: every tracked table gets the delta worlds write into
+    PERFORM worlds._ensure_world_storage();
     meta := worlds._checked_meta(meta);
     PERFORM worlds._expire();
     source := coalesce(source, current_setting('worlds.world'));

@@ -332,7 +332,6 @@ BEGIN
         PERFORM worlds._drop_relation(gone.changes);
         PERFORM worlds._drop_relation(gone.history);
         PERFORM worlds._drop_relation(gone.inserts);
-        PERFORM worlds._drop_relation(gone.sequence);
         DELETE FROM worlds.dropped_table d WHERE d.tabno = gone.tabno;
         DELETE FROM worlds.column_log l WHERE l.tabno = gone.tabno;
     END LOOP;

@@ -152,8 +152,7 @@ BEGIN
             SELECT %s%s FROM (
                 SELECT %s, 0 AS _w_src, b.ctid AS _w_tid, 0::int8 AS _w_seq, 0 AS _w_world, %s AS _w_k, NULL::tid AS _w_row FROM %s b
                 UNION ALL
-                SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s, NULL::tid FROM worlds_data.%I d
-                UNION ALL
+                %s
                 SELECT %s, 2, %s, h._w_hseq, 0, %s, h.ctid FROM worlds_data.%I h
             ) u
             WHERE (u._w_src = 0 AND worlds._base_visible(%s, u._w_tid, u._w_k))
@@ -164,7 +163,9 @@ BEGIN
             $v$,
             twin, outer_cols, CASE WHEN twin = vname THEN '' ELSE ', u._w_src, u._w_tid, u._w_seq' END,
             base_cols, worlds._view_key(t, 'b'), t.relid::text,
-            delta_cols, worlds._view_key(t, 'd'), (SELECT relname FROM pg_class WHERE oid = t.delta),
+            -- (no delta yet, no world: a past moment of main reads main and its history only)
+            CASE WHEN t.delta IS NULL THEN '' ELSE
+                format('SELECT %s, 1, NULL::tid, d._w_dseq, d._w_world, %s, NULL::tid FROM %s d UNION ALL', delta_cols, worlds._view_key(t, 'd'), t.delta) END,
             hist_cols, CASE WHEN t.key_kind = 'r' THEN 'h._w_old_tid' ELSE 'NULL::tid' END, worlds._view_key(t, 'h'),
             (SELECT relname FROM pg_class WHERE oid = t.history),
             t.tabno, t.tabno, t.tabno, t.tabno);
@@ -244,13 +245,22 @@ LANGUAGE plpgsql AS $$
 DECLARE
     c record;
 BEGIN
+    IF t.delta IS NULL THEN
+        RETURN;
+    END IF;
     FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = t.delta AND contype = 'c' LOOP
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t.delta, c.conname);
     END LOOP;
     -- NOT VALID: the worlds' rows already there aren't checked again here, where the check would run with
     -- pg_worlds' rights (rows written later are checked as the table's owner; a merge checks as the merger)
     FOR c IN SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = t.relid AND contype = 'c' LOOP
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', t.delta, c.conname, regexp_replace(c.def, ' NOT VALID$', ''));
+        BEGIN
+            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', t.delta, c.conname, regexp_replace(c.def, ' NOT VALID$', ''));
+        EXCEPTION WHEN OTHERS THEN
+            -- one the delta can't hold (it reads the whole row as the table's type): a world's writes
+            -- don't check it, its merge does (main's own constraint); never the user's DDL failing
+            RAISE LOG 'pg_worlds: worlds will not check constraint % of table % before merging: %', c.conname, t.relid, sqlerrm;
+        END;
     END LOOP;
     -- (the copies hold no dependency on the user's types either: catalog/members.rs)
     PERFORM worlds._forget_user_types();
@@ -272,7 +282,9 @@ BEGIN
         EXECUTE format('REVOKE ALL ON %s FROM %s', r.rel, r.grantee);
     END LOOP;
     IF owner IS NOT NULL AND NOT (SELECT rolsuper FROM pg_roles WHERE oid = owner) THEN
-        EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', t.delta, owner::regrole);
+        IF t.delta IS NOT NULL THEN
+            EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', t.delta, owner::regrole);
+        END IF;
         EXECUTE format('GRANT SELECT ON %s TO %s', t.overlay, owner::regrole);
     END IF;
 END $$;
@@ -287,6 +299,58 @@ BEGIN
     FOR r IN SELECT DISTINCT c.oid::regclass AS rel FROM pg_class c, aclexplode(c.relacl) a
              WHERE c.relnamespace = 'worlds_data'::regnamespace AND a.grantee = role LOOP
         EXECUTE format('REVOKE ALL ON %s FROM %s', r.rel, role::regrole);
+    END LOOP;
+END $$;
+
+-- The delta of a tracked table: the rows worlds write, each version numbered (_w_dseq) within its world.
+-- Made once the database has a world (storage/world_storage.rs); returns the table's row naming it.
+CREATE FUNCTION worlds._add_delta(t worlds.tables) RETURNS worlds.tables
+LANGUAGE plpgsql
+    SET worlds.internal_ddl = on AS $$
+DECLARE
+    dname text := 'd' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2);
+BEGIN
+    IF t.delta IS NOT NULL THEN
+        RETURN t;
+    END IF;
+    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid, _w_of int8%s)',
+                   dname, CASE WHEN worlds._delta_column_defs(t.relid) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(t.relid) END);
+    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_xid)', dname);
+    -- history and inserts have no index on the key: each index main's capture fills costs its writes
+    -- (measured: the key index was half of capture's cost under TPC-B). A world finds main's before-images
+    -- through its cache, which holds each one's position (see storage/overlay.rs); merges join by key.
+    IF t.key_kind <> 'r' THEN
+        -- by key, then version: a key's latest version (or the one the cache names) without reading its others
+        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_dseq)', dname, (SELECT string_agg(format('%I', c), ', ') FROM unnest(t.key_columns) c));
+    END IF;
+    UPDATE worlds.tables SET delta = format('worlds_data.%I', dname)::regclass WHERE tabno = t.tabno RETURNING * INTO t;
+    PERFORM worlds._build_overlay(t);
+    SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
+    PERFORM worlds._sync_checks(t);
+    PERFORM worlds._sync_owner(t);
+    PERFORM worlds._tracking_changed(t.relid);
+    RETURN t;
+END $$;
+
+-- Before the database's first world: every tracked table gets its delta (see storage/world_storage.rs).
+CREATE FUNCTION worlds._ensure_world_storage() RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    n integer;
+    t worlds.tables;
+BEGIN
+    IF worlds._world_storage_on() THEN
+        RETURN;
+    END IF;
+    -- waits for the tables being created to be committed (or not), so they are listed here
+    PERFORM worlds._lock_tracking(true);
+    FOREACH n IN ARRAY worlds._tables_without_delta() LOOP
+        SELECT * INTO t FROM worlds.tables WHERE tabno = n;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'could not serialize access due to a table tracked concurrently'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
+        PERFORM worlds._add_delta(t);
     END LOOP;
 END $$;
 
@@ -318,32 +382,25 @@ BEGIN
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
     -- inserts apart: a world's scans read before-images only, not every row ever inserted
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
-    EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid, _w_of int8%s)',
-                   'd_' || base, CASE WHEN worlds._delta_column_defs(rel) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(rel) END);
-    EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_xid)', 'd_' || base);
-    -- history and inserts have no index on the key: each index main's capture fills costs its writes
-    -- (measured: the key index was half of capture's cost under TPC-B). A world finds main's before-images
-    -- through its cache, which holds each one's position (see storage/overlay.rs); merges join by key.
-    IF kind <> 'r' THEN
-        -- by key, then version: a key's latest version (or the one the cache names) without reading its others
-        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_dseq)', 'd_' || base, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
-    END IF;
-    -- orders a world's own versions (history of main is ordered by WAL position instead)
-    EXECUTE format('CREATE SEQUENCE worlds_data.%I', 's_' || base);
+    -- (the delta, where worlds keep their rows, comes with the database's first world: worlds._add_delta)
     -- a placeholder view so the catalog row can name it; _build_overlay replaces it
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'a_' || base);
 
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, delta, overlay, sequence, unsupported, columns, filenode)
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, overlay, unsupported, columns, filenode)
     VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
-            format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'd_' || base)::regclass,
-            format('worlds_data.%I', 'v_' || base)::regclass, format('worlds_data.%I', 's_' || base)::regclass,
+            format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'v_' || base)::regclass,
             worlds._unsupported_reason(rel), worlds._column_names(rel), (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel))
     RETURNING * INTO t;
-    PERFORM worlds._build_overlay(t);
-    SELECT * INTO t FROM worlds.tables WHERE relid = rel;
-    PERFORM worlds._sync_checks(t);
-    PERFORM worlds._sync_owner(t);
+    -- a database that has had a world: the delta now (the lock orders this with the first CREATE WORLD)
+    PERFORM worlds._lock_tracking(false);
+    IF worlds._world_storage_on() THEN
+        t := worlds._add_delta(t);
+    ELSE
+        PERFORM worlds._build_overlay(t);
+        SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+        PERFORM worlds._sync_owner(t);
+    END IF;
     UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
 
     -- internal triggers (catalog/members.rs): not the user's, so \d, pg_dump and DISABLE TRIGGER USER don't see them
@@ -482,7 +539,6 @@ BEGIN
     PERFORM worlds._drop_changes_view(t);
     PERFORM worlds._drop_relation(t.inserts);
     PERFORM worlds._drop_relation(t.history);
-    PERFORM worlds._drop_relation(t.sequence);
     DELETE FROM worlds.tables WHERE tabno = t.tabno;
     PERFORM worlds._tracking_changed(t.relid);
 END $$;
@@ -544,7 +600,7 @@ BEGIN
              held AS (
                  SELECT _w_old_tid AS tid FROM %5$s UNION SELECT _w_new_tid FROM %5$s
                  UNION SELECT _w_old_tid FROM %6$s UNION SELECT _w_new_tid FROM %6$s
-                 UNION SELECT _w_base_tid FROM %7$s),
+                 %7$s),
              map AS MATERIALIZED (
                  SELECT old, new FROM cur
                  UNION ALL
@@ -561,9 +617,13 @@ BEGIN
                              LEFT JOIN map mo ON mo.old = y._w_old_tid LEFT JOIN map mn ON mn.old = y._w_new_tid
                             WHERE y._w_old_tid IS NOT NULL OR y._w_new_tid IS NOT NULL) s
                     WHERE x.ctid = s.c RETURNING 1),
-             d AS (UPDATE %7$s x SET _w_base_tid = m.new FROM map m WHERE m.old = x._w_base_tid RETURNING 1)
+             d AS (%8$s)
              SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM i) + (SELECT count(*) FROM d)',
-            k, t.changes, t.relid, km, t.history, t.inserts, t.delta);
+            k, t.changes, t.relid, km, t.history, t.inserts,
+            -- (no delta before the database's first world)
+            CASE WHEN t.delta IS NULL THEN '' ELSE format('UNION SELECT _w_base_tid FROM %s', t.delta) END,
+            CASE WHEN t.delta IS NULL THEN 'SELECT 1 WHERE false'
+                 ELSE format('UPDATE %s x SET _w_base_tid = m.new FROM map m WHERE m.old = x._w_base_tid RETURNING 1', t.delta) END);
     END IF;
     UPDATE worlds.tables SET filenode = (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel) WHERE relid = rel;
 END $$;
@@ -604,19 +664,21 @@ BEGIN
     -- a volatile one rewrote main's rows one by one, and leaves them NULL)
     FOR a IN SELECT c.attname, format_type(c.atttypid, c.atttypmod) AS typ,
                     CASE WHEN c.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END AS gen,
-                    CASE WHEN c.atthasmissing THEN format(' DEFAULT (%L::%s[])[1]', c.attmissingval::text, format_type(c.atttypid, c.atttypmod)) ELSE '' END AS missing
+                    CASE WHEN c.atthasmissing THEN format(' DEFAULT %L::%s', (c.attmissingval::text::text[])[1], format_type(c.atttypid, c.atttypmod)) ELSE '' END AS missing
              FROM pg_attribute c LEFT JOIN pg_attrdef d ON d.adrelid = c.attrelid AND d.adnum = c.attnum
              WHERE c.attrelid = t.relid AND c.attnum > 0 AND NOT c.attisdropped
-               AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.delta AND attnum > 0 AND NOT attisdropped) LOOP
+               AND c.attname NOT IN (SELECT attname FROM pg_attribute WHERE attrelid = t.history AND attnum > 0 AND NOT attisdropped) LOOP
         PERFORM worlds._drop_changes_view(t);
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.history, a.attname, a.typ, a.missing);
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.inserts, a.attname, a.typ, a.missing);
-        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, CASE WHEN a.gen <> '' THEN a.gen ELSE a.missing END);
+        IF t.delta IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s%s', t.delta, a.attname, a.typ, CASE WHEN a.gen <> '' THEN a.gen ELSE a.missing END);
+        END IF;
         IF a.missing <> '' THEN
             -- later rows are written whole: the default served only the rows already there
             EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.history, a.attname);
             EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.inserts, a.attname);
-            IF a.gen = '' THEN
+            IF a.gen = '' AND t.delta IS NOT NULL THEN
                 EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', t.delta, a.attname);
             END IF;
         END IF;
@@ -658,7 +720,7 @@ BEGIN
     IF pk IS DISTINCT FROM t.key_columns THEN
         UPDATE worlds.tables SET key_columns = pk, key_kind = worlds._key_kind(t.relid, pk)
         WHERE tabno = t.tabno RETURNING * INTO t;
-        IF cardinality(pk) > 0 THEN
+        IF cardinality(pk) > 0 AND t.delta IS NOT NULL THEN
             EXECUTE format('CREATE INDEX ON %s (%s, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
         END IF;
     END IF;
@@ -669,6 +731,16 @@ BEGIN
     UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
     PERFORM worlds._tracking_changed(t.relid);
 END $$;
+
+-- The tables inheriting from a table, at any depth (partitions among them).
+CREATE FUNCTION worlds._inheritors(rel oid) RETURNS TABLE (relid oid)
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE tree(relid) AS (
+        SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = rel
+        UNION
+        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.relid)
+    SELECT relid FROM tree
+$$;
 
 CREATE FUNCTION worlds._on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
@@ -700,9 +772,14 @@ BEGIN
                 END;
             END IF;
         ELSIF cmd.command_tag = 'ALTER TABLE' THEN
-            SELECT * INTO t FROM worlds.tables WHERE relid = cmd.objid;
-            CONTINUE WHEN NOT FOUND;
-            PERFORM worlds._sync_table(t);
+            -- the table, and the tables that inherit from it (an ALTER TABLE of a parent, partitioned or
+            -- not, recurses to them, and lists only the parent)
+            FOR t IN SELECT wt.* FROM worlds.tables wt
+                     WHERE wt.relid = cmd.objid
+                        OR wt.relid IN (SELECT relid FROM worlds._inheritors(cmd.objid))
+                     ORDER BY wt.tabno LOOP
+                PERFORM worlds._sync_table(t);
+            END LOOP;
         END IF;
     END LOOP;
 END $$;
@@ -922,8 +999,8 @@ BEGIN
         -- its history stays for AS OF (the router captured every row as deleted before the drop), in
         -- built-in types only: the user's types, domains and schemas drop as they would without pg_worlds
         t := worlds._unpin_types(t);
-        INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, sequence, columns, dropped)
-        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.sequence, t.columns, clock_timestamp());
+        INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, columns, dropped)
+        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.columns, clock_timestamp());
         -- (no invalidation of every relation: the table's own drop invalidates it, and that drops its
         -- layout and the tracked-table maps in every backend)
         DELETE FROM worlds.tables WHERE tabno = t.tabno;
@@ -967,23 +1044,13 @@ BEGIN
     END LOOP;
 END $$;
 
--- Every row of a tracked table into its history as deleted, in history's order (WAL position * 1024, see
--- storage/capture.rs), after every change captured before: TRUNCATE and DROP TABLE are captured, not lost.
+-- Every row of a tracked table into its history as deleted, in history's order (storage/capture.rs,
+-- _capture_rows), after every change captured before: TRUNCATE and DROP TABLE are captured, not lost.
 -- With op 'I', as inserted instead: the rows a CREATE TABLE AS / SELECT INTO wrote before tracking began
 -- (it begins when the command ends), so the past doesn't hold them (AS OF, a world forked before); kept as
 -- capture keeps an insert, the key only (a table without a key by its tid alone).
 CREATE FUNCTION worlds._capture_all_rows(t worlds.tables, op "char" DEFAULT 'D') RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    cols text;
-BEGIN
-    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum) INTO cols
-    FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND (op = 'D' OR attname = ANY (t.key_columns));
-    EXECUTE format('INSERT INTO %s (_w_hseq, _w_xid, _w_at, _w_op, _w_old_tid, _w_new_tid, _w_src%s)
-                    SELECT ((pg_current_wal_insert_lsn() - ''0/0''::pg_lsn)::int8 << 10) + 1024 * row_number() OVER (), pg_current_xact_id(), statement_timestamp(), %L, %s, NULL%s FROM ONLY %s',
-                   CASE WHEN op = 'D' THEN t.history ELSE t.inserts END, coalesce(', ' || cols, ''), op,
-                   CASE WHEN op = 'D' THEN 'ctid, NULL' ELSE 'NULL, ctid' END, coalesce(', ' || cols, ''), t.relid);
-END $$;
+LANGUAGE sql AS $$ SELECT worlds._capture_rows(t.tabno, op) $$;
 
 -- DROP TABLE of a tracked table (called by the router before the drop runs)
 CREATE FUNCTION worlds._capture_drop(rel regclass) RETURNS void

@@ -525,6 +525,10 @@ unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
                 if let Some(why) = &layout.unsupported {
                     raise("0A000", why.clone());
                 }
+                if is_result && layout.delta == pg_sys::Oid::INVALID {
+                    // (every tracked table has one once the database has a world: storage/world_storage.rs)
+                    raise("55000", format!("table {} has no storage for worlds' rows", relation_name((*rte).relid)));
+                }
                 if is_result && matches!((*query).commandType, pg_sys::CmdType::CMD_INSERT | pg_sys::CmdType::CMD_UPDATE) {
                     refuse_generated_values(query, (*rte).relid);
                 }

@@ -628,6 +628,8 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             return; // another participant of the parallel scan adds them
         }
         let (mut delta, history) = run.cache.rows_beyond_main(run.tabno);
+        // (no delta before the database's first world)
+        delta &= storage::relation_layout(run.tabno).delta != pg_sys::Oid::INVALID;
         let keys = index_keys(run.child, run.key_attno);
         // main's scan is on a key range where the world has no version of any key: no delta row can match
         if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {

@@ -92,6 +92,51 @@ unsafe fn capture(td: &pg_sys::TriggerData) {
     }
 }
 
+/// Every row of a tracked table into its history: as deleted (op 'D': TRUNCATE and DROP TABLE are
+/// captured, not lost), or as inserted (op 'I': the rows a CREATE TABLE AS / SELECT INTO wrote before
+/// tracking began, so the past doesn't hold them), each as capture keeps that change. Read with the table's
+/// own access method on the latest snapshot (the caller holds the table's ACCESS EXCLUSIVE lock, or made
+/// it), not by a query: no plan over the table, so nothing of the user's (an index expression calling a
+/// function found through the session's search_path) runs here.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _capture_rows(tabno: i32, op: i8) {
+    let op = op as u8;
+    if op != b'D' && op != b'I' {
+        crate::api::raise("22023", format!("pg_worlds: no such capture operation: {}", op as char));
+    }
+    let layout = relation_layout(tabno);
+    unsafe {
+        let rel = pg_sys::table_open(layout.relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let am = (*rel).rd_tableam;
+        let flags = pg_sys::ScanOptions::SO_TYPE_SEQSCAN | pg_sys::ScanOptions::SO_ALLOW_STRAT | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE;
+        let scan = (*am).scan_begin.unwrap()(rel, snapshot, 0, std::ptr::null_mut(), std::ptr::null_mut(), flags);
+        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
+        // each row's history tuple in a context of its own, reset after it is written
+        let row_cxt = pg_sys::AllocSetContextCreateInternal(pg_sys::CurrentMemoryContext, c"pg_worlds capture rows".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
+        while (*am).scan_getnextslot.unwrap()(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            let old = pg_sys::MemoryContextSwitchTo(row_cxt);
+            let mut should_free = false;
+            let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
+            if op == b'D' {
+                write_entry(&layout, rel, b'D', tuple, tuple, std::ptr::null_mut());
+            } else {
+                write_entry(&layout, rel, b'I', tuple, std::ptr::null_mut(), tuple);
+            }
+            if should_free {
+                pg_sys::heap_freetuple(tuple);
+            }
+            pg_sys::MemoryContextSwitchTo(old);
+            pg_sys::MemoryContextReset(row_cxt);
+        }
+        pg_sys::MemoryContextDelete(row_cxt);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        (*am).scan_end.unwrap()(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+    }
+}
+
 /// Does an UPDATE change the primary key? (Binary comparison of the key columns.)
 unsafe fn key_changed(layout: &Layout, rel: pg_sys::Relation, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple) -> bool {
     unsafe {

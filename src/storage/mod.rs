@@ -21,6 +21,7 @@ pub mod overlay;
 pub mod rewrite;
 pub mod snapshot_spi;
 pub mod world_locks;
+pub mod world_storage;
 pub mod unique_checks;
 pub mod write_events;
 pub mod writes;
@@ -57,7 +58,6 @@ pub struct Layout {
     pub history_name: String,
     pub delta_name: String,
     pub overlay_name: String,
-    pub sequence_name: String,
     /// the two tables behind history_name: main's before-images (updates, deletes) and its inserts
     pub before_images_name: String,
     pub inserts_name: String,
@@ -70,7 +70,6 @@ pub struct Layout {
     pub overlay_nothing: pg_sys::Oid,
     /// a table without a key: the overlay's rows twin (UPDATE / DELETE target), else InvalidOid
     pub overlay_rows: pg_sys::Oid,
-    pub sequence: pg_sys::Oid,
     pub key_kind: u8,
     pub key_columns: Vec<String>,
     /// attnums (in the tracked table) of the primary key columns; empty when the whole row is the key
@@ -88,8 +87,8 @@ pub struct Layout {
 
 impl Layout {
     /// The relations the layout describes: an invalidation of any of them makes it stale.
-    fn relations(&self) -> [pg_sys::Oid; 8] {
-        [self.relid, self.history, self.inserts, self.delta, self.overlay, self.overlay_nothing, self.overlay_rows, self.sequence]
+    fn relations(&self) -> [pg_sys::Oid; 7] {
+        [self.relid, self.history, self.inserts, self.delta, self.overlay, self.overlay_nothing, self.overlay_rows]
     }
 }
 
@@ -234,7 +233,7 @@ fn load_layout(tabno: i32) -> Layout {
         Spi::connect(|client| {
             let rows = client
                 .select(
-                    "SELECT relid::oid, history::oid, delta::oid, overlay::oid, sequence::oid, key_kind::text, key_columns, unsupported,
+                    "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
                             (SELECT array_agg(coalesce(ta.attnum, dl.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
@@ -251,7 +250,7 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
-                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), worlds._qualified(delta), worlds._qualified(overlay), worlds._qualified(sequence),
+                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), coalesce(worlds._qualified(delta), ''), worlds._qualified(overlay), '',
                                   worlds._qualified(history), worlds._qualified(inserts)],
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
@@ -293,14 +292,13 @@ fn load_layout(tabno: i32) -> Layout {
                 history_name: name(1),
                 delta_name: name(2),
                 overlay_name: name(3),
-                sequence_name: name(4),
                 before_images_name: name(5),
                 inserts_name: name(6),
                 relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
                 history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
-                delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap(),
+                // (none before the database's first world: storage/world_storage.rs)
+                delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap(),
-                sequence: row.get::<pg_sys::Oid>(5).ok().flatten().unwrap(),
                 key_kind: row.get::<String>(6).ok().flatten().unwrap_or_default().bytes().next().unwrap_or(b'r'),
                 key_columns: row.get::<Vec<String>>(7).ok().flatten().unwrap_or_default(),
                 unsupported: row.get::<String>(8).ok().flatten(),

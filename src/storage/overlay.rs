@@ -714,7 +714,8 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
     );
     let snaps: Vec<Option<String>> = world.layer_snapshots.clone();
     let kind = layout.key_kind;
-    let rows = snapshot_spi::query(
+    // (no delta before the database's first world: a past moment of main has no rows of its own)
+    let rows = if layout.delta == pg_sys::Oid::INVALID { Vec::new() } else { snapshot_spi::query(
         &sql,
         &[pg_sys::INT4ARRAYOID, pg_sys::TEXTARRAYOID],
         &[arg(world.chain.clone()), arg(snaps)],
@@ -727,7 +728,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
             let removes = (row.get::<String>(5), row.get::<i64>(6));
             (row.get::<i32>(1).unwrap_or(0), row.get::<i64>(2).unwrap_or(0), row.get::<bool>(3).unwrap_or(false), key, removes)
         },
-    );
+    ) };
     // best (layer, dseq) per key: the nearest layer wins, then its latest version
     let mut best: FastMap<Key, (usize, i64, bool)> = FastMap::default();
     let mut cancelled: Vec<i64> = Vec::new();
@@ -776,6 +777,9 @@ fn chain_of(world: &World) -> Vec<(i32, Option<String>)> {
 /// rebuild; a world's own version beats any of its ancestors' (it was written after the fork that cut
 /// them). Versions read twice (this backend's own, already kept in place) change nothing.
 fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
+    if layout.delta == pg_sys::Oid::INVALID {
+        return; // (no delta before the database's first world)
+    }
     if cache.world_frontier.is_empty() {
         load_world_part(layout, world, cache);
         return;
