@@ -41,7 +41,7 @@ END $$;
 -- Metadata as stored: the database's own keys (_worlds...) are refused, at most 64 KB, and the run
 -- keys must be text.
 CREATE FUNCTION worlds._checked_meta(meta jsonb) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     k text;
 BEGIN

@@ -367,7 +367,7 @@ CREATE TABLE worlds.as_of_cache (
     PRIMARY KEY (tabno, at)
 );
 
-CREATE FUNCTION worlds._as_of_cache_per_table() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$;
+CREATE FUNCTION worlds._as_of_cache_per_table() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 4 $$;
 
 -- The cached copy of rel as it was at `at` (made now if need be), or NULL when it can't be cached: a
 -- transaction that began before `at` is still open (it may yet commit changes dated before it), the table

@@ -76,7 +76,7 @@ END $$;
 -- The SQL expression of a row's key over a table alias: one integer column as int8, anything else as
 -- text in the spec's form (1, or (1,abc) for several columns), the whole row when there is no key.
 CREATE FUNCTION worlds._key_expr(t worlds.tables, alias text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
         WHEN t.key_kind = 'i' THEN format('%I.%I::int8', alias, t.key_columns[1])
         WHEN t.key_kind = 't' AND cardinality(t.key_columns) = 1 THEN format('%I.%I::text', alias, t.key_columns[1])
@@ -89,7 +89,7 @@ $$;
 -- are told apart by ctid on main and by delta sequence in worlds).
 -- An integer key is passed as it is (smallint, integer or bigint overloads): no cast per row.
 CREATE FUNCTION worlds._view_key(t worlds.tables, alias text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN t.key_kind = 'r' AND alias = 'h' THEN 'h._w_old_tid::text'  -- the physical row it was
                 WHEN t.key_kind = 'r' THEN 'NULL::text'
                 WHEN t.key_kind = 'i' THEN format('%I.%I', alias, t.key_columns[1])
