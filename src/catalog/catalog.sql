@@ -37,9 +37,9 @@ CREATE TABLE worlds.tables (
     key_kind         "char" NOT NULL,        -- 'i' one integer column, 't' anything else, 'r' whole row
     history          regclass NOT NULL,      -- before-images of main's updates and deletes (the overlay reads it)
     inserts          regclass NOT NULL,      -- main's inserts (key and new row only; same columns as history)
-    changes          regclass NOT NULL,      -- a view: history and inserts together, in one order
+    changes          regclass,      -- a view: history and inserts together, in one order
     delta            regclass,               -- worlds' own rows; made once the database has a world (storage/world_storage.rs)
-    overlay          regclass NOT NULL,
+    overlay          regclass,               -- (both set by worlds._build_overlay, which track() runs)
     overlay_nothing  regclass,               -- the overlay as INSERT ... ON CONFLICT DO NOTHING target
     merge_by_columns boolean NOT NULL DEFAULT false,
     columns          text[],                 -- the table's column names by attnum at the last sync (renames)

@@ -145,14 +145,16 @@ fn _made_now(xid: i64) -> bool {
 /// DOMAIN, COLLATION or SCHEMA into the extension: it locks every member (deadlocks with other sessions'
 /// DDL) and names the extension in its error. Without them the drop behaves as in stock Postgres, and the
 /// router converts the storage columns of a type about to go to text first (`worlds._before_drop`).
+///
+/// `rels`: the storage relations to look at (their own entries, their rules', defaults' and constraints',
+/// each found by index: O(their entries)); NULL: every entry this transaction made (a pass over pg_depend).
 #[pg_extern]
-fn _forget_user_types() {
-    // (class of the depending object, its oid, class of the type or collation, its oid)
-    let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
-        c.select(
-            // only entries this transaction made: every storage change calls this before it commits, so
-            // older ones were forgotten then (the cost is one pass over pg_depend, not a join per entry)
-            "WITH storage AS (SELECT oid FROM pg_catalog.pg_class WHERE relnamespace = 'worlds_data'::regnamespace),
+fn _forget_user_types(rels: default!(Option<Vec<pg_sys::Oid>>, "NULL")) {
+    // only entries this transaction made: every storage change calls this before it commits, so older ones
+    // were forgotten then
+    let sql = match rels {
+        // every entry this transaction made (one pass over pg_depend)
+        None => "WITH storage AS (SELECT oid FROM pg_catalog.pg_class WHERE relnamespace = 'worlds_data'::regnamespace),
                   recent AS (SELECT d.classid, d.objid, d.refclassid, d.refobjid, d.deptype FROM pg_catalog.pg_depend d
                               WHERE d.deptype = 'n' AND d.refobjid >= 16384 AND worlds._made_now(d.xmin::text::int8))
              SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM recent d
@@ -172,8 +174,34 @@ fn _forget_user_types() {
                 AND d.refobjid NOT IN (SELECT oid FROM storage)
                 AND ((d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM storage)))
                   OR (d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid IN (SELECT oid FROM pg_catalog.pg_constraint WHERE conrelid IN (SELECT oid FROM storage))))",
+        // the entries of these storage relations and of their rules, defaults and constraints, by index
+        Some(_) => "WITH objects(classid, objid) AS (
+                        SELECT 'pg_catalog.pg_class'::regclass::oid, r FROM unnest($1::oid[]) r
+                        UNION ALL SELECT 'pg_catalog.pg_rewrite'::regclass::oid, oid FROM pg_catalog.pg_rewrite WHERE ev_class = ANY ($1::oid[])
+                        UNION ALL SELECT 'pg_catalog.pg_attrdef'::regclass::oid, oid FROM pg_catalog.pg_attrdef WHERE adrelid = ANY ($1::oid[])
+                        UNION ALL SELECT 'pg_catalog.pg_constraint'::regclass::oid, oid FROM pg_catalog.pg_constraint WHERE conrelid = ANY ($1::oid[]))
+                    SELECT DISTINCT d.classid, d.objid, d.refclassid, d.refobjid FROM objects o
+                      JOIN pg_catalog.pg_depend d ON d.classid = o.classid AND d.objid = o.objid
+                     WHERE d.deptype = 'n' AND d.refobjid >= 16384
+                       AND ((d.refclassid IN ('pg_catalog.pg_type'::regclass, 'pg_catalog.pg_collation'::regclass)
+                             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type ty WHERE d.refclassid = 'pg_catalog.pg_type'::regclass AND ty.oid = d.refobjid
+                                               AND ty.typnamespace IN ('worlds'::regnamespace, 'worlds_data'::regnamespace)))
+                         -- a CHECK copy or generated expression reading a field of a row type names the type's
+                         -- relation (a table's)
+                         OR (d.refclassid = 'pg_catalog.pg_class'::regclass
+                             AND d.classid IN ('pg_catalog.pg_attrdef'::regclass, 'pg_catalog.pg_constraint'::regclass)
+                             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class k WHERE k.oid = d.refobjid AND k.relnamespace = 'worlds_data'::regnamespace)))",
+    };
+    let args: Vec<pgrx::datum::DatumWithOid> = match &rels {
+        None => vec![],
+        Some(r) => vec![r.clone().into()],
+    };
+    // (class of the depending object, its oid, class of the type or collation, its oid)
+    let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
+        c.select(
+            sql,
             None,
-            &[],
+            &args,
         )
         .map(|rows| {
             rows.filter_map(|r| {

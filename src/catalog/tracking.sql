@@ -116,7 +116,7 @@ DECLARE
     delta_cols text := '';
     hist_cols text := '';
     a record;
-    vname text := (SELECT relname FROM pg_class WHERE oid = t.overlay);
+    vname text := 'v' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2);
     twin text;
     keyfn text := CASE WHEN t.key_kind = 'i' THEN 'int8' ELSE 'text' END;
 BEGIN
@@ -196,7 +196,9 @@ BEGIN
     PERFORM worlds._forget_reads_of(v.oid, t.relid) FROM pg_class v
      WHERE v.relnamespace = 'worlds_data'::regnamespace AND v.relkind = 'v'
        AND v.relname IN (vname, 'n' || substr(vname, 2), 'k' || substr(vname, 2));
-    PERFORM worlds._own_storage();
+    -- (every relation of the table's storage: history's and the delta's columns may have changed too)
+    PERFORM worlds._own_storage(ARRAY[t.history, t.inserts, t.delta, t.overlay, t.overlay_nothing, t.changes,
+                                      to_regclass(format('worlds_data.%I', 'k' || substr(vname, 2)))]);
 END $$;
 
 -- Drops a view of worlds_data by name, if it exists.
@@ -208,7 +210,7 @@ $$;
 -- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
 CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
 LANGUAGE sql AS $$
-    SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2))
+    SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2))
 $$;
 
 -- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
@@ -263,7 +265,7 @@ BEGIN
         END;
     END LOOP;
     -- (the copies hold no dependency on the user's types either: catalog/members.rs)
-    PERFORM worlds._forget_user_types();
+    PERFORM worlds._forget_user_types(ARRAY[t.delta::oid]);
 END $$;
 
 -- The table's owner may read and add the delta's rows and read the overlay view: pg_worlds writes a
@@ -383,13 +385,10 @@ BEGIN
     -- inserts apart: a world's scans read before-images only, not every row ever inserted
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
     -- (the delta, where worlds keep their rows, comes with the database's first world: worlds._add_delta)
-    -- a placeholder view so the catalog row can name it; _build_overlay replaces it
-    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'v_' || base);
-    EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT 1 AS placeholder', 'a_' || base);
+    -- (the views, v_ and the others, are made by _build_overlay below)
 
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, changes, overlay, unsupported, columns, filenode)
+    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, unsupported, columns, filenode)
     VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
-            format('worlds_data.%I', 'a_' || base)::regclass, format('worlds_data.%I', 'v_' || base)::regclass,
             worlds._unsupported_reason(rel), worlds._column_names(rel), (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel))
     RETURNING * INTO t;
     -- a database that has had a world: the delta now (the lock orders this with the first CREATE WORLD)
@@ -493,20 +492,23 @@ BEGIN
 END $$;
 
 -- Makes every relation of worlds_data the extension's (those made during CREATE EXTENSION already are).
-CREATE FUNCTION worlds._own_storage() RETURNS void
+-- rels: just these (the relations the caller made or changed, each found by its oid: O(1) in the size of
+-- the database); NULL: every one this transaction made (a pass over pg_class and pg_depend).
+CREATE FUNCTION worlds._own_storage(rels regclass[] DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
 BEGIN
     FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c
              WHERE c.relnamespace = 'worlds_data'::regnamespace AND c.relkind IN ('r', 'v', 'S')
-               -- (made by this transaction: every one before was made a member by the transaction that made it)
-               AND worlds._made_now(c.xmin::text::int8)
+               AND (c.oid = ANY (rels::oid[])
+                    -- (made by this transaction: every one before was made a member by the transaction that made it)
+                    OR (rels IS NULL AND worlds._made_now(c.xmin::text::int8)))
                AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') LOOP
         PERFORM worlds._add_member(r.rel);
     END LOOP;
     -- and holds none of the user's types or collations (catalog/members.rs)
-    PERFORM worlds._forget_user_types();
+    PERFORM worlds._forget_user_types(rels::oid[]);
 END $$;
 
 -- Everything pg_worlds added to user tables, removed before DROP EXTENSION (the router calls this).
@@ -806,7 +808,7 @@ BEGIN
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', v);
         EXECUTE format('CREATE VIEW %s AS SELECT 1 AS placeholder', n);
         UPDATE worlds.tables SET overlay = v::regclass, overlay_nothing = n::regclass WHERE tabno = t.tabno;
-        PERFORM worlds._own_storage();
+        PERFORM worlds._own_storage(ARRAY[v::regclass, n::regclass]);
     END IF;
 END $$;
 
@@ -840,7 +842,7 @@ BEGIN
         EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT * FROM %s WHERE worlds._may_read_history(%s) UNION ALL SELECT * FROM %s WHERE worlds._may_read_history(%s)',
                        cname, t.history, t.relid::oid, t.inserts, t.relid::oid);
         EXECUTE format('GRANT SELECT ON worlds_data.%I TO PUBLIC', cname);
-        PERFORM worlds._own_storage();
+        PERFORM worlds._own_storage(ARRAY[format('worlds_data.%I', cname)::regclass, t.history, t.inserts]);
         t.changes := format('worlds_data.%I', cname)::regclass;
     END IF;
     RETURN t;

@@ -250,7 +250,7 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
-                            ARRAY[worlds._qualified(relid), worlds._qualified(changes), coalesce(worlds._qualified(delta), ''), worlds._qualified(overlay), '',
+                            ARRAY[worlds._qualified(relid), coalesce(worlds._qualified(changes), ''), coalesce(worlds._qualified(delta), ''), coalesce(worlds._qualified(overlay), ''), '',
                                   worlds._qualified(history), worlds._qualified(inserts)],
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
@@ -298,7 +298,7 @@ fn load_layout(tabno: i32) -> Layout {
                 history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
                 // (none before the database's first world: storage/world_storage.rs)
                 delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap(),
+                overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 key_kind: row.get::<String>(6).ok().flatten().unwrap_or_default().bytes().next().unwrap_or(b'r'),
                 key_columns: row.get::<Vec<String>>(7).ok().flatten().unwrap_or_default(),
                 unsupported: row.get::<String>(8).ok().flatten(),
