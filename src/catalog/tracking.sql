@@ -508,7 +508,7 @@ BEGIN
         PERFORM worlds._add_member(r.rel);
     END LOOP;
     -- and holds none of the user's types or collations (catalog/members.rs)
-    PERFORM worlds._forget_user_types(rels::oid[]);
+    PERFORM worlds._forget_user_types(array_remove(rels::oid[], NULL));
 END $$;
 
 -- Everything pg_worlds added to user tables, removed before DROP EXTENSION (the router calls this).
