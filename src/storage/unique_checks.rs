@@ -2,7 +2,7 @@
 //! sessions adding one value queue), then checked against what the world sees and against what other
 //! writers committed since this backend's view of the world was read (23505, worded as Postgres words it).
 use super::overlay::{quote_ident, with_cache, World};
-use super::writes::kept;
+use super::writes::latest;
 use super::{as_table_owner, snapshot_spi, world_locks, Layout};
 use pgrx::prelude::*;
 
@@ -159,7 +159,7 @@ pub(super) fn committed_since_with(layout: &Layout, world: &World, cols: &[Strin
     let mut all: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| unsafe { pgrx::datum::DatumWithOid::new_from_datum(a.datum(), a.oid()) }).collect();
     all.push(world.num.into());
     all.push(frontier.into());
-    as_table_owner(layout, || !kept(&sql, &all, |_| ()).is_empty())
+    as_table_owner(layout, || !latest(&sql, &all, |_| ()).is_empty())
 }
 
 pub(super) fn raise_duplicate(constraint: &str, cols: &[String], names: &[String], args: &[pgrx::datum::DatumWithOid]) -> ! {

@@ -510,8 +510,8 @@ fn serialize_key(
     let seen = as_table_owner(layout, || snapshot_query(&latest, &all).into_iter().next().flatten());
     world_locks::lock_key(world, world_locks::key_id(world.num, layout.tabno, &row_key(layout, names, args)));
     as_table_owner(layout, || {
-        // a fresh snapshot, taken after the lock
-        let now = kept(&latest, &all, |r| {
+        // what has committed by now, read after the lock
+        let now = self::latest(&latest, &all, |r| {
             let key = match layout.key_kind {
                 b'i' => r.get::<i64>(3).map(super::overlay::Key::I),
                 b't' => r.get::<String>(3).map(super::overlay::Key::T),
@@ -617,6 +617,21 @@ pub(super) fn kept<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnM
     let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
     let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
     snapshot_spi::query_fresh_generic(sql, &types, &values, f)
+}
+
+/// As `kept`, but what has committed by now under every isolation level: under REPEATABLE READ too (whose
+/// fresh queries read the transaction's snapshot), on the latest snapshot, after a command counter
+/// increment so the statement's own earlier versions are seen. For the checks a write makes after it took
+/// a key's lock: a concurrent session's version of the key, or of a unique value, is found here and fails
+/// the statement (40001, 23505) instead of the commit.
+pub(super) fn latest<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&snapshot_spi::Row) -> R) -> Vec<R> {
+    if unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32 {
+        return kept(sql, args, f);
+    }
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    unsafe { pg_sys::CommandCounterIncrement() };
+    snapshot_spi::query_latest_generic(sql, &types, &values, f)
 }
 
 fn snapshot_query(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<Option<i64>> {
