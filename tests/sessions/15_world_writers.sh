@@ -137,6 +137,27 @@ expect "after the crash: 100 more history rows" "$((h2 - h))" 100
 expect "after more writes: sum(abalance) = sum(delta)" "$a" "$d"
 expect "after more writes: sum(bbalance) = sum(tbalance)" "$b" "$t"
 
+echo "check: REPEATABLE READ writer of a key another session changed since its snapshot: 40001 at its write"
+psql_in $CL -d $DB -qAt -c "create table rr (id int primary key, v int)" >/dev/null
+W -c "insert into rr values (1, 0)" >/dev/null   # (made after w forked: w has only its own rows of it)
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 -c "set worlds.world = w" -c "begin isolation level repeatable read" -c "select v from rr where id = 1" \
+  -c "select pg_sleep(1.5)" -c "update rr set v = v + 10 where id = 1" -c "select 'after the update'" -c "commit" >"$OUT/rr_a.log" 2>&1 &
+RRA=$!
+sleep 0.5
+W -c "update rr set v = v + 1 where id = 1" >/dev/null
+wait $RRA
+expect "the RR writer's error" "$(grep -o 'could not serialize access due to concurrent update of public.rr in world "w"' "$OUT/rr_a.log")" 'could not serialize access due to concurrent update of public.rr in world "w"'
+expect "the RR writer stopped at its UPDATE" "$(grep -c 'after the update' "$OUT/rr_a.log")" "0"
+expect "the other session's update kept" "$(W -c "select v from rr where id = 1")" "1"
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 -c "set worlds.world = w" -c "begin isolation level repeatable read" -c "select count(*) from rr" \
+  -c "select pg_sleep(1.5)" -c "insert into rr values (7, 70)" -c "commit" >"$OUT/rr_b.log" 2>&1 &
+RRB=$!
+sleep 0.5
+W -c "insert into rr values (7, 7)" >/dev/null
+wait $RRB
+expect "the RR inserter of a key committed since its snapshot" "$(grep -o 'duplicate key value violates unique constraint "rr_pkey"' "$OUT/rr_b.log")" 'duplicate key value violates unique constraint "rr_pkey"'
+expect "the committed row kept" "$(W -c "select v from rr where id = 7")" "7"
+
 if [ $failures -ne 0 ]; then echo "15_world_writers: $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB" -c "drop database $DB2"
 echo "ok: 15_world_writers"
