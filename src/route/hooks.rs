@@ -34,6 +34,16 @@ pub fn on_xact_end(event: pg_sys::XactEvent::Type) {
     if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
         IN_BLOCK.with(|b| b.set(false));
     }
+    if matches!(event, XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT) {
+        routing_aborted();
+    }
+}
+
+/// An error raised while a query was being routed (by Postgres, under a frame that longjmps past
+/// route_query's guard) aborts the (sub)transaction: the next query is routed again. Without this, one
+/// error inside routing (`FOR UPDATE` of a view with GROUP BY) left the session reading and writing main.
+pub fn routing_aborted() {
+    ROUTING.with(|r| r.set(false));
 }
 
 mod finish;
@@ -866,7 +876,7 @@ unsafe fn relation_name(relid: pg_sys::Oid) -> String {
 /// swapped too (the rewriter would otherwise expand it later, unrouted). The view's own permission check
 /// moves to its OLD entry, as the rewriter does; its body keeps the view owner's rights (or the invoker's,
 /// for security_invoker views) and its security_barrier.
-unsafe fn inline_view(rte: *mut pg_sys::RangeTblEntry) {
+pub(super) unsafe fn inline_view(rte: *mut pg_sys::RangeTblEntry) {
     unsafe {
         let rel = pg_sys::relation_open((*rte).relid, pg_sys::NoLock as i32);
         let body = pg_sys::copyObjectImpl(pg_sys::get_view_query(rel) as *const std::ffi::c_void) as *mut pg_sys::Query;

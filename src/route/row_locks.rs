@@ -38,6 +38,9 @@ struct Locked {
     tabno: i32,
     strength: pg_sys::LockClauseStrength::Type,
     wait: pg_sys::LockWaitPolicy::Type,
+    /// for a table read through a view: the columns of the view's (expanded) entry that carry its key;
+    /// None for the table's own entry, whose key columns are the table's
+    via_view: Option<Vec<i16>>,
 }
 
 /// Rewrites every level of `query` that locks rows of tracked tables (see the module's comment); true
@@ -75,14 +78,17 @@ unsafe fn rewrite_level(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oid, i3
         if (*q).rowMarks.is_null() || (*q).commandType != pg_sys::CmdType::CMD_SELECT || !(*q).setOperations.is_null() {
             return false;
         }
-        let mut locked = Vec::new();
+        let mut locked = lock_through_views(q, tracked, world);
+        if (*q).rowMarks.is_null() && locked.is_empty() {
+            return false;
+        }
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         let marks = (*q).rowMarks;
-        for i in 0..(*marks).length {
+        for i in 0..if marks.is_null() { 0 } else { (*marks).length } {
             let rc = pg_sys::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
             let rte = pg_sys::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
             match ((*rte).rtekind == pg_sys::RTEKind::RTE_RELATION).then(|| tracked.get(&(*rte).relid)).flatten() {
-                Some(&tabno) => locked.push(Locked { rti: (*rc).rti, tabno, strength: (*rc).strength, wait: (*rc).waitPolicy }),
+                Some(&tabno) => locked.push(Locked { rti: (*rc).rti, tabno, strength: (*rc).strength, wait: (*rc).waitPolicy, via_view: None }),
                 None => kept = pg_sys::lappend(kept, rc as *mut std::ffi::c_void),
             }
         }
@@ -93,6 +99,157 @@ unsafe fn rewrite_level(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oid, i3
         (*q).hasForUpdate = !kept.is_null();
         wrap(q, &locked, world);
         true
+    }
+}
+
+/// A view the level locks (`SELECT ... FROM v FOR UPDATE`). Postgres's rewriter would expand it after
+/// this hook ran and push the locking clause into its body (markQueryForLocking), so the body's tracked
+/// tables would lock main's rows. Here the view is expanded first (as route/hooks.rs expands a world's
+/// views), and for each tracked table of its FROM the body returns the row's key too: the level locks
+/// those keys as it reads the view's rows, where Postgres's LockRows would be (under the level's ORDER BY
+/// and LIMIT, so `ORDER BY id LIMIT 1` locks one row). Its other tables get the clause pushed down as the
+/// rewriter does (main's own tables lock main's rows; a view or sub-query in the body locks inside it).
+/// The view's clauses leave the level; the returned entries lock for them.
+unsafe fn lock_through_views(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oid, i32>, world: i32) -> Vec<Locked> {
+    unsafe {
+        let mut locked = Vec::new();
+        let marks = (*q).rowMarks;
+        let mut kept: *mut pg_sys::List = std::ptr::null_mut();
+        for i in 0..(*marks).length {
+            let rc = pg_sys::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
+            let rte = pg_sys::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION || (*rte).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
+                kept = pg_sys::lappend(kept, rc as *mut std::ffi::c_void);
+                continue;
+            }
+            super::hooks::inline_view(rte);
+            let body = (*rte).subquery;
+            // (the errors Postgres gives a view that can't be locked: GROUP BY, DISTINCT, UNION, ...)
+            pg_sys::CheckSelectLocking(body, (*rc).strength);
+            let mut tables = Vec::new();
+            from_items(body, (*body).jointree as *mut pg_sys::Node, &mut tables);
+            for rti in tables {
+                let t = pg_sys::list_nth((*body).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
+                match ((*t).rtekind == pg_sys::RTEKind::RTE_RELATION).then(|| tracked.get(&(*t).relid)).flatten() {
+                    Some(&tabno) => {
+                        (*t).requiredPerms |= pg_sys::ACL_SELECT_FOR_UPDATE as pg_sys::AclMode;
+                        let cols = expose_key(body, rte, rti, tabno);
+                        locked.push(Locked { rti: (*rc).rti, tabno, strength: (*rc).strength, wait: (*rc).waitPolicy, via_view: Some(cols) });
+                    }
+                    None => {
+                        let rtr = pg_sys::palloc0(std::mem::size_of::<pg_sys::RangeTblRef>()) as *mut pg_sys::RangeTblRef;
+                        (*rtr).type_ = pg_sys::NodeTag::T_RangeTblRef;
+                        (*rtr).rtindex = rti;
+                        mark_for_locking(body, rtr as *mut pg_sys::Node, (*rc).strength, (*rc).waitPolicy);
+                    }
+                }
+            }
+            if !(*body).rowMarks.is_null() {
+                // (its nested views and sub-queries, marked: every level of them)
+                rewrite(body, tracked, world);
+            }
+        }
+        (*q).rowMarks = kept;
+        locked
+    }
+}
+
+/// The range table indexes of a FROM item's entries (through joins, not into sub-queries).
+unsafe fn from_items(q: *mut pg_sys::Query, item: *mut pg_sys::Node, out: &mut Vec<i32>) {
+    unsafe {
+        if item.is_null() {
+            return;
+        }
+        match (*item).type_ {
+            pg_sys::NodeTag::T_RangeTblRef => out.push((*(item as *mut pg_sys::RangeTblRef)).rtindex),
+            pg_sys::NodeTag::T_FromExpr => {
+                let list = (*(item as *mut pg_sys::FromExpr)).fromlist;
+                for i in 0..if list.is_null() { 0 } else { (*list).length } {
+                    from_items(q, pg_sys::list_nth(list, i) as *mut pg_sys::Node, out);
+                }
+            }
+            pg_sys::NodeTag::T_JoinExpr => {
+                let j = item as *mut pg_sys::JoinExpr;
+                from_items(q, (*j).larg, out);
+                from_items(q, (*j).rarg, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Adds the key columns of the body's table `rti` to the view body's output (before its junk columns, and
+/// to the view's entry's column names); returns their numbers in the view's entry.
+unsafe fn expose_key(body: *mut pg_sys::Query, view: *mut pg_sys::RangeTblEntry, rti: i32, tabno: i32) -> Vec<i16> {
+    unsafe {
+        let layout = storage::relation_layout(tabno);
+        let tl = (*body).targetList;
+        let entries: Vec<*mut pg_sys::TargetEntry> =
+            (0..if tl.is_null() { 0 } else { (*tl).length }).map(|i| pg_sys::list_nth(tl, i) as *mut pg_sys::TargetEntry).collect();
+        let mut new_tl: *mut pg_sys::List = std::ptr::null_mut();
+        for &e in entries.iter().filter(|&&e| !(*e).resjunk) {
+            new_tl = pg_sys::lappend(new_tl, e as *mut std::ffi::c_void);
+        }
+        let mut resno = entries.iter().filter(|&&e| !(*e).resjunk).count() as i16;
+        let mut cols = Vec::new();
+        for &attno in &layout.key_attnos {
+            let (mut typ, mut typmod, mut coll) = (pg_sys::Oid::INVALID, -1, pg_sys::Oid::INVALID);
+            pg_sys::get_atttypetypmodcoll(layout.relid, attno as i16, &mut typ, &mut typmod, &mut coll);
+            let var = pg_sys::makeVar(rti, attno as i16, typ, typmod, coll, 0);
+            resno += 1;
+            new_tl = pg_sys::lappend(new_tl, pg_sys::makeTargetEntry(var as *mut pg_sys::Expr, resno, pg_sys::pstrdup(c"_w_lock_key".as_ptr()), false) as *mut std::ffi::c_void);
+            (*(*view).eref).colnames = pg_sys::lappend((*(*view).eref).colnames, pg_sys::makeString(pg_sys::pstrdup(c"_w_lock_key".as_ptr())) as *mut std::ffi::c_void);
+            cols.push(resno);
+        }
+        for &e in entries.iter().filter(|&&e| (*e).resjunk) {
+            resno += 1;
+            (*e).resno = resno;
+            new_tl = pg_sys::lappend(new_tl, e as *mut std::ffi::c_void);
+        }
+        (*body).targetList = new_tl;
+        cols
+    }
+}
+
+/// Marks every relation of a FROM item for locking, as the rewriter's markQueryForLocking does.
+unsafe fn mark_for_locking(
+    q: *mut pg_sys::Query,
+    item: *mut pg_sys::Node,
+    strength: pg_sys::LockClauseStrength::Type,
+    wait: pg_sys::LockWaitPolicy::Type,
+) {
+    unsafe {
+        if item.is_null() {
+            return;
+        }
+        match (*item).type_ {
+            pg_sys::NodeTag::T_RangeTblRef => {
+                let rti = (*(item as *mut pg_sys::RangeTblRef)).rtindex;
+                let rte = pg_sys::list_nth((*q).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
+                if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION {
+                    pg_sys::applyLockingClause(q, rti as pg_sys::Index, strength, wait, true);
+                    (*rte).requiredPerms |= pg_sys::ACL_SELECT_FOR_UPDATE as pg_sys::AclMode;
+                } else if (*rte).rtekind == pg_sys::RTEKind::RTE_SUBQUERY {
+                    pg_sys::applyLockingClause(q, rti as pg_sys::Index, strength, wait, true);
+                    let sub = (*rte).subquery;
+                    mark_for_locking(sub, (*sub).jointree as *mut pg_sys::Node, strength, wait);
+                }
+            }
+            pg_sys::NodeTag::T_FromExpr => {
+                let list = (*(item as *mut pg_sys::FromExpr)).fromlist;
+                if !list.is_null() {
+                    for i in 0..(*list).length {
+                        mark_for_locking(q, pg_sys::list_nth(list, i) as *mut pg_sys::Node, strength, wait);
+                    }
+                }
+            }
+            pg_sys::NodeTag::T_JoinExpr => {
+                let j = item as *mut pg_sys::JoinExpr;
+                mark_for_locking(q, (*j).larg, strength, wait);
+                mark_for_locking(q, (*j).rarg, strength, wait);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -117,10 +274,12 @@ unsafe fn wrap(q: *mut pg_sys::Query, locked: &[Locked], world: i32) {
         for l in locked {
             let layout = storage::relation_layout(l.tabno);
             let mut cols = Vec::new();
-            for &attno in &layout.key_attnos {
+            for (k, &attno) in layout.key_attnos.iter().enumerate() {
                 let (mut typ, mut typmod, mut coll) = (pg_sys::Oid::INVALID, -1, pg_sys::Oid::INVALID);
                 pg_sys::get_atttypetypmodcoll(layout.relid, attno as i16, &mut typ, &mut typmod, &mut coll);
-                let var = pg_sys::makeVar(l.rti as i32, attno as i16, typ, typmod, coll, 0);
+                // (through a view: the view's column that carries it)
+                let column = l.via_view.as_ref().map_or(attno as i16, |cols| cols[k]);
+                let var = pg_sys::makeVar(l.rti as i32, column, typ, typmod, coll, 0);
                 resno += 1;
                 let name = pg_sys::pstrdup(c"_w_lock_key".as_ptr());
                 new_tl = pg_sys::lappend(new_tl, pg_sys::makeTargetEntry(var as *mut pg_sys::Expr, resno, name, false) as *mut std::ffi::c_void);

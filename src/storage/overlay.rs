@@ -231,6 +231,7 @@ unsafe extern "C-unwind" fn on_subxact(
     _arg: *mut std::ffi::c_void,
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        crate::route::routing_aborted();
         forget_all();
         super::write_events::forget_aborted(my);
         // before the subtransaction's relations leave the relcache (those it created are removed)

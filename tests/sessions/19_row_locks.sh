@@ -22,6 +22,8 @@ create table acct (id int primary key, bal int not null);
 insert into acct select g, 1000 from generate_series(1, 10) g;
 create table jobs (id int primary key, state text not null default 'new', n int not null default 0, worker int);
 insert into jobs (id) select g from generate_series(1, 400) g;
+create view acct_view as select bal, id from acct where bal >= 0;
+create view acct_totals as select count(*) as n, sum(bal) as total from acct;
 create table notes (k text, part int, body text, primary key (k, part));
 insert into notes values ('a', 1, 'x'), ('a', 2, 'y');
 create extension pg_worlds;
@@ -90,6 +92,18 @@ hold 3 -c "select take_one()"
 expect "take_one() beside a holder of job 1" "$(W -c "select take_one()")" "2"
 expect "a CTE beside it" "$(W -c "with j as (select id from jobs where state = 'new' order by id limit 2 for update skip locked) select string_agg(id::text, ',') from j")" "2,3"
 wait $HOLD
+
+echo "check: FOR UPDATE through a view of acct locks w's rows by key, where Postgres's LockRows would be"
+hold 5 -c "select id from acct_view order by id limit 1 for update"
+expect "main's update of id 1 under lock_timeout 1s" "$(M -c "set lock_timeout = '1s'" -c "update acct set bal = bal + 1 where id = 1 returning bal")" "1002"
+expect "w's update of id 1 under lock_timeout 0.3s" "$(W -c "set lock_timeout = '300ms'" -c "update acct set bal = bal + 1 where id = 1" | grep -o "^$TIMEOUT")" "$TIMEOUT"
+expect "w's update of id 2 (ORDER BY ... LIMIT 1 locked one row)" "$(W -c "set lock_timeout = '300ms'" -c "update acct set bal = bal where id = 2 returning id")" "2"
+expect "SKIP LOCKED through the view takes the next row" "$(W -c "select id from acct_view order by id limit 1 for update skip locked")" "2"
+expect "NOWAIT through the view" "$(W -c "select id from acct_view where id = 1 for update nowait" | grep -o 'could not obtain lock on row in relation "acct"')" 'could not obtain lock on row in relation "acct"'
+wait $HOLD
+expect "a view with an aggregate can't be locked (as stock)" "$(W -c "select * from acct_totals for update" | grep -o 'FOR UPDATE is not allowed with aggregate functions')" "FOR UPDATE is not allowed with aggregate functions"
+expect "after that error the session still reads w (1001; main has 1002)" "$(W -c "select * from acct_totals for update" -c "select bal from acct where id = 1")" "ERROR:  FOR UPDATE is not allowed with aggregate functions
+1001"
 
 echo "check: a job queue shared by 4 sessions of w: every job is taken exactly once"
 cat >"$OUT/take.sql" <<'SQL'
