@@ -1,0 +1,668 @@
+//! The post_parse_analyze hook: a tracked table of a query in a world (or a moment of the past) becomes its
+//! overlay view, or is marked for the world scan; views are expanded, row-level security applied, writes
+//! checked (route_range_table).
+use super::*;
+
+/// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a
+/// transaction where the catalog can be read.)
+pub(super) fn routing_active() -> bool {
+    if overlay::override_active() {
+        // a merge or diff reading or writing another world on purpose
+        return unsafe { pg_sys::IsTransactionState() };
+    }
+    !guc::in_main() && !storage::internal() && unsafe { pg_sys::IsTransactionState() }
+}
+
+#[pg_guard]
+pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
+    pstate: *mut pg_sys::ParseState,
+    query: *mut pg_sys::Query,
+    jstate: *mut pg_sys::JumbleState,
+) {
+    unsafe {
+        if let Some(prev) = PREV_POST_PARSE_ANALYZE {
+            pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
+        }
+        if PAST_SYNC.with(|s| s.get()) {
+            // the views' own statements: their definitions read main's tables and storage as written
+            return;
+        }
+        if crate::time::past_schema::out_of_step()
+            && past_schema_can_sync()
+            && pg_sys::ActiveSnapshotSet()
+            // a write's target is open until analysis ends: its view can't be dropped now (and a write in
+            // the past fails anyway)
+            && matches!((*query).commandType, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_UTILITY)
+        {
+            // a session that entered or left 'main@when' since its views were made: make or drop them, then
+            // analyse this statement again (its names may resolve to them, or no longer should)
+            let changed = {
+                PAST_SYNC.with(|s| s.set(true));
+                struct Reset;
+                impl Drop for Reset {
+                    fn drop(&mut self) {
+                        PAST_SYNC.with(|s| s.set(false));
+                    }
+                }
+                let _reset = Reset;
+                crate::time::past_schema::sync()
+            };
+            if changed && (*query).commandType != pg_sys::CmdType::CMD_UTILITY && analyse_again(pstate, query) {
+                return; // the fresh analysis was routed by this hook
+            }
+        }
+        if (*query).commandType == pg_sys::CmdType::CMD_UTILITY {
+            if let Some(select) = spec_show((*query).utilityStmt) {
+                // SHOW WORLDS typed as it is in the spec (Postgres reads it as SHOW of a setting)
+                replace_with_select(pstate, query, select);
+                return;
+            }
+            // DECLARE CURSOR and CREATE TABLE AS / SELECT INTO hold their analysed query inside (other
+            // utility statements are analysed without a snapshot: no catalog lookups for them)
+            if let Some(inner) = utility_query((*query).utilityStmt) {
+                if routing_active() && overlay::routing_world().is_some() {
+                    if overlay::routing_world().is_some_and(|w| w.read_only) && locks_rows(inner) {
+                        refuse_write_in_past(); // DECLARE ... FOR UPDATE in a moment of the past
+                    }
+                    route_query(inner);
+                }
+            }
+        } else if routing_active() && reads_relations(query) && reads_user_relations(query) && overlay::routing_world().is_some() {
+            if overlay::routing_world().is_some_and(|w| w.read_only) && locks_rows(query) {
+                // FOR UPDATE / SHARE in a moment of the past: as in a read-only transaction
+                refuse_write_in_past();
+            }
+            if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
+                crate::route::merge_command::remember(pstate, query);
+            }
+            route_query(query);
+        }
+    }
+}
+
+thread_local! {
+    /// Set while the views of a session in the past are made or dropped (their own statements are analysed
+    /// too)
+    static PAST_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Can the views of a session in the past be made now? (A user's statement, not inside a SECURITY DEFINER
+/// function (the views are the session role's, resolved on its search_path), in a transaction, in a
+/// database with pg_worlds.)
+pub(super) fn past_schema_can_sync() -> bool {
+    let mut user = pg_sys::Oid::INVALID;
+    let mut context = 0;
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
+    !PAST_SYNC.with(|s| s.get())
+        && !storage::internal()
+        && !overlay::override_active()
+        && context & pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 == 0
+        && unsafe { pg_sys::IsTransactionState() && pg_sys::get_namespace_oid(c"worlds".as_ptr(), true) != pg_sys::Oid::INVALID }
+}
+
+/// Makes (or drops) the views of a session in the past now, if they are out of step (after SWITCH WORLD).
+pub fn sync_past_schema() {
+    if crate::time::past_schema::out_of_step() && past_schema_can_sync() {
+        PAST_SYNC.with(|s| s.set(true));
+        // SET runs without a snapshot; the views' statements need one
+        let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+        if pushed {
+            unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+        }
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(crate::time::past_schema::sync));
+        if pushed && done.is_ok() {
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+        PAST_SYNC.with(|s| s.set(false));
+        if let Err(e) = done {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// Analyses the statement behind `query` again from its text and puts the result in its place. Only for
+/// statements without parameters (their types live in the caller's parse state); false when not done.
+pub(super) unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        if (*pstate).p_paramref_hook.is_some() || (*pstate).p_sourcetext.is_null() || (*query).stmt_location < 0 {
+            return false;
+        }
+        let text = std::ffi::CStr::from_ptr((*pstate).p_sourcetext).to_bytes();
+        let start = (*query).stmt_location as usize;
+        let end = if (*query).stmt_len > 0 { start + (*query).stmt_len as usize } else { text.len() };
+        if end > text.len() || start >= end {
+            return false;
+        }
+        let Ok(statement) = std::ffi::CString::new(&text[start..end]) else { return false };
+        let statement = pg_sys::pstrdup(statement.as_ptr());
+        let raw = pg_sys::raw_parser(statement, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        if raw.is_null() || (*raw).length != 1 {
+            return false;
+        }
+        let fresh = pg_sys::parse_analyze_fixedparams(
+            pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt,
+            statement,
+            std::ptr::null(),
+            0,
+            (*pstate).p_queryEnv,
+        );
+        (*fresh).stmt_location = (*query).stmt_location;
+        (*fresh).stmt_len = (*query).stmt_len;
+        std::ptr::copy_nonoverlapping(fresh, query, 1);
+        true
+    }
+}
+
+/// The spec's SHOW statements that Postgres's grammar reads as SHOW of a setting (SHOW WORLDS, SHOW
+/// BRANCHES, SHOW HISTORY, SHOW history_retention), as the query that answers them, in a database with
+/// pg_worlds (elsewhere Postgres answers as it always has).
+pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::ffi::CStr> {
+    unsafe {
+        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_VariableShowStmt {
+            return None;
+        }
+        let name = (*(stmt as *mut pg_sys::VariableShowStmt)).name;
+        if name.is_null() {
+            return None;
+        }
+        let select = match std::ffi::CStr::from_ptr(name).to_bytes() {
+            b"worlds" => c"SELECT * FROM worlds.show_worlds()",
+            b"branches" => c"SELECT * FROM worlds.show_branches()",
+            b"history" => c"SELECT * FROM worlds.show_history()",
+            b"history_retention" => c"SELECT worlds.history_retention() AS history_retention",
+            _ => return None,
+        };
+        (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)
+    }
+}
+
+/// Puts the analysed `select` in the place of `query` (which keeps its place in the statement's text).
+pub(super) unsafe fn replace_with_select(pstate: *mut pg_sys::ParseState, query: *mut pg_sys::Query, select: &std::ffi::CStr) {
+    unsafe {
+        let text = pg_sys::pstrdup(select.as_ptr());
+        let raw = pg_sys::raw_parser(text, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        let fresh = pg_sys::parse_analyze_fixedparams(pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt, text, std::ptr::null(), 0, (*pstate).p_queryEnv);
+        (*fresh).stmt_location = (*query).stmt_location;
+        (*fresh).stmt_len = (*query).stmt_len;
+        std::ptr::copy_nonoverlapping(fresh, query, 1);
+    }
+}
+
+/// ALTER SYSTEM SET history_retention = '<interval>' (or TO '0'), typed as in the spec: the setting is
+/// pg_worlds', not the server's (Postgres would refuse it as an unknown parameter). Its value as text.
+pub(super) unsafe fn history_retention_value(stmt: *mut pg_sys::Node) -> Option<String> {
+    unsafe {
+        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_AlterSystemStmt {
+            return None;
+        }
+        let set = (*(stmt as *mut pg_sys::AlterSystemStmt)).setstmt;
+        if set.is_null() || (*set).name.is_null() || std::ffi::CStr::from_ptr((*set).name).to_bytes() != b"history_retention" {
+            return None;
+        }
+        if pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) == pg_sys::Oid::INVALID {
+            return None;
+        }
+        if (*set).kind != pg_sys::VariableSetKind::VAR_SET_VALUE || (*set).args.is_null() || (*(*set).args).length != 1 {
+            raise("42601", "ALTER SYSTEM SET history_retention takes one value: = '<interval>' or TO '0'");
+        }
+        let arg = pg_sys::list_nth((*set).args, 0) as *mut pg_sys::Node;
+        if (*arg).type_ != pg_sys::NodeTag::T_A_Const {
+            raise("42601", "ALTER SYSTEM SET history_retention takes an interval as a string: = '<interval>'");
+        }
+        let value = &(*(arg as *mut pg_sys::A_Const)).val;
+        let text = match value.node.type_ {
+            pg_sys::NodeTag::T_String => std::ffi::CStr::from_ptr(value.sval.sval).to_string_lossy().into_owned(),
+            pg_sys::NodeTag::T_Integer => value.ival.ival.to_string(),
+            pg_sys::NodeTag::T_Float => std::ffi::CStr::from_ptr(value.fval.fval).to_string_lossy().into_owned(),
+            _ => raise("42601", "ALTER SYSTEM SET history_retention takes an interval as a string: = '<interval>'"),
+        };
+        Some(text)
+    }
+}
+
+/// Does this utility statement change the session's world (SET / RESET worlds.world, RESET ALL, DISCARD)?
+pub(super) unsafe fn changes_world_setting(stmt: *mut pg_sys::Node) -> bool {
+    unsafe {
+        match (*stmt).type_ {
+            pg_sys::NodeTag::T_DiscardStmt => true,
+            pg_sys::NodeTag::T_VariableSetStmt => {
+                let v = stmt as *mut pg_sys::VariableSetStmt;
+                (*v).kind == pg_sys::VariableSetKind::VAR_RESET_ALL
+                    || (!(*v).name.is_null() && std::ffi::CStr::from_ptr((*v).name).to_bytes().eq_ignore_ascii_case(b"worlds.world"))
+            }
+            _ => false,
+        }
+    }
+}
+
+pub(super) struct RouteContext {
+    pub(super) tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
+    /// a plain SELECT (no row locks, no writes in WITH): the tables it reads can be left as they are,
+    /// for the world scan to read (see world_scan.rs)
+    pub(super) world_scan: bool,
+    /// the overlay views themselves (already routed; never inlined again)
+    pub(super) overlays: std::rc::Rc<std::collections::HashMap<pg_sys::Oid, i32>>,
+}
+
+thread_local! {
+    /// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
+    pub(super) static ROUTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The analysed query a utility statement runs: DECLARE CURSOR's, CREATE TABLE AS's (also under EXPLAIN).
+pub(super) unsafe fn utility_query(stmt: *mut pg_sys::Node) -> Option<*mut pg_sys::Query> {
+    unsafe {
+        if stmt.is_null() {
+            return None;
+        }
+        let inner = match (*stmt).type_ {
+            pg_sys::NodeTag::T_DeclareCursorStmt => (*(stmt as *mut pg_sys::DeclareCursorStmt)).query,
+            pg_sys::NodeTag::T_CreateTableAsStmt => (*(stmt as *mut pg_sys::CreateTableAsStmt)).query,
+            pg_sys::NodeTag::T_ExplainStmt => {
+                let q = (*(stmt as *mut pg_sys::ExplainStmt)).query;
+                // EXPLAIN of a plain query is routed when it is planned; EXPLAIN CREATE TABLE AS is not
+                if !q.is_null() && (*q).type_ == pg_sys::NodeTag::T_Query {
+                    let q = q as *mut pg_sys::Query;
+                    if (*q).commandType == pg_sys::CmdType::CMD_UTILITY {
+                        return utility_query((*q).utilityStmt);
+                    }
+                }
+                return None;
+            }
+            _ => return None,
+        };
+        (!inner.is_null() && (*inner).type_ == pg_sys::NodeTag::T_Query).then_some(inner as *mut pg_sys::Query)
+    }
+}
+
+pub(super) unsafe fn merge_into_tracked(query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        let rte = pg_sys::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
+        storage::tracked_tables().contains_key(&(*rte).relid)
+    }
+}
+
+/// Routes a query pg_worlds built itself (MERGE's join).
+pub(crate) unsafe fn route_select(query: *mut pg_sys::Query) {
+    unsafe { route_query(query) }
+}
+
+pub(super) unsafe fn route_query(query: *mut pg_sys::Query) {
+    if ROUTING.with(|r| r.replace(true)) {
+        return;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ROUTING.with(|r| r.set(false));
+        }
+    }
+    let _reset = Reset;
+    let tracked = storage::tracked_tables();
+    if tracked.is_empty() {
+        return;
+    }
+    let overlays = storage::overlay_relations();
+    // FOR UPDATE / SHARE of a world's rows: key locks (row_locks.rs), read through the overlay views (whose
+    // key lookups name the keys a statement locks before it reads)
+    let row_locks = match overlay::routing_world().filter(|w| w.num > 0 && !w.read_only) {
+        Some(w) => unsafe { crate::route::row_locks::rewrite(query, &tracked, w.num) },
+        None => false,
+    };
+    let world_scan = guc::WORLD_SCAN.get()
+        && !row_locks
+        && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
+    let mut ctx = RouteContext { tracked, world_scan, overlays };
+    unsafe {
+        // called directly, not through the guarded walker: an error must unwind through this frame (so
+        // the ROUTING flag resets), not longjmp over it
+        route_node(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
+    }
+}
+
+/// Does the query (or any sub-query) lock rows (FOR UPDATE / SHARE)? The planner then marks every table of
+/// that level, which the world scan doesn't support.
+pub(super) unsafe fn locks_rows(query: *mut pg_sys::Query) -> bool {
+    unsafe { any_query_level(query, |q| !(*q).rowMarks.is_null()) }
+}
+
+/// Does any level of the statement (itself, its sub-queries, CTEs and sub-links) pass `test`?
+pub(super) unsafe fn any_query_level(query: *mut pg_sys::Query, test: unsafe fn(*mut pg_sys::Query) -> bool) -> bool {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_Query {
+                let q = node as *mut pg_sys::Query;
+                let test = *(context as *const unsafe fn(*mut pg_sys::Query) -> bool);
+                return test(q) || pg_sys::query_tree_walker(q, Some(walker), context, 0);
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    unsafe { walker(query as *mut pg_sys::Node, &test as *const _ as *mut std::ffi::c_void) }
+}
+
+#[pg_guard]
+pub(super) unsafe extern "C-unwind" fn route_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe { route_node(node, context) }
+}
+
+pub(super) unsafe fn route_node(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if (*node).type_ == pg_sys::NodeTag::T_Query {
+            let query = node as *mut pg_sys::Query;
+            let ctx = &mut *(context as *mut RouteContext);
+            route_range_table(query, ctx);
+            return pg_sys::query_tree_walker(query, Some(route_walker), context, 0);
+        }
+        pg_sys::expression_tree_walker(node, Some(route_walker), context)
+    }
+}
+
+pub(super) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut RouteContext) {
+    unsafe {
+        let rtable = (*query).rtable;
+        let n = if rtable.is_null() { 0 } else { (*rtable).length };
+        let mut perm_copies: Vec<*mut pg_sys::RangeTblEntry> = Vec::new();
+        for i in 0..n {
+            let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION {
+                continue;
+            }
+            let is_result = (*query).resultRelation == i + 1;
+            // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
+            if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains_key(&(*rte).relid) {
+                if is_result {
+                    // the views a session in the past reads its tables through (time/past_schema.rs) too
+                    refuse_write_in_past();
+                    if view_reads_tracked((*rte).relid, ctx) {
+                        let (instead_of, rules) = write_actions((*rte).relid, (*query).commandType);
+                        if instead_of && (*query).commandType == pg_sys::CmdType::CMD_INSERT {
+                            // the view's INSTEAD OF trigger runs as in main: its own statements are routed
+                            continue;
+                        }
+                        if instead_of || rules {
+                            raise(
+                                "0A000",
+                                format!(
+                                    "{} through view {} inside a world is not supported yet: it has {}; write its tables directly",
+                                    command_word((*query).commandType),
+                                    relation_name((*rte).relid),
+                                    if instead_of { "an INSTEAD OF trigger" } else { "rules" }
+                                ),
+                            );
+                        }
+                        if !(*query).onConflict.is_null() {
+                            raise("0A000", "INSERT ... ON CONFLICT through a view inside a world is not supported yet; write the table itself");
+                        }
+                        // the write goes to the view's world twin; rights are checked as Postgres would: the
+                        // role's on the view, the view owner's on the table
+                        let (twin, bases) = crate::route::view_writes::world_twin((*rte).relid, &ctx.tracked);
+                        let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                        (*copy).inFromCl = false;
+                        perm_copies.push(copy);
+                        let owner = view_owner((*rte).relid);
+                        for base in bases {
+                            let b = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                            (*b).inFromCl = false;
+                            (*b).relid = base;
+                            (*b).relkind = pg_sys::RELKIND_RELATION as std::ffi::c_char;
+                            (*b).checkAsUser = owner;
+                            (*b).selectedCols = std::ptr::null_mut();
+                            (*b).insertedCols = std::ptr::null_mut();
+                            (*b).updatedCols = std::ptr::null_mut();
+                            perm_copies.push(b);
+                        }
+                        (*rte).relid = twin;
+                        (*rte).requiredPerms = 0;
+                        pg_sys::LockRelationOid(twin, (*rte).rellockmode);
+                    }
+                } else if (*rte).inFromCl {
+                    inline_view(rte);
+                }
+                continue;
+            }
+            // AS OF reads main's table itself (as `_w_main`, see worlds._as_of_query); never a write
+            if !is_result && !(*rte).eref.is_null() && std::ffi::CStr::from_ptr((*(*rte).eref).aliasname).to_bytes() == b"_w_main" {
+                continue;
+            }
+            let tracked = ctx.tracked.get(&(*rte).relid).copied();
+            if is_result && tracked.is_some() {
+                // a moment is read only, whether or not the statement would touch a row
+                refuse_write_in_past();
+            }
+            if tracked.is_none() && is_result {
+                refuse_untracked_write((*rte).relid);
+            }
+            if is_result && write_actions((*rte).relid, (*query).commandType).1 {
+                // rules rewrite the statement against the table itself, which a world's write doesn't reach
+                raise(
+                    "0A000",
+                    format!(
+                        "{} into table {} inside a world is not supported: it has rules for it",
+                        command_word((*query).commandType),
+                        relation_name((*rte).relid)
+                    ),
+                );
+            }
+            if tracked.is_none() && (*rte).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char {
+                raise("0A000", format!("partitioned table {} can't be used inside a world yet", relation_name((*rte).relid)));
+            }
+            if let Some(tabno) = tracked {
+                let layout = storage::relation_layout(tabno);
+                if (*query).commandType == pg_sys::CmdType::CMD_MERGE && is_result {
+                    // Postgres can't MERGE into the overlay view: ExecutorRun runs it (merge_command)
+                    crate::route::merge_command::check_target(&layout);
+                    continue;
+                }
+                if let Some(why) = &layout.unsupported {
+                    raise("0A000", why.clone());
+                }
+                if is_result && layout.delta == pg_sys::Oid::INVALID {
+                    // (every tracked table has one once the database has a world: storage/world_storage.rs)
+                    raise("55000", format!("table {} has no storage for worlds' rows", relation_name((*rte).relid)));
+                }
+                if is_result && matches!((*query).commandType, pg_sys::CmdType::CMD_INSERT | pg_sys::CmdType::CMD_UPDATE) {
+                    refuse_generated_values(query, (*rte).relid);
+                }
+                // the overlay reads the table with its owner's rights: the role's row-level security
+                // policies for this command, as Postgres would apply them to the table, go onto the
+                // swapped entry (see apply_row_security)
+                let row_security = if pg_sys::check_enable_rls((*rte).relid, pg_sys::Oid::INVALID, true)
+                    == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+                {
+                    if is_result && !(*query).onConflict.is_null() {
+                        raise("0A000", "INSERT ... ON CONFLICT into a table with row-level security is not supported inside a world yet");
+                    }
+                    Some(row_security_of(query, rte, i + 1))
+                } else {
+                    None
+                };
+                if ctx.world_scan
+                    && !is_result
+                    && row_security.is_none()
+                    && (*query).commandType == pg_sys::CmdType::CMD_SELECT
+                    && crate::route::world_scan::supports(&layout)
+                {
+                    // read in place by the world scan: the entry stays the table's (its rights included)
+                    refuse_system_columns(query, i + 1);
+                    crate::route::world_scan::mark(rte);
+                    continue;
+                }
+                let mut overlay = layout.overlay;
+                // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
+                // physical row each row is
+                if is_result
+                    && layout.overlay_rows != pg_sys::Oid::INVALID
+                    && matches!((*query).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE)
+                {
+                    overlay = layout.overlay_rows;
+                }
+                if is_result && !(*query).onConflict.is_null() {
+                    if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
+                        // DO UPDATE: its action travels to the twin's trigger in the twin's extra column
+                        let action = crate::route::upsert::action_sql(query, i + 1, &layout);
+                        add_action_column(query, overlay_width(&layout), crate::route::upsert::action_value(&action));
+                    }
+                    // the conflict twin of the overlay: its trigger skips (DO NOTHING) or updates (DO
+                    // UPDATE) a row whose key the world already has
+                    overlay = layout.overlay_nothing;
+                    (*query).onConflict = std::ptr::null_mut();
+                }
+                refuse_system_columns(query, i + 1);
+                if !(*rte).tablesample.is_null() {
+                    // the overlay is a view: the sample would be dropped and every row read
+                    raise(
+                        "0A000",
+                        format!(
+                            "TABLESAMPLE of table {} is not supported inside a world: only tables with one integer key column are sampled there",
+                            layout.table_name
+                        ),
+                    );
+                }
+                // the permission check stays on the real table: a copy of the entry, outside the join tree
+                let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+                (*copy).inFromCl = false;
+                (*copy).inh = false;
+                perm_copies.push(copy);
+                (*rte).relid = overlay;
+                (*rte).relkind = pg_sys::RELKIND_VIEW as std::ffi::c_char;
+                (*rte).inh = false;
+                (*rte).requiredPerms = 0;
+                (*rte).tablesample = std::ptr::null_mut();
+
+                // the rewriter expands the view without locking it: lock it as the table was
+                pg_sys::LockRelationOid(overlay, (*rte).rellockmode);
+                if let Some(policies) = row_security {
+                    apply_row_security(query, rte, i + 1, is_result, policies);
+                }
+            }
+        }
+        for copy in perm_copies {
+            (*query).rtable = pg_sys::lappend((*query).rtable, copy as *mut std::ffi::c_void);
+        }
+    }
+}
+
+/// 25006 in a session in 'name@when' (a moment of the past is read only).
+pub(super) fn refuse_write_in_past() {
+    if let Some(past) = overlay::routing_world().filter(|w| w.read_only) {
+        raise("25006", format!("{} is a moment of the past: it can be read, not written", past.name));
+    }
+}
+
+/// Postgres refuses a value for a generated column, and for an identity column GENERATED ALWAYS (unless
+/// INSERT ... OVERRIDING SYSTEM VALUE), when it rewrites the statement; a write in a world targets the
+/// overlay, which has neither kind of column, so the same check is made here (428C9, Postgres's words).
+pub(super) unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: pg_sys::Oid) {
+    unsafe {
+        let insert = (*query).commandType == pg_sys::CmdType::CMD_INSERT;
+        let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
+        let desc = (*rel).rd_att;
+        if insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_USER_VALUE {
+            // the values given for identity columns are ignored: the columns get their defaults, as the
+            // rewriter does for the table itself (which no longer is the target once routed)
+            let tlist = (*query).targetList;
+            let mut kept: *mut pg_sys::List = std::ptr::null_mut();
+            for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
+                let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+                let attno = (*tle).resno as i32;
+                let identity = !(*tle).resjunk
+                    && attno > 0
+                    && attno <= (*desc).natts
+                    && (*(*desc).attrs.as_ptr().add(attno as usize - 1)).attidentity != 0;
+                if !identity {
+                    kept = pg_sys::lappend(kept, tle as *mut std::ffi::c_void);
+                }
+            }
+            (*query).targetList = kept;
+        }
+        let tlist = (*query).targetList;
+        let mut refused: Option<(String, bool)> = None;
+        for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
+            let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+            let attno = (*tle).resno as i32;
+            if (*tle).resjunk || attno <= 0 || attno > (*desc).natts {
+                continue;
+            }
+            let att = &*(*desc).attrs.as_ptr().add(attno as usize - 1);
+            let generated = att.attgenerated != 0;
+            let always = att.attidentity == pg_sys::ATTRIBUTE_IDENTITY_ALWAYS as std::ffi::c_char;
+            // neither kind, or an identity column an INSERT ... OVERRIDING SYSTEM VALUE may set
+            if !generated && (!always || (insert && (*query).override_ == pg_sys::OverridingKind::OVERRIDING_SYSTEM_VALUE)) {
+                continue;
+            }
+            if !is_default(query, (*tle).expr as *mut pg_sys::Node) {
+                refused = Some((std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy().into_owned(), generated));
+                break;
+            }
+        }
+        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
+        if let Some((name, generated)) = refused {
+            let detail = if generated {
+                format!("Column \"{name}\" is a generated column.")
+            } else {
+                format!("Column \"{name}\" is an identity column defined as GENERATED ALWAYS.")
+            };
+            if insert {
+                let hint = (!generated).then(|| "Use OVERRIDING SYSTEM VALUE to override.".to_string());
+                crate::api::raise_with("428C9", format!("cannot insert a non-DEFAULT value into column \"{name}\""), Some(detail), hint);
+            }
+            crate::api::raise_with("428C9", format!("column \"{name}\" can only be updated to DEFAULT"), Some(detail), None);
+        }
+    }
+}
+
+/// Is this target value DEFAULT (also in every row of a multi-row VALUES)?
+pub(super) unsafe fn is_default(query: *mut pg_sys::Query, expr: *mut pg_sys::Node) -> bool {
+    unsafe {
+        if expr.is_null() {
+            return false;
+        }
+        match (*expr).type_ {
+            pg_sys::NodeTag::T_SetToDefault => true,
+            pg_sys::NodeTag::T_Var => {
+                let var = expr as *mut pg_sys::Var;
+                let rte = pg_sys::list_nth((*query).rtable, (*var).varno - 1) as *mut pg_sys::RangeTblEntry;
+                if (*var).varlevelsup != 0 || (*rte).rtekind != pg_sys::RTEKind::RTE_VALUES {
+                    return false;
+                }
+                let rows = (*rte).values_lists;
+                (0..(*rows).length).all(|r| {
+                    let row = pg_sys::list_nth(rows, r) as *mut pg_sys::List;
+                    let v = pg_sys::list_nth(row, (*var).varattno as i32 - 1) as *mut pg_sys::Node;
+                    !v.is_null() && (*v).type_ == pg_sys::NodeTag::T_SetToDefault
+                })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A world's rows are not heap tuples of the table: `ctid`, `xmin` and the other system columns of a
+/// tracked table have no meaning there (0A000, rather than the planner's internal error).
+pub(super) unsafe fn refuse_system_columns(query: *mut pg_sys::Query, rt_index: i32) {
+    unsafe {
+        let mut attnos: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+        for node in [(*query).targetList as *mut pg_sys::Node, (*query).jointree as *mut pg_sys::Node, (*query).returningList as *mut pg_sys::Node] {
+            pg_sys::pull_varattnos(node, rt_index as pg_sys::Index, &mut attnos);
+        }
+        let mut member = -1;
+        loop {
+            member = pg_sys::bms_next_member(attnos, member);
+            if member < 0 {
+                break;
+            }
+            if member + pg_sys::FirstLowInvalidHeapAttributeNumber < 0 {
+                raise("0A000", "system columns (ctid, xmin, ...) of a tracked table can't be used inside a world: a world's rows are not the table's heap tuples");
+            }
+        }
+    }
+}
+
