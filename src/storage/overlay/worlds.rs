@@ -1,0 +1,323 @@
+//! Which world a session reads: the `worlds.world` setting resolved to a world (its chain of layers and
+//! their snapshots), a past moment ('name@when'), and pg_worlds' own overrides (merges, DIFF).
+use super::*;
+
+/// The session's world for routing a query being analyzed: the one resolved last, unless the setting
+/// changed since (the statement's execution validates it again).
+pub fn routing_world() -> Option<World> {
+    if let Some(w) = OVERRIDE.with(|o| o.borrow().clone()) {
+        return w;
+    }
+    if guc::in_main() {
+        return None;
+    }
+    let setting_gen = guc::world_generation();
+    let cached = WORLD.with(|w| w.borrow().as_ref().and_then(|(_, s, w)| (*s == setting_gen).then(|| w.clone())));
+    cached.or_else(session_world)
+}
+
+/// The session's world, or None in main. Resolved once per statement (a dropped world moves the session
+/// to its nearest live ancestor, as DROP WORLD promises).
+pub fn session_world() -> Option<World> {
+    if let Some(w) = OVERRIDE.with(|o| o.borrow().clone()) {
+        return w;
+    }
+    if guc::in_main() {
+        return None;
+    }
+    let gen = exec_gen();
+    let setting_gen = guc::world_generation();
+    let cached = WORLD.with(|w| w.borrow().as_ref().and_then(|(g, s, w)| (*s == setting_gen).then(|| (*g, w.clone()))));
+    if let Some((g, w)) = cached {
+        if g == gen {
+            return Some(w);
+        }
+        // a new statement, but no transaction has completed since the last check: nothing can have changed
+        let sig = snapshot_signature();
+        if sig != 0 && WORLD_SIG.with(|s| s.get()) == sig {
+            WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+            return Some(w);
+        }
+        // a new statement: the world is still live at the same version? (one indexed lookup, kept plan)
+        let current = as_internal(|| {
+            snapshot_spi::query(
+                "SELECT version FROM worlds.world WHERE num = $1 AND dropped IS NULL",
+                &[pg_sys::INT4OID],
+                &[arg(w.num)],
+                |r| r.get::<i64>(1),
+            )
+            .into_iter()
+            .next()
+            .flatten()
+        });
+        if current == Some(w.version) {
+            WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+            WORLD_SIG.with(|s| s.set(sig));
+            return Some(w);
+        }
+        if current.is_none() && w.num > 0 {
+            // the session's world was dropped: it carries on from the nearest live ancestor, not from
+            // whatever world now has the name (a moment of the past, num < 0, is never dropped: it is
+            // resolved again below, when another transaction committed since the last statement)
+            let chain = as_internal(|| load_chain(w.num));
+            let (_, lname) = chain.iter().find(|c| !c.4).map(|c| (c.0, c.1.clone())).unwrap_or((0, "main".to_string()));
+            set_session_world(&lname);
+        }
+    }
+    let sig = snapshot_signature();
+    let setting = guc::current_world_setting().to_string_lossy().into_owned();
+    let mut world = as_internal(|| resolve(&setting));
+    // the version as the statement's snapshot sees it (resolve's reads take a fresh snapshot once the
+    // transaction has an xid): the caches are read on that snapshot and labelled with it, so a writer that
+    // committed after it moves the version past the label and is read in later
+    if let Some(w) = world.as_mut().filter(|w| w.num > 0) {
+        let seen = as_internal(|| {
+            snapshot_spi::query("SELECT version FROM worlds.world WHERE num = $1", &[pg_sys::INT4OID], &[arg(w.num)], |r| r.get::<i64>(1))
+        });
+        if let Some(Some(v)) = seen.into_iter().next() {
+            w.set_version(v);
+        }
+    }
+    let setting_gen = guc::world_generation(); // resolve may have moved the session
+    WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
+    WORLD_SIG.with(|s| s.set(sig));
+    world
+}
+
+/// Which transactions the active snapshot sees as committed, as a hash of its xmin, xmax and in-progress
+/// list: two snapshots with the same signature see the same committed data, so a cache checked with one
+/// is current for the other (this transaction's own writes update the cache in place). 0 when there is no
+/// active snapshot.
+pub(super) fn snapshot_signature() -> u64 {
+    use std::hash::Hasher;
+    unsafe {
+        if !pg_sys::ActiveSnapshotSet() {
+            return 0;
+        }
+        let snap = pg_sys::GetActiveSnapshot();
+        if snap.is_null() {
+            return 0;
+        }
+        let mut h = Fx::default();
+        h.write_u64((*snap).xmin.into_inner() as u64);
+        h.write_u64((*snap).xmax.into_inner() as u64);
+        h.write_u64(u64::from((*snap).xcnt));
+        for i in 0..(*snap).xcnt as usize {
+            h.write_u64((*(*snap).xip.add(i)).into_inner() as u64);
+        }
+        h.finish() | 1
+    }
+}
+
+pub(super) fn resolve(setting: &str) -> Option<World> {
+    Spi::connect(|client| {
+        let installed = client
+            .select("SELECT 1 FROM pg_namespace WHERE nspname = 'worlds_data'", None, &[])
+            .map(|r| !r.is_empty())
+            .unwrap_or(false);
+        if !installed {
+            raise("55000", format!("worlds.world is set to \"{setting}\", but pg_worlds is not installed in this database"));
+        }
+        if let Some((name, when)) = setting.split_once('@') {
+            return Some(past_of(name, when));
+        }
+        let row = client
+            .select(
+                "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
+                 ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
+                None,
+                &[setting.into()],
+            )
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        let Some(row) = row.into_iter().next() else {
+            let restored = crate::storage::as_internal(|| {
+                crate::spi_calls::get_one_with_args::<bool>(
+                    "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1)",
+                    &[setting.into()],
+                )
+            })
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if restored {
+                crate::api::raise_with(
+                    "55000",
+                    format!("world \"{setting}\" came with a restored dump and is not made yet"),
+                    None,
+                    Some("Run SELECT worlds.restore_worlds() (or any worlds statement, e.g. SHOW WORLDS) first.".into()),
+                );
+            }
+            raise("3D000", format!("world \"{setting}\" does not exist"));
+        };
+        let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);
+        let dropped: bool = row.get(2).ok().flatten().unwrap_or(false);
+        if dropped {
+            // carry on from the nearest live ancestor
+            let chain = load_chain(num);
+            let live = chain.iter().find(|c| !c.4).cloned();
+            let (lnum, lname) = live.map(|c| (c.0, c.1)).unwrap_or((0, "main".to_string()));
+            set_session_world(&lname);
+            num = lnum;
+        }
+        world_by_num(num)
+    })
+}
+
+/// 'name@when': a world (main included) as it was then, read only (25006 on writes). The moment is taken
+/// anew for each statement, so '-1 hour' keeps meaning an hour ago. A world's own layer is cut at the
+/// time; what it stood on (its parent as of the fork) is as it was.
+pub fn past_of(name: &str, when: &str) -> World {
+    let source = format!("{name}@{when}");
+    let (num, at) = Spi::connect(|c| {
+        c.select("SELECT (m.w).num, m.at::text FROM worlds._moment_of($1) m", None, &[source.as_str().into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .next()
+            .map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<String>(2).ok().flatten().unwrap_or_default()))
+            .unwrap_or_default()
+    });
+    let cut = format!("@{at}");
+    match world_by_num(num) {
+        None => World::new(WorldData {
+            num: -1,
+            name: source,
+            version: 0,
+            chain: Vec::new(),
+            layer_snapshots: Vec::new(),
+            main_snapshot: cut,
+            read_only: true,
+        }),
+        Some(w) => {
+            use std::hash::Hasher;
+            let mut h = Fx::default();
+            h.write(cut.as_bytes());
+            let mut layer_snapshots = w.layer_snapshots.clone();
+            layer_snapshots[0] = Some(cut);
+            World::new(WorldData {
+                // its own cache entry: a number no world has, a version that changes with the moment
+                num: -1_000_000 - w.num,
+                name: source,
+                version: h.finish() as i64,
+                chain: w.chain.clone(),
+                layer_snapshots,
+                main_snapshot: w.main_snapshot.clone(),
+                read_only: true,
+            })
+        }
+    }
+}
+
+/// One row of a world's chain: (num, name, version, fork snapshot, dropped).
+pub(super) type ChainRow = (i32, String, i64, Option<String>, bool);
+
+/// The chain from a world up to main (the world first).
+pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE c AS (
+                     SELECT num, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) AS snap, dropped, 0 AS lvl
+                     FROM worlds.world WHERE num = $1
+                     UNION ALL
+                     SELECT w.num, w.name, w.parent, w.version, coalesce(w.fork_snapshot::text, '@' || w.fork_at::text), w.dropped, c.lvl + 1
+                     FROM worlds.world w JOIN c ON w.num = c.parent)
+                 SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
+                None,
+                &[num.into()],
+            )
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .map(|r| {
+                (
+                    r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                    r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                    r.get::<i64>(3).ok().flatten().unwrap_or(0),
+                    r.get::<String>(4).ok().flatten(),
+                    r.get::<bool>(5).ok().flatten().unwrap_or(false),
+                )
+            })
+            .collect()
+    })
+}
+
+/// A world as the overlay reads it, by number (None for main).
+pub fn world_by_num(num: i32) -> Option<World> {
+    if num == 0 {
+        return None;
+    }
+    let chain = load_chain(num);
+    let layers: Vec<_> = chain.iter().filter(|c| c.0 != 0).cloned().collect();
+    let mut layer_snapshots = vec![None];
+    for i in 1..layers.len() {
+        layer_snapshots.push(layers[i - 1].3.clone());
+    }
+    Some(World::new(WorldData {
+        num,
+        name: layers[0].1.clone(),
+        version: layers[0].2,
+        chain: layers.iter().map(|c| c.0).collect(),
+        layer_snapshots,
+        main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
+        read_only: false,
+    }))
+}
+
+/// What a world stood on when it forked: its parent as of the fork (None when the parent is main, which
+/// the caller reads from history). A pseudo-world with a negative number, so caches keep it apart.
+pub fn base_of(world: &World) -> Option<World> {
+    if world.chain.len() < 2 {
+        return None;
+    }
+    Some(World::new(WorldData {
+        num: -world.num,
+        name: format!("{} (fork point)", world.name),
+        version: world.version,
+        chain: world.chain[1..].to_vec(),
+        layer_snapshots: world.layer_snapshots[1..].to_vec(),
+        main_snapshot: world.main_snapshot.clone(),
+        read_only: true,
+    }))
+}
+
+thread_local! {
+    /// While set, the overlay reads (and the router routes into) this world instead of the session's:
+    /// how merges and diffs read and write other worlds.
+    pub(super) static OVERRIDE: RefCell<Option<Option<World>>> = const { RefCell::new(None) };
+}
+
+pub fn override_active() -> bool {
+    OVERRIDE.with(|o| o.borrow().is_some())
+}
+
+/// Runs f reading and writing as `world` (None: main), routed even inside pg_worlds' own work.
+pub fn with_world<R>(world: Option<World>, f: impl FnOnce() -> R) -> R {
+    struct Guard(Option<Option<World>>, i32);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| *o.borrow_mut() = self.0.take());
+            crate::storage::pop_setting(self.1);
+            next_statement();
+        }
+    }
+    let previous = OVERRIDE.with(|o| o.borrow_mut().replace(world));
+    next_statement();
+    // the visibility functions are parallel safe: a parallel worker reads the session's world, not this
+    // one, so queries reading another world on purpose run without workers
+    let level = crate::storage::push_setting(c"max_parallel_workers_per_gather", c"0");
+    let _g = Guard(previous, level);
+    f()
+}
+
+pub fn set_session_world(name: &str) {
+    let v = std::ffi::CString::new(name).unwrap();
+    unsafe {
+        pg_sys::set_config_option(
+            c"worlds.world".as_ptr(),
+            v.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SET,
+            true,
+            0,
+            false,
+        );
+    }
+}
