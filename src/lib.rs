@@ -8,11 +8,13 @@
 //! - `merge`      DIFF, MERGE (and DRY RUN), REBASE: gather three sides, decide (worlds_core), apply
 //! - `statements` `worlds.sql(text)`: the spec's statements, parsed by `worlds_core::grammar`
 //! - `time`       RESTORE WORLD and UNDO MERGE (moments, AS OF, checkpoints, SHOW HISTORY are SQL)
+//! - `governance` agents and their rights (and the other gates a merge submits to)
 //! - `api`        small SQL-callable helpers shared by the above
 use pgrx::prelude::*;
 
 pub mod api;
 pub mod catalog;
+pub mod governance;
 pub mod guc;
 pub mod merge;
 pub mod route;

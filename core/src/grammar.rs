@@ -93,6 +93,16 @@ pub enum Statement {
     SetHistoryRetention { value: String },
     /// SHOW history_retention
     ShowHistoryRetention,
+    /// CREATE AGENT name [WITH (key = value, ...)]
+    CreateAgent { name: String, settings: Vec<(String, MetaValue)> },
+    /// ALTER AGENT name SET (key = value, ...)
+    AlterAgent { name: String, settings: Vec<(String, MetaValue)> },
+    /// DROP AGENT name
+    DropAgent { name: String },
+    /// SHOW AGENTS
+    ShowAgents,
+    /// SHOW AUDIT [FOR [AGENT] name] [LIMIT n]
+    ShowAudit { agent: Option<String>, limit: Option<i64> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +130,9 @@ impl Statement {
             Statement::Restore { .. } => Some("RESTORE WORLD"),
             Statement::Checkpoint { .. } => Some("CHECKPOINT WORLD"),
             Statement::SetHistoryRetention { .. } => Some("ALTER SYSTEM"),
+            Statement::CreateAgent { .. } => Some("CREATE AGENT"),
+            Statement::AlterAgent { .. } => Some("ALTER AGENT"),
+            Statement::DropAgent { .. } => Some("DROP AGENT"),
             _ => None,
         }
     }
@@ -559,6 +572,7 @@ impl Parser<'_> {
         let t = self.next();
         let Tok::Word(verb) = &t.tok else { return Err(self.syntax_error(&t)) };
         match verb.as_str() {
+            "create" if self.eat_word("agent") => self.create_agent(),
             "create" => {
                 let branch = self.world_or_branch()?;
                 self.create(branch)
@@ -581,10 +595,12 @@ impl Parser<'_> {
             }
             "show" => self.show(),
             "alter" if self.eat_word("system") => self.alter_system(),
+            "alter" if self.eat_word("agent") => self.alter_agent(),
             "alter" => {
                 self.expect_word("world")?;
                 self.alter_world()
             }
+            "drop" if self.eat_word("agent") => self.drop_agent(),
             "drop" => {
                 let branch = self.world_or_branch()?;
                 self.drop(if branch { "DROP BRANCH" } else { "DROP WORLD" })
@@ -770,6 +786,8 @@ impl Parser<'_> {
             Tok::Word(w) if w == "worlds" => Ok(Statement::ShowWorlds),
             Tok::Word(w) if w == "branches" => Ok(Statement::ShowBranches),
             Tok::Word(w) if w == "history_retention" => Ok(Statement::ShowHistoryRetention),
+            Tok::Word(w) if w == "agents" => Ok(Statement::ShowAgents),
+            Tok::Word(w) if w == "audit" => self.show_audit(),
             Tok::Word(w) if w == "history" => {
                 let name = if self.eat_word("for") {
                     self.eat_word("world");
@@ -1060,6 +1078,8 @@ fn side_of(word: &str) -> Side {
         Side::Theirs
     }
 }
+
+mod agents;
 
 #[cfg(test)]
 mod tests {
@@ -1498,7 +1518,7 @@ mod tests {
         syntax_at("alter world a set foo", "foo", 19);
         syntax_at("alter world a reset foo", "foo", 21);
         syntax_at("alter world a drop", "drop", 15);
-        syntax_at("alter agent a set (x = 1)", "agent", 7);
+        assert!(matches!(ok("alter agent a set (x = 1)"), Statement::AlterAgent { .. }));
     }
 
     #[test]

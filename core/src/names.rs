@@ -155,3 +155,24 @@ mod tests {
         assert_eq!(unique_column_names(&v(&["x", "y"])), v(&["x", "y"]));
     }
 }
+
+/// The longest agent name: a role name (NAMEDATALEN - 1 bytes).
+pub const MAX_AGENT_NAME_BYTES: usize = 63;
+
+/// Checks an agent's name (spec, "Agents"): letters, digits, `_` and `-`, at most a role name's length;
+/// `guest` and `system` are the database's own (any case). On failure: 22023 and a message naming it.
+pub fn check_agent_name(name: &str) -> Result<(), (&'static str, String)> {
+    if name.is_empty() {
+        return Err(("22023", "an agent name can't be empty".into()));
+    }
+    if name.len() > MAX_AGENT_NAME_BYTES {
+        return Err(("22023", format!("agent name is {} bytes long; at most {MAX_AGENT_NAME_BYTES}", name.len())));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(("22023", format!("agent name {} may hold only letters, digits, _ and -", quoted(name))));
+    }
+    if ["guest", "system"].iter().any(|r| r.eq_ignore_ascii_case(name)) {
+        return Err(("22023", format!("agent name {} is reserved: it is the database's own", quoted(name))));
+    }
+    Ok(())
+}

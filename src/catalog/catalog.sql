@@ -15,7 +15,8 @@ CREATE TABLE worlds.world (
     created       timestamptz,
     version       bigint NOT NULL DEFAULT 0,           -- moves on with each write statement and partial merge
     meta          jsonb NOT NULL DEFAULT '{}',
-    owner         text,
+    owner         text,                                -- the agent that forked it, or null
+    creator       oid,                                 -- the role (session user) that made it
     expires       timestamptz,
     active        timestamptz,
     pinned        boolean NOT NULL DEFAULT false,

@@ -51,13 +51,15 @@ BEGIN
     END IF;
     PERFORM worlds._ensure_world_storage();
     n := nextval('worlds.world_num_seq');
-    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, owner, expires, pinned, active, fork_snapshot)
+    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, owner, expires, pinned, active, fork_snapshot, creator)
     VALUES (n,
             CASE WHEN world_id IS NULL OR EXISTS (SELECT 1 FROM worlds.world w WHERE w.id = world_id)
                  THEN 'w' || lpad(to_hex(n), 6, '0') || '-' || substr(md5(random()::text || clock_timestamp()::text), 1, 10)
                  ELSE world_id END,
             world_name, p.num, p.depth + 1, coalesce(d.created, clock_timestamp()), coalesce(d.meta, '{}'), d.owner, d.expires,
-            coalesce(d.pinned, false), clock_timestamp(), fork);
+            coalesce(d.pinned, false), clock_timestamp(), fork,
+            -- (a restored world is the restoring role's: roles aren't in a database's dump)
+            (SELECT r.oid FROM pg_roles r WHERE r.rolname = session_user));
     INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || p.name), (p.num, 'forked ' || world_name);
     RETURN n;
 END $$;

@@ -145,12 +145,14 @@ DECLARE
     n integer;
     live bigint;
     cap integer := current_setting('worlds.max_worlds')::integer;
+    agent worlds.agent;
 BEGIN
     PERFORM worlds._refuse_in_transaction('CREATE WORLD');
     IF name IS NULL THEN
         RAISE EXCEPTION 'a world name can''t be null' USING ERRCODE = 'invalid_name';
     END IF;
     PERFORM worlds._check_world_name(name);
+    PERFORM worlds._require(CASE WHEN position('@' IN coalesce(source, '')) > 0 THEN 'fork_past' ELSE 'fork' END);
     -- one create at a time (two concurrent ones could both pass the name and max_worlds checks), and none
     -- while its source is being dropped
     PERFORM worlds._lock_worlds();
@@ -183,11 +185,20 @@ BEGIN
             USING ERRCODE = 'configuration_limit_exceeded',
                   HINT = 'Drop or merge a world, or raise worlds.max_worlds.';
     END IF;
+    -- an agent's own quota of live worlds (42501), and its worlds' TTL
+    agent := worlds._session_agent();
+    IF agent.max_worlds > 0 AND (SELECT count(*) FROM worlds.world w WHERE w.owner = agent.name AND w.dropped IS NULL) >= agent.max_worlds THEN
+        RAISE EXCEPTION 'permission denied: agent "%" owns % live worlds, its max_worlds', agent.name, agent.max_worlds
+            USING ERRCODE = 'insufficient_privilege', HINT = 'Merge or drop one of its worlds first.';
+    END IF;
     n := nextval('worlds.world_num_seq');
-    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot, fork_at)
+    INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot, fork_at, owner, creator, expires)
     VALUES (n, 'w' || lpad(to_hex(n), 6, '0') || '-' || substr(md5(random()::text || clock_timestamp()::text), 1, 10),
             name, src.num, src.depth + 1, clock_timestamp(), meta, clock_timestamp(),
-            CASE WHEN at IS NULL THEN pg_current_snapshot() END, at);
+            CASE WHEN at IS NULL THEN pg_current_snapshot() END, at,
+            agent.name, worlds._session_user_id(),
+            CASE WHEN agent.world_ttl > 0 THEN clock_timestamp() + agent.world_ttl * interval '1 ms' END);
+    PERFORM worlds._audit('fork', name);
     INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || src.name), (src.num, 'forked ' || name);
     RETURN 'CREATE WORLD';
 END $$;
@@ -206,11 +217,13 @@ BEGIN
     PERFORM worlds._expire();
     IF position('@' IN name) > 0 THEN
         -- a world as it was: the session reads the past, read only
+        PERFORM worlds._require('read');
         PERFORM worlds._moment_of(name);
         PERFORM set_config('worlds.world', name, false);
         RETURN 'SWITCH WORLD';
     END IF;
     w := worlds._resolve(name);
+    PERFORM worlds._require('read', w);
     UPDATE worlds.world SET active = clock_timestamp() WHERE num = w.num AND num <> 0;
     PERFORM set_config('worlds.world', w.name, false);
     RETURN 'SWITCH WORLD';
@@ -225,6 +238,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- worlds a restored dump brought are made by the first SHOW WORLDS (or worlds statement) after it
     PERFORM worlds._restore_pending();
+    PERFORM worlds._require('read');
     PERFORM worlds._expire();
     RETURN QUERY
     SELECT w.name, w.id, p.name, w.depth, w.created, w.version,
@@ -239,6 +253,7 @@ END $$;
 CREATE FUNCTION worlds.show_branches() RETURNS TABLE (name text, parent text, changes bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM worlds._require('read');
     PERFORM worlds._expire();
     RETURN QUERY
     SELECT w.name, p.name, CASE WHEN w.num = 0 THEN NULL ELSE worlds._changes(w.num) END
@@ -261,6 +276,8 @@ BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER WORLD');
     PERFORM worlds._expire();
     w := worlds._resolve(target);
+    PERFORM worlds._require(CASE WHEN ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL THEN 'ttl_pin' ELSE 'alter' END, w);
+    PERFORM worlds._audit('alter', w.name);
     IF w.num = 0 AND (ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL) THEN
         RAISE EXCEPTION 'main cannot expire or be pinned' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -311,6 +328,8 @@ BEGIN
     IF w.num = 0 THEN
         RAISE EXCEPTION 'main cannot be dropped' USING ERRCODE = 'feature_not_supported';
     END IF;
+    PERFORM worlds._require('drop', w);
+    PERFORM worlds._audit('drop', w.name);
     SELECT string_agg(c.name, ', ' ORDER BY c.num) INTO forks FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL;
     IF forks IS NOT NULL AND NOT cascade THEN
         RAISE EXCEPTION 'cannot drop world "%" because other worlds were forked from it: %', w.name, forks

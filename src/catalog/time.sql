@@ -35,6 +35,7 @@ DECLARE
     i interval;
 BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER SYSTEM');
+    PERFORM worlds._require('admin');
     IF value IS NULL THEN
         RAISE EXCEPTION 'history_retention must be an interval, not null' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -249,9 +250,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     w worlds.world := worlds._resolve(name);
 BEGIN
+    PERFORM worlds._require('checkpoint', w);
     IF label IS NULL OR btrim(label) = '' THEN
         RAISE EXCEPTION 'a checkpoint needs a label' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM worlds._audit('checkpoint', w.name);
     INSERT INTO worlds.checkpoint AS c (world, label, at) VALUES (w.num, checkpoint_world.label, clock_timestamp())
     ON CONFLICT ON CONSTRAINT checkpoint_pkey DO UPDATE SET at = excluded.at;
     RETURN 'CHECKPOINT';
@@ -268,6 +271,7 @@ DECLARE
     target text := coalesce(show_history.world, current_setting('worlds.world'));
     nums integer[];
 BEGIN
+    PERFORM worlds._require('read');
     PERFORM worlds._flush_event_rows();  -- rows this session counted for its latest event
     SELECT array_agg(num) INTO nums FROM worlds.world w WHERE w.name = target OR w.id = target;
     IF nums IS NULL THEN

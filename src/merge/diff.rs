@@ -51,6 +51,7 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "DIFF compares a world with its fork point: main has none; name a world (DIFF WORLD name)");
         }
+        crate::governance::agents::require("read", Some(world.num));
         let tables: Vec<DiffTable> = own_changes(&world)
             .into_iter()
             .map(|t| {
@@ -165,6 +166,7 @@ pub(super) fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: b
 /// ones either side's chain changed, and the ones main changed since either side forked: O(rows changed).
 pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
     as_internal(|| {
+        crate::governance::agents::require("read", None);
         let side = |name: &str| -> Option<World> {
             if let Some((n, when)) = name.split_once('@') {
                 return Some(crate::storage::overlay::past_of(n, when));

@@ -547,7 +547,17 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "main has no parent to merge into");
         }
+        // its rights (governance/agents.rs): a dry run reads; a merge needs merge (or merge_own), and
+        // INTO a world writes that world
         let into = req.into.as_ref().map(|n| resolve_world(n));
+        if req.dry_run {
+            crate::governance::agents::require("read", Some(world.num));
+        } else {
+            crate::governance::agents::require("merge", Some(world.num));
+            if let Some(i) = into.as_ref().filter(|i| i.num != 0) {
+                crate::governance::agents::require("write", Some(i.num));
+            }
+        }
         if let Some(i) = &into {
             if i.num == world.num {
                 raise("22023", format!("MERGE WORLD {} INTO itself", world.name));
@@ -799,6 +809,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 .ok();
             });
         }
+        crate::governance::agents::audit("merge", &world.name, Some(applied as i64));
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
     })
 }

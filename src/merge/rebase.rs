@@ -49,6 +49,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         if world.num == 0 {
             raise("0A000", "main has no parent to rebase on");
         }
+        crate::governance::agents::require("rebase", Some(world.num));
         // its write lock and its parent's (a world parent doesn't move while this reads it), then its row
         // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
         lock::worlds(&[world.num, world.parent.unwrap_or(0)]);
@@ -221,6 +222,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         }
         crate::storage::overlay::forget_all();
         refuse_duplicates_after_rebase(&world, &layouts);
+        crate::governance::agents::audit("rebase", &world.name, Some(taken as i64));
         vec![serde_json::json!({ "tag": format!("REBASE {taken}") })]
     })
 }

@@ -44,6 +44,7 @@ pub fn on_xact_end(event: pg_sys::XactEvent::Type) {
 /// error inside routing (`FOR UPDATE` of a view with GROUP BY) left the session reading and writing main.
 pub fn routing_aborted() {
     ROUTING.with(|r| r.set(false));
+    crate::governance::agents::on_abort();
 }
 
 mod finish;

@@ -61,6 +61,7 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
 /// `table AS OF when alias` as a sub-query: the moment is evaluated first (22P02 / 22023 as AS OF says),
 /// then worlds._as_of_query builds the read for the schema of that moment.
 fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
+    crate::governance::agents::require("read", None);
     if let Some(world) = crate::storage::overlay::session_world() {
         if world.num > 0 && !world.read_only {
             return world_as_of_reference(&world.name, table, when, alias);
@@ -286,6 +287,20 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             call_tag("SELECT worlds.set_history_retention(value => $1)", &[value.into()])
         }
         Statement::ShowHistoryRetention => rows("SELECT worlds.history_retention() AS history_retention", &[]),
+        Statement::CreateAgent { name, settings } => rows(
+            "SELECT * FROM worlds.create_agent(agent_name => $1, settings => $2::jsonb)",
+            &[name.into(), pairs_json(&settings).to_string().into()],
+        ),
+        Statement::AlterAgent { name, settings } => rows(
+            "SELECT * FROM worlds.alter_agent(name => $1, settings => $2::jsonb)",
+            &[name.into(), pairs_json(&settings).to_string().into()],
+        ),
+        Statement::DropAgent { name } => call_tag("SELECT worlds.drop_agent(name => $1)", &[name.into()]),
+        Statement::ShowAgents => rows("SELECT * FROM worlds.show_agents()", &[]),
+        Statement::ShowAudit { agent, limit } => rows(
+            "SELECT * FROM worlds.show_audit(agent_name => $1, \"limit\" => $2)",
+            &[agent.into(), limit.unwrap_or(100).into()],
+        ),
     }
 }
 

@@ -403,6 +403,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
+    crate::governance::agents::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             if relid == pg_sys::Oid::INVALID {

@@ -9,15 +9,16 @@
 //! "Has a world" is: a world other than main was ever made (dropped worlds keep their row). The first
 //! CREATE WORLD (or a restore making its worlds) gives every tracked table its delta, and from then on
 //! tracking gives one to each new table. The race between the two, a CREATE TABLE in flight while the
-//! first world is made, is closed by one lock (advisory, in pg_worlds' own space): tracking holds it
+//! first world is made, is closed by one lock (a `userlock` in pg_locks, in pg_worlds' own space): tracking holds it
 //! SHARED until its transaction ends, the first CREATE WORLD takes it EXCLUSIVE, so it waits for tables
 //! being created and then sees them, and a table tracked after it sees its world. Both read on the latest
 //! snapshot, whatever the isolation level.
 use super::snapshot_spi;
 use pgrx::prelude::*;
 
-/// The lock space of the tracking lock (an advisory lock's field4; Postgres's own functions use 1 and 2,
-/// world_locks.rs's key locks 0x7767).
+/// The tracking lock's field4. Its tag type is LOCKTAG_USERLOCK (pg_locks shows `userlock`), not an
+/// advisory lock: apps and PostgreSQL's own advisory_lock test list `locktype = 'advisory'` locks of
+/// the database, and a CREATE TABLE in another session must not show among them.
 const TRACKING_SPACE: u16 = 0x7768;
 
 /// Takes the tracking lock for the rest of the transaction: SHARED while tracking a table, EXCLUSIVE
@@ -29,7 +30,7 @@ fn _lock_tracking(exclusive: bool) {
         locktag_field2: 0,
         locktag_field3: 0,
         locktag_field4: TRACKING_SPACE,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_USERLOCK as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     };
     let mode = if exclusive { pg_sys::ExclusiveLock } else { pg_sys::ShareLock } as pg_sys::LOCKMODE;

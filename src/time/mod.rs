@@ -77,6 +77,7 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
     crate::api::refuse_in_transaction("RESTORE WORLD");
     as_internal(|| {
         let world = crate::merge::resolve_world(name);
+        crate::governance::agents::require("restore", Some(world.num));
         let at: String = match (&when, &checkpoint) {
             (_, Some(label)) => crate::spi_calls::get_one_with_args::<String>(
                 "SELECT at::text FROM worlds.checkpoint WHERE world = $1 AND label = $2",
@@ -127,6 +128,7 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
         } else {
             with_world(world_by_num(world.num), || apply_plan(&plan, None))
         };
+        crate::governance::agents::audit("restore", &world.name, Some(n as i64));
         format!("RESTORE {n}")
     })
 }
@@ -189,6 +191,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         raise("0A000", format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"));
     }
     as_internal(|| {
+        crate::governance::agents::require("undo", None);
         // the merged world is usually gone: its name still works
         let found = Spi::connect(|c| {
             c.select(
@@ -260,6 +263,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
             refuse_changed_since(&wname, &changed_since);
         }
         let n = apply_plan(&plan, None);
+        crate::governance::agents::audit("undo merge", &wname, Some(n as i64));
         format!("UNDO MERGE {n}")
     })
 }
@@ -343,6 +347,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
         refuse_changed_since(&format!("{merged} into {target_name}"), &changed_since);
     }
     let n = with_world(Some(target), || apply_plan(&plan, None));
+    crate::governance::agents::audit("undo merge", merged, Some(n as i64));
     format!("UNDO MERGE {n}")
 }
 

@@ -5,7 +5,7 @@ use super::*;
 /// A thin frame, as process_utility: pg_worlds' work guarded, Postgres's executor called directly.
 pub(super) unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) {
     unsafe {
-        let freeze = guarded(|| executor_start_before(query_desc));
+        let freeze = guarded(|| executor_start_before(query_desc, eflags));
         match PREV_EXECUTOR_START {
             Some(prev) => prev(query_desc, eflags),
             None => raw::standard_ExecutorStart(query_desc, eflags),
@@ -17,10 +17,14 @@ pub(super) unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::Q
 }
 
 /// Whether the plan's world parts are to be kept once it started (a portal's own SELECT).
-pub(super) unsafe fn executor_start_before(query_desc: *mut pg_sys::QueryDesc) -> bool {
+pub(super) unsafe fn executor_start_before(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) -> bool {
     unsafe {
         if !storage::internal() {
             overlay::next_statement();
+            // (EXPLAIN without ANALYZE runs nothing: no agent's write to count)
+            if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as std::ffi::c_int == 0 {
+                agent_gates(query_desc);
+            }
         }
         // (a MERGE's plan never runs in a world: executor_run runs it through merge_command)
         if !matches!((*query_desc).operation, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_MERGE) && routing_active() {
@@ -38,6 +42,40 @@ pub(super) unsafe fn executor_start_before(query_desc: *mut pg_sys::QueryDesc) -
             && overlay::starting_portal_select();
         freeze
     }
+}
+
+/// An agent's write (governance/agents.rs): of main, it needs write_main; of a world, write or write_own.
+unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
+    unsafe {
+        let stmt = (*query_desc).plannedstmt;
+        let results = (*stmt).resultRelations;
+        if results.is_null() || (*results).length == 0 {
+            return;
+        }
+        let relations: Vec<pg_sys::Oid> = (0..(*results).length)
+            .map(|i| (*(pg_sys::list_nth((*stmt).rtable, pg_sys::list_nth_int(results, i) - 1) as *mut pg_sys::RangeTblEntry)).relid)
+            .collect();
+        if routing_active() {
+            // a write the router sent to a world (the overlay views and twins in worlds_data; a MERGE
+            // names the table itself), not pg_worlds' own catalog writes
+            let tracked = storage::tracked_tables();
+            let storage_schema = storage_namespace();
+            let routed = relations.iter().any(|r| tracked.contains_key(r) || pg_sys::get_rel_namespace(*r) == storage_schema);
+            if routed {
+                if let Some(world) = overlay::routing_world().filter(|w| w.num > 0) {
+                    crate::governance::agents::check_world_write(world.num, &world.name, query_desc);
+                }
+            }
+            return;
+        }
+        crate::governance::agents::check_main_write(&relations, query_desc);
+    }
+}
+
+/// The oid of schema worlds_data (where the overlays live): a syscache lookup, not kept (DROP and
+/// CREATE EXTENSION in one session make it anew).
+fn storage_namespace() -> pg_sys::Oid {
+    unsafe { pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) }
 }
 
 pub(super) unsafe fn executor_start_after(query_desc: *mut pg_sys::QueryDesc) {

@@ -14,6 +14,8 @@ pub(super) unsafe extern "C-unwind" fn executor_finish(query_desc: *mut pg_sys::
             Some(prev) => prev(query_desc),
             None => raw::standard_ExecutorFinish(query_desc),
         }
+        // (an agent's world past its max_changes fails the statement: nothing it wrote stays)
+        guarded(|| crate::governance::agents::after_write_statement(query_desc));
         let estate = (*query_desc).estate;
         if !estate.is_null() && (*estate).es_instrument != 0 {
             forget_capture_counters((*estate).es_opened_result_relations);

@@ -147,6 +147,17 @@ pub(super) unsafe fn process_utility_before(
         } else {
             std::ptr::null_mut()
         };
+        if !stmt.is_null() && !storage::internal() && matches!((*stmt).type_, pg_sys::NodeTag::T_TruncateStmt | pg_sys::NodeTag::T_CopyStmt) {
+            // an agent's COPY FROM or TRUNCATE: of main, it needs write_main; of a world, write or write_own
+            let targets = crate::governance::agents::utility_write_targets(stmt);
+            if !targets.is_empty() {
+                match overlay::routing_world().filter(|w| w.num > 0 && routing_active()) {
+                    Some(world) => crate::governance::agents::check_world_write(world.num, &world.name, std::ptr::null()),
+                    None if !routing_active() => crate::governance::agents::check_main_write(&targets, std::ptr::null()),
+                    None => {}
+                }
+            }
+        }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
             if tag == pg_sys::NodeTag::T_TruncateStmt {
