@@ -35,6 +35,8 @@ create function plain_zero() returns void language sql as $$ update acct set bal
 grant execute on function zero_all(), plain_zero() to public;
 select worlds.create_world('people_w');
 SQL
+# people_w changes a table the agents can't read: what DIFF and DRY RUN would show of it must stay hidden
+PGOPTIONS="-c worlds.world=people_w" psql_in $CL -d $DB -q -c "update secrets set s = 'changed secret' where id = 1" >/dev/null
 tok() { psql_in $CL -d $DB -qAt -c "select j ->> 'token' from worlds.sql('create agent $1 with (can = ''$2'')') j"; }
 BOT=$(tok s21_bot 'read,fork,write_own,merge_own')
 PEER=$(tok s21_peer 'read,fork,write_own')
@@ -140,7 +142,10 @@ attempt "call the internal discard" "${B[@]}" "select worlds._discard(w) from wo
 attempt "read main's history directly" "${B[@]}" "select count(*) from $(admin -c "select history from worlds.tables where relid = 'acct'::regclass")"
 attempt "write a world's delta directly" "${B[@]}" "delete from $(admin -c "select delta from worlds.tables where relid = 'acct'::regclass")"
 attempt "read secrets (no SELECT) in main" "${B[@]}" "select * from secrets"
-attempt "read secrets through DIFF of a world" s21_bot "$BOT" main "select * from worlds.sql('diff world people_w')" "select * from secrets"
+attempt "read secrets through DIFF of a world" s21_bot "$BOT" main "select * from worlds.sql('diff world people_w')"
+attempt "read secrets through MERGE ... DRY RUN" s21_bot "$BOT" main "select * from worlds.sql('merge world people_w dry run')"
+attempt "read secrets through DIFF ... TO" s21_bot "$BOT" main "select * from worlds.sql('diff world main to people_w')"
+attempt "read secrets in the world" s21_bot "$BOT" people_w "select * from secrets"
 attempt "read secrets AS OF" "${B[@]}" "select * from worlds.sql('select * from secrets as of ''-1 second''')"
 attempt "read secrets through worlds.as_of" "${B[@]}" "select * from worlds.as_of(null::secrets, now())"
 attempt "search_path: temp tables named like the catalog" "${B[@]}" "create temp table world (num int, owner text)" "create temp table agent (name text, can text[])" "insert into agent values ('s21_bot', '{admin}')" "set search_path = pg_temp, public, worlds" "select * from worlds.sql('drop world peer_w')"
