@@ -20,8 +20,9 @@ SELECT (SELECT rolpassword FROM pg_authid WHERE rolname = 'regress_bot') LIKE '%
 SELECT j ->> 'name' AS name, j ->> 'can' AS can, j ->> 'max_worlds' AS max_worlds, j ->> 'world_ttl' AS world_ttl, j ->> 'disabled' AS disabled,
        j ->> 'policy' AS policy, j ? 'token' AS shows_token
 FROM worlds.sql('show agents') j;
--- (SHOW AGENTS's columns, in the spec's order)
+-- (SHOW AGENTS's columns, in the spec's order; typed in psql too)
 SELECT * FROM worlds.show_agents() WHERE false;
+SHOW AUDIT;
 -- settings: the keys named change, the rest stay; limits map onto the role's own settings
 SELECT j ->> 'can' AS can, j ->> 'max_query_ms' AS max_query_ms, j ->> 'world_ttl' AS world_ttl, j ->> 'max_idle_ms' AS max_idle_ms,
        j ->> 'max_memory_mb' AS max_memory_mb, j ->> 'max_concurrent' AS max_concurrent
@@ -159,6 +160,41 @@ SET SESSION AUTHORIZATION regress_person;
 SELECT j ->> 'name' AS name FROM worlds.sql('create agent regress_peer') j;
 SELECT * FROM worlds.sql('drop agent regress_peer');
 RESET SESSION AUTHORIZATION;
+-- UNDO AGENT: puts back, in the session's world, what the agent changed since a moment: its direct
+-- writes and its merges
+CREATE TABLE notes (id int PRIMARY KEY, body text);
+INSERT INTO notes VALUES (1, 'a'), (2, 'b'), (3, 'c');
+GRANT SELECT, INSERT, UPDATE, DELETE ON notes TO PUBLIC;
+SELECT j ->> 'can' AS can FROM worlds.sql('alter agent regress_bot set (can = ''read,fork,write_own,merge_own,write_main'', max_worlds = 0)') j;
+SELECT clock_timestamp() AS before_bot \gset
+SET SESSION AUTHORIZATION regress_bot;
+UPDATE notes SET body = 'bot' WHERE id = 1;
+DELETE FROM notes WHERE id = 2;
+INSERT INTO notes VALUES (4, 'bot');
+SELECT * FROM worlds.sql('create world bot_run with (run_id = ''r42'')');
+SELECT * FROM worlds.sql('switch world bot_run');
+UPDATE notes SET body = 'run' WHERE id = 3;
+SELECT * FROM worlds.sql('switch world main');
+SELECT * FROM worlds.sql('merge world bot_run');
+-- it may not undo (restore and merge, or admin)
+SELECT try(format($$select * from worlds.sql(%L)$$, format($$undo agent regress_bot since %L$$, :'before_bot')));
+RESET SESSION AUTHORIZATION;
+SELECT * FROM notes ORDER BY id;
+-- someone else changed row 4 since: 40001 names it, nothing is undone
+UPDATE notes SET body = 'person' WHERE id = 4;
+SELECT try(format($$select * from worlds.sql(%L)$$, format($$undo agent regress_bot since %L$$, :'before_bot')));
+SELECT * FROM notes ORDER BY id;
+-- one run: what came from worlds with run_id r42
+SELECT * FROM worlds.sql(format($$undo agent regress_bot since %L where run_id = 'r42'$$, :'before_bot'));
+SELECT * FROM notes ORDER BY id;
+-- SKIP CHANGED leaves row 4 and undoes the rest
+SELECT * FROM worlds.sql(format($$undo agent regress_bot since %L skip changed$$, :'before_bot'));
+SELECT * FROM notes ORDER BY id;
+SELECT try($$select * from worlds.sql('undo agent nobody since ''-1 hour''')$$);
+SELECT left(try($$select * from worlds.sql('undo agent regress_bot since ''-10 days''')$$), 60) AS outside_the_window;
+BEGIN;
+SELECT * FROM worlds.sql('undo agent regress_bot since ''-1 hour''');
+ROLLBACK;
 -- DROP AGENT: the role goes; its worlds and audit stay
 SELECT * FROM worlds.sql('drop agent regress_bot');
 SELECT count(*) AS roles FROM pg_roles WHERE rolname IN ('regress_bot', 'regress_peer');

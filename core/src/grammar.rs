@@ -103,6 +103,8 @@ pub enum Statement {
     ShowAgents,
     /// SHOW AUDIT [FOR [AGENT] name] [LIMIT n]
     ShowAudit { agent: Option<String>, limit: Option<i64> },
+    /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id']
+    UndoAgent { name: String, since: RestoreTarget, skip_changed: bool, run_id: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -133,6 +135,7 @@ impl Statement {
             Statement::CreateAgent { .. } => Some("CREATE AGENT"),
             Statement::AlterAgent { .. } => Some("ALTER AGENT"),
             Statement::DropAgent { .. } => Some("DROP AGENT"),
+            Statement::UndoAgent { .. } => Some("UNDO AGENT"),
             _ => None,
         }
     }
@@ -627,6 +630,7 @@ impl Parser<'_> {
                     at_version: c.at_version,
                 })
             }
+            "undo" if self.eat_word("agent") => self.undo_agent(),
             "undo" => {
                 self.expect_word("merge")?;
                 self.eat_word("of");
@@ -1031,11 +1035,19 @@ impl Parser<'_> {
     /// RESTORE's `when`, everything up to the end: a lone string is a moment; anything else is kept as
     /// its source text for the database to evaluate, so it must be one expression (parentheses balanced,
     /// no `;`).
-    fn moment(&mut self) -> Parsed<RestoreTarget> {
+    pub(super) fn moment(&mut self) -> Parsed<RestoreTarget> {
+        self.moment_until(&[])
+    }
+
+    /// A moment as `moment` reads it, ending before any of `stop` (words, outside parentheses).
+    pub(super) fn moment_until(&mut self, stop: &[&str]) -> Parsed<RestoreTarget> {
         let first = self.peek().clone();
         let mut depth = 0usize;
         let mut last = None;
         while !self.at_end() {
+            if depth == 0 && matches!(&self.peek().tok, Tok::Word(w) if stop.contains(&w.as_str())) {
+                break;
+            }
             let t = self.next();
             match t.tok {
                 Tok::Sym('(') => depth += 1,
@@ -1761,7 +1773,6 @@ mod tests {
         assert_eq!(ok("undo merge branch a skip changed"), undo("a", true));
         assert_eq!(ok("undo merge of branch 'a'"), undo("a", false));
         assert_eq!(fails("undo merge a skip"), ("42601", "syntax error at end of input".into(), 18));
-        syntax_at("undo agent bot since '-2 hours'", "agent", 6);
         assert_eq!(fails("undo merge of world"), ("42601", "syntax error at end of input".into(), 20));
     }
 

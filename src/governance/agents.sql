@@ -48,7 +48,8 @@ CREATE TABLE worlds.audit (
     world  text,
     action text NOT NULL,
     rows   bigint,
-    run    jsonb
+    run    jsonb,
+    xid    xid8 NOT NULL DEFAULT pg_current_xact_id()  -- the action's transaction (UNDO AGENT finds its rows by it)
 );
 CREATE INDEX audit_agent_at ON worlds.audit (agent, at);
 

@@ -297,6 +297,14 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         ),
         Statement::DropAgent { name } => call_tag("SELECT worlds.drop_agent(name => $1)", &[name.into()]),
         Statement::ShowAgents => rows("SELECT * FROM worlds.show_agents()", &[]),
+        Statement::UndoAgent { name, since, skip_changed, run_id } => {
+            let when = match since {
+                RestoreTarget::When(text) => moment_text(&text),
+                RestoreTarget::Expr(expr) => moment_expr(&expr),
+                RestoreTarget::Checkpoint(_) => raise("42601", "UNDO AGENT ... SINCE takes a time"),
+            };
+            tag(crate::time::undo_agent(&name, when, skip_changed, run_id))
+        }
         Statement::ShowAudit { agent, limit } => rows(
             "SELECT * FROM worlds.show_audit(agent_name => $1, \"limit\" => $2)",
             &[agent.into(), limit.unwrap_or(100).into()],

@@ -3,6 +3,8 @@
 //! history within history_retention.
 pub mod past_schema;
 pub mod purge;
+mod undo_agent;
+pub use undo_agent::undo_agent;
 
 use crate::api::{raise, raise_with};
 use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts, Changed, Planned};

@@ -1,5 +1,5 @@
 //! CREATE AGENT, ALTER AGENT, DROP AGENT (SHOW AGENTS is one word after SHOW).
-use super::{Parsed, Parser, Statement, Tok};
+use super::{Parsed, Parser, RestoreTarget, Statement, Tok};
 
 impl Parser<'_> {
     /// An agent's name: a bare name (folded), a "quoted" name or a 'string'; held to names::check_agent_name.
@@ -42,6 +42,28 @@ impl Parser<'_> {
         Ok(Statement::ShowAudit { agent, limit })
     }
 
+    /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id'] (after UNDO AGENT)
+    pub(super) fn undo_agent(&mut self) -> Parsed<Statement> {
+        let name = self.agent_name()?;
+        self.expect_word("since")?;
+        let since: RestoreTarget = self.moment_until(&["skip", "where"])?;
+        let skip_changed = self.eat_word("skip");
+        if skip_changed {
+            self.expect_word("changed")?;
+        }
+        let run_id = if self.eat_word("where") {
+            self.expect_word("run_id")?;
+            let t = self.next();
+            if t.tok != Tok::Sym('=') {
+                return Err(self.syntax_error(&t));
+            }
+            Some(self.string()?)
+        } else {
+            None
+        };
+        Ok(Statement::UndoAgent { name, since, skip_changed, run_id })
+    }
+
     /// DROP AGENT name
     pub(super) fn drop_agent(&mut self) -> Parsed<Statement> {
         Ok(Statement::DropAgent { name: self.agent_name()? })
@@ -72,6 +94,33 @@ mod tests {
         assert_eq!(parse("show audit for agent bot limit 5").unwrap(), Statement::ShowAudit { agent: Some("bot".into()), limit: Some(5) });
         assert_eq!(parse("show audit for 'bot-2'").unwrap(), Statement::ShowAudit { agent: Some("bot-2".into()), limit: None });
         assert_eq!(parse("create agent bot").unwrap().writes(), Some("CREATE AGENT"));
+    }
+
+    #[test]
+    fn undo_agent_forms() {
+        use crate::grammar::RestoreTarget;
+        assert_eq!(
+            parse("undo agent bot since '-2 hours' skip changed").unwrap(),
+            Statement::UndoAgent { name: "bot".into(), since: RestoreTarget::When("-2 hours".into()), skip_changed: true, run_id: None }
+        );
+        assert_eq!(
+            parse("undo agent bot since '-1 day' where run_id = 'r42'").unwrap(),
+            Statement::UndoAgent { name: "bot".into(), since: RestoreTarget::When("-1 day".into()), skip_changed: false, run_id: Some("r42".into()) }
+        );
+        assert_eq!(
+            parse("undo agent bot since now() - interval '1 hour' skip changed where run_id = 'x'").unwrap(),
+            Statement::UndoAgent {
+                name: "bot".into(),
+                since: RestoreTarget::Expr("now() - interval '1 hour'".into()),
+                skip_changed: true,
+                run_id: Some("x".into())
+            }
+        );
+        assert_eq!(parse("undo agent bot since '-1 day'").unwrap().writes(), Some("UNDO AGENT"));
+        assert!(parse("undo agent bot").is_err());
+        assert!(parse("undo agent bot since").is_err());
+        assert!(parse("undo agent bot since '-1 day' where model = 'x'").is_err());
+        assert!(parse("undo agent bot since '-1 day' skip").is_err());
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub(super) unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut 
 }
 
 /// The spec's SHOW statements that Postgres's grammar reads as SHOW of a setting (SHOW WORLDS, SHOW
-/// BRANCHES, SHOW HISTORY, SHOW history_retention), as the query that answers them, in a database with
+/// BRANCHES, SHOW HISTORY, SHOW history_retention, SHOW AGENTS, SHOW AUDIT), as the query that answers them, in a database with
 /// pg_worlds (elsewhere Postgres answers as it always has).
 pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::ffi::CStr> {
     unsafe {
@@ -170,6 +170,8 @@ pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::
             b"branches" => c"SELECT * FROM worlds.show_branches()",
             b"history" => c"SELECT * FROM worlds.show_history()",
             b"history_retention" => c"SELECT worlds.history_retention() AS history_retention",
+            b"agents" => c"SELECT * FROM worlds.show_agents()",
+            b"audit" => c"SELECT * FROM worlds.show_audit()",
             _ => return None,
         };
         (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)
