@@ -190,6 +190,22 @@ SELECT * FROM notes ORDER BY id;
 -- SKIP CHANGED leaves row 4 and undoes the rest
 SELECT * FROM worlds.sql(format($$undo agent regress_bot since %L skip changed$$, :'before_bot'));
 SELECT * FROM notes ORDER BY id;
+-- in a world: the session's world
+SELECT clock_timestamp() AS before_world \gset
+SET SESSION AUTHORIZATION regress_bot;
+SELECT * FROM worlds.sql('create world bot_u');
+SELECT * FROM worlds.sql('switch world bot_u');
+UPDATE notes SET body = 'in world' WHERE id IN (1, 2);
+SELECT * FROM worlds.sql('switch world main');
+RESET SESSION AUTHORIZATION;
+SELECT * FROM worlds.sql('switch world bot_u');
+UPDATE notes SET body = 'admin in world' WHERE id = 2;
+SELECT try(format($$select * from worlds.sql(%L)$$, format($$undo agent regress_bot since %L$$, :'before_world')));
+SELECT * FROM worlds.sql(format($$undo agent regress_bot since %L skip changed$$, :'before_world'));
+SELECT * FROM notes ORDER BY id;
+SELECT * FROM worlds.sql('switch world main');
+SELECT * FROM notes ORDER BY id;
+SELECT * FROM worlds.sql('drop world bot_u');
 SELECT try($$select * from worlds.sql('undo agent nobody since ''-1 hour''')$$);
 SELECT left(try($$select * from worlds.sql('undo agent regress_bot since ''-10 days''')$$), 5) AS outside_the_window;
 BEGIN;
