@@ -8,8 +8,9 @@
 //!   statement that runs them (`worlds._require`).
 //! - A write inside a world needs `write`, or `write_own` in its own world.
 //! - Quotas refuse as rights do (42501: the spec's code for an agent past its max_worlds).
-//! - `max_changes`: after each write statement in a world, the rows the world changed since its fork
-//!   (as DIFF counts them) may not pass it; the statement fails and writes nothing.
+//! - `max_changes`: after each write statement in a world (COPY FROM and TRUNCATE too), the rows the
+//!   world changed since its fork (as DIFF counts them) may not pass it; the statement fails and writes
+//!   nothing.
 //! - `writes_per_minute`: write statements of the agent in the last minute (its audit rows).
 use crate::api::{raise, raise_with};
 use pgrx::prelude::*;
@@ -185,7 +186,7 @@ pub fn after_write_statement(statement: *const pg_sys::QueryDesc) {
         if p.as_ref().is_some_and(|(s, _)| *s == statement as usize) { p.take().map(|(_, w)| w) } else { None }
     });
     if let Some(world) = pending {
-        let rows = unsafe { (*statement).estate.as_ref().map(|e| e.es_processed as i64) };
+        let rows = unsafe { statement.as_ref().and_then(|q| q.estate.as_ref()).map(|e| e.es_processed as i64) };
         audit("write", &world, rows);
     }
     let Some(num) = PENDING_CHANGES_CHECK.with(|p| match p.get() {

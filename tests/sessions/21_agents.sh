@@ -61,6 +61,7 @@ if grep -q "password authentication failed" <<<"$out"; then echo "  ok   a wrong
 out=$(as s21_bot "$PEER" main "select 1" || true)
 grep -q "password authentication failed" <<<"$out" && echo "  ok   another agent's token is refused" || bad "peer token: $out"
 
+START=$(admin -c "select clock_timestamp()")
 echo "check: rights from the agent's own connection"
 ok "fork" "CREATE WORLD" s21_bot "$BOT" main "select j ->> 'tag' from worlds.sql('create world bot_w') j"
 ok "owner is the agent" "s21_bot" s21_bot "$BOT" main "select owner from worlds.show_worlds() where name = 'bot_w'"
@@ -74,6 +75,27 @@ ok "audit names the agent's actions" "fork,write,write,merge" s21_bot "$BOT" mai
   "select string_agg(action, ',' order by at) from worlds.show_audit('s21_bot')"
 
 echo "check: quotas from the agent's own connection"
+# writes_per_minute: one more write this minute, then 42501 (counted from its audit; placed where its
+# only writes are seconds old)
+n=$(admin -c "select count(*) from worlds.audit where agent = 's21_bot' and action = 'write' and at > clock_timestamp() - interval '1 minute'")
+admin -c "select count(*) from worlds.sql('alter agent s21_bot set (writes_per_minute = $((n + 1)))')" >/dev/null
+ok "fork bot_q" "CREATE WORLD" s21_bot "$BOT" main "select j ->> 'tag' from worlds.sql('create world bot_q') j"
+ok "a write within writes_per_minute" "" s21_bot "$BOT" bot_q "update acct set bal = bal where id = 1"
+out=$(as s21_bot "$BOT" bot_q "update acct set bal = bal where id = 2" || true)
+grep -q "42501.*writes_per_minute" <<<"$out" && echo "  ok   writes_per_minute: the next write is refused (42501)" || bad "writes_per_minute: $out"
+# max_changes: rows its world may change; a statement past it writes nothing, COPY included
+admin -c "select count(*) from worlds.sql('alter agent s21_bot set (writes_per_minute = 0, max_changes = 3)')" >/dev/null
+ok "two more rows in bot_q" "" s21_bot "$BOT" bot_q "update acct set bal = bal + 1 where id in (2, 3)"
+out=$(printf '20\t5\n21\t5\n' | as s21_bot "$BOT" bot_q "copy acct from stdin" || true)
+grep -q "42501.*max_changes" <<<"$out" && echo "  ok   max_changes: a COPY past it is refused (42501)" || bad "max_changes COPY: $out"
+out=$(as s21_bot "$BOT" bot_q "update acct set bal = bal + 1 where id in (4, 5)" || true)
+grep -q "42501.*max_changes" <<<"$out" && echo "  ok   max_changes: an UPDATE past it is refused (42501)" || bad "max_changes UPDATE: $out"
+ok "one more row is within it" "" s21_bot "$BOT" bot_q "update acct set bal = bal + 1 where id = 4"
+expect "bot_q's rows: nothing of the refused statements" \
+  "$(PGOPTIONS='-c worlds.world=bot_q' admin -c "select string_agg(id || ':' || bal, ',' order by id) from acct where id between 1 and 5 or id > 10")" \
+  "1:995,2:1006,3:1001,4:1001,5:1000"
+admin -c "select count(*) from worlds.sql('alter agent s21_bot set (max_changes = 0)')" >/dev/null
+admin -c "select worlds.drop_world('bot_q')" >/dev/null
 admin -c "select count(*) from worlds.sql('alter agent s21_peer set (max_worlds = 1, max_query_ms = ''300ms'', max_concurrent = 1)')" >/dev/null
 out=$(as s21_peer "$PEER" main "select worlds.create_world('peer_w2')" || true)
 grep -q "42501.*max_worlds" <<<"$out" && echo "  ok   max_worlds: 42501" || bad "max_worlds: $out"
@@ -165,6 +187,14 @@ expect "peer_w and people_w still live" "$(admin -c "select string_agg(name, ','
 expect "rights unchanged" "$(admin -c "select string_agg(name || '=' || array_to_string(can, ','), ' ' order by name) from worlds.agent")" "s21_bot=read,fork,write_own,merge_own s21_peer=read,fork,write_own"
 echo "  hostile suite: $attempts attempts, $escapes escapes"
 [ "$escapes" -eq 0 ] || bad "$escapes escapes"
+
+echo "check: UNDO AGENT from an agent's own connection (restore and merge)"
+out=$(as s21_bot "$BOT" main "select * from worlds.sql('undo agent s21_bot since ''$START''')" || true)
+grep -q "42501" <<<"$out" && echo "  ok   without restore and merge: 42501" || bad "undo without rights: $out"
+admin -c "select count(*) from worlds.sql('alter agent s21_bot set (can = ''read,fork,write_own,merge_own,restore,merge'')')" >/dev/null
+ok "UNDO AGENT puts back its merge" '{"tag": "UNDO AGENT 2"}' s21_bot "$BOT" main "select * from worlds.sql('undo agent s21_bot since ''$START''')"
+expect "main as before the agent" "$(admin -c "select string_agg(bal::text, ',' order by id) from acct where id <= 2")" "1000,1000"
+expect "total" "$(admin -c "$TOTAL")" "10000"
 
 echo "check: DROP AGENT drops the role and keeps its worlds and audit"
 admin -c "select worlds.drop_agent('s21_peer')" >/dev/null

@@ -163,6 +163,7 @@ pub(super) unsafe fn process_utility_before(
             if tag == pg_sys::NodeTag::T_TruncateStmt {
                 if let Some(world) = overlay::session_world() {
                     if truncate_in_world(stmt as *mut pg_sys::TruncateStmt, world) {
+                        crate::governance::agents::after_write_statement(std::ptr::null());
                         return None;
                     }
                 }
@@ -191,6 +192,8 @@ pub(super) unsafe fn process_utility_before(
                 let copy = (*pstmt).utilityStmt as *mut pg_sys::CopyStmt;
                 if let Some(staging) = route_copy(copy) {
                     copy_from_into_world(pstmt, query_string, context, params, query_env, dest, qc, copy, staging);
+                    // (an agent's world past its max_changes fails the COPY: nothing it wrote stays)
+                    crate::governance::agents::after_write_statement(std::ptr::null());
                     return None;
                 }
             }
