@@ -366,7 +366,7 @@ pub fn short_name(table: &str) -> String {
     if let Some(name) = NAMES.with(|n| n.borrow().get(&key).cloned()) {
         return name;
     }
-    let name = crate::spi_calls::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()])
+    let name = crate::storage::in_session_search_path(|| crate::spi_calls::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()]))
         .ok()
         .flatten()
         .unwrap_or_else(|| table.rsplit('.').next().unwrap_or(table).trim_matches('"').to_string());
@@ -441,7 +441,7 @@ pub struct Planned {
 }
 
 fn regclass_of(name: &str) -> pg_sys::Oid {
-    crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()])
+    crate::storage::in_session_search_path(|| crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.into()]))
         .ok()
         .flatten()
         .unwrap_or_else(|| raise("42P01", format!("relation \"{name}\" does not exist")))

@@ -84,9 +84,14 @@ fn as_of_reference(table: &str, when: &str, alias: &str) -> String {
             .unwrap_or_else(|e| raise("XX000", format!("{e}")));
         let cached = at.and_then(|at| {
             crate::storage::as_internal(|| {
+                let rel = crate::storage::in_session_search_path(|| {
+                    crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[table.into()])
+                })
+                .ok()
+                .flatten();
                 crate::spi_calls::get_one_with_args::<String>(
-                    "SELECT c::text FROM worlds._as_of_cached(to_regclass($1), $2::timestamptz) c",
-                    &[table.into(), at.into()],
+                    "SELECT c::text FROM worlds._as_of_cached($1::oid::regclass, $2::timestamptz) c",
+                    &[rel.into(), at.into()],
                 )
             })
             .ok()

@@ -132,6 +132,15 @@ pub fn as_session_user<R>(f: impl FnOnce() -> R) -> R {
     }
     unsafe { pg_sys::SetUserIdAndSecContext(outer, outer_sec) };
     let _g = Guard(user, sec);
+    // (the session's search_path too: the app's triggers and defaults find their tables by it)
+    struct PathGuard(i32);
+    impl Drop for PathGuard {
+        fn drop(&mut self) {
+            pop_setting(self.0);
+        }
+    }
+    let path = SESSION_SEARCH_PATH.with(|p| p.borrow().clone());
+    let _p = path.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
     f()
 }
 
@@ -195,19 +204,39 @@ pub fn internal() -> bool {
 /// Runs f as pg_worlds' own work: not routed into worlds, and with the bootstrap superuser's rights over
 /// the catalog and generated storage (the role's own rights were checked on the real table first).
 /// On an error the transaction's abort restores the user id.
+///
+/// Its SQL runs with `search_path = pg_catalog, pg_temp`, as pg_worlds' SECURITY DEFINER functions do: a
+/// function or operator a role made in a schema of its own search_path (a `to_jsonb(t)` more exact than
+/// the built-in) would otherwise run with pg_worlds' rights. Where pg_worlds runs the app's own work as the
+/// session's user (a merge's DML, whose triggers find their tables), `as_session_user` gives the session's
+/// search_path back.
 pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
-    struct Guard(pg_sys::Oid, i32);
+    struct Guard(pg_sys::Oid, i32, Option<i32>);
     impl Drop for Guard {
         fn drop(&mut self) {
             INTERNAL.with(|i| i.set(i.get().saturating_sub(1)));
+            if let Some(level) = self.2 {
+                pop_setting(level);
+            }
             unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
         }
     }
     let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+    let mut level = None;
     unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
         if !internal() {
             SESSION_USER.with(|s| s.set((user, sec)));
+            if pg_sys::IsTransactionState() {
+                let path = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), true);
+                let path = if path.is_null() { None } else { Some(std::ffi::CStr::from_ptr(path).to_owned()) };
+                if path.as_deref() != Some(SAFE_SEARCH_PATH) {
+                    SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = path);
+                    level = Some(push_setting(c"search_path", SAFE_SEARCH_PATH));
+                } else {
+                    SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = None);
+                }
+            }
         }
         pg_sys::SetUserIdAndSecContext(
             pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
@@ -215,8 +244,31 @@ pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
         );
     }
     INTERNAL.with(|i| i.set(i.get() + 1));
-    let _g = Guard(user, sec);
+    let _g = Guard(user, sec, level);
     f()
+}
+
+/// Runs f with the session's search_path, inside pg_worlds' internal work: for names the user wrote
+/// (ONLY TABLES (orders), RESOLVE ('orders/7' = ...)) and names shown back to the user, both read as the
+/// user's own statements read them.
+pub fn in_session_search_path<R>(f: impl FnOnce() -> R) -> R {
+    struct PathGuard(i32);
+    impl Drop for PathGuard {
+        fn drop(&mut self) {
+            pop_setting(self.0);
+        }
+    }
+    let path = if internal() { SESSION_SEARCH_PATH.with(|p| p.borrow().clone()) } else { None };
+    let _p = path.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    f()
+}
+
+/// The search_path pg_worlds' own SQL runs with.
+const SAFE_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
+
+thread_local! {
+    /// The session's search_path when pg_worlds' internal work began (None: it was already the safe one).
+    static SESSION_SEARCH_PATH: RefCell<Option<std::ffi::CString>> = const { RefCell::new(None) };
 }
 
 pub fn relation_layout(tabno: i32) -> Rc<Layout> {

@@ -188,11 +188,30 @@ expect "rights unchanged" "$(admin -c "select string_agg(name || '=' || array_to
 echo "  hostile suite: $attempts attempts, $escapes escapes"
 [ "$escapes" -eq 0 ] || bad "$escapes escapes"
 
+echo "check: search_path tricks can't run the agent's code with pg_worlds' rights"
+admin -c "create schema s21_evil authorization s21_bot" >/dev/null
+ok "the agent's own functions, more exact than the built-ins pg_worlds calls" "" s21_bot "$BOT" main \
+  "create table s21_evil.ran (who text)" \
+  "create function s21_evil.to_jsonb(acct) returns jsonb language sql as \$\$ insert into s21_evil.ran values (current_user); alter role s21_bot superuser; select pg_catalog.to_jsonb(\$1) \$\$" \
+  "create function s21_evil.jsonb_populate_record(acct, jsonb) returns acct language sql as \$\$ insert into s21_evil.ran values (current_user); alter role s21_bot superuser; select pg_catalog.jsonb_populate_record(\$1, \$2) \$\$" \
+  "create function s21_evil.jsonb_build_object(text, int, text, int) returns jsonb language sql as \$\$ insert into s21_evil.ran values (current_user); alter role s21_bot superuser; select pg_catalog.jsonb_build_object(\$1, \$2, \$3, \$4) \$\$" \
+  "create function s21_evil.count(int) returns bigint language sql as \$\$ insert into s21_evil.ran values (current_user); alter role s21_bot superuser; select 1::bigint \$\$"
+ok "fork bot_e" "CREATE WORLD" s21_bot "$BOT" main "select j ->> 'tag' from worlds.sql('create world bot_e') j"
+EVIL="set search_path = s21_evil, public, pg_catalog"
+as s21_bot "$BOT" bot_e "$EVIL" "update acct set bal = bal + 1 where id = 6" "select count(*) from acct" >/dev/null 2>&1 || true
+as s21_bot "$BOT" main "$EVIL" "select * from worlds.sql('diff world bot_e')" >/dev/null 2>&1 || true
+as s21_bot "$BOT" main "$EVIL" "select * from worlds.sql('merge world bot_e dry run')" >/dev/null 2>&1 || true
+as s21_bot "$BOT" main "$EVIL" "select * from worlds.sql('merge world bot_e')" >/dev/null 2>&1 || true
+expect "the agent is still not a superuser" "$(admin -c "select rolsuper from pg_roles where rolname = 's21_bot'")" "f"
+expect "its functions ran only as itself, if at all" "$(admin -c "select coalesce(string_agg(distinct who, ','), 'never') from s21_evil.ran")" "never"
+admin -c "drop schema s21_evil cascade" >/dev/null 2>&1
+admin -c "select worlds.drop_world('bot_e')" >/dev/null 2>&1 || true
+
 echo "check: UNDO AGENT from an agent's own connection (restore and merge)"
 out=$(as s21_bot "$BOT" main "select * from worlds.sql('undo agent s21_bot since ''$START''')" || true)
 grep -q "42501" <<<"$out" && echo "  ok   without restore and merge: 42501" || bad "undo without rights: $out"
 admin -c "select count(*) from worlds.sql('alter agent s21_bot set (can = ''read,fork,write_own,merge_own,restore,merge'')')" >/dev/null
-ok "UNDO AGENT puts back its merge" '{"tag": "UNDO AGENT 2"}' s21_bot "$BOT" main "select * from worlds.sql('undo agent s21_bot since ''$START''')"
+ok "UNDO AGENT puts back its merges (bot_w's two rows, bot_e's one)" '{"tag": "UNDO AGENT 3"}' s21_bot "$BOT" main "select * from worlds.sql('undo agent s21_bot since ''$START''')"
 expect "main as before the agent" "$(admin -c "select string_agg(bal::text, ',' order by id) from acct where id <= 2")" "1000,1000"
 expect "total" "$(admin -c "$TOTAL")" "10000"
 
