@@ -103,6 +103,16 @@ pub enum Statement {
     ShowAgents,
     /// SHOW AUDIT [FOR [AGENT] name] [LIMIT n]
     ShowAudit { agent: Option<String>, limit: Option<i64> },
+    /// CREATE MERGE POLICY name [WITH (key = value, ...)]
+    CreatePolicy { name: String, settings: Vec<(String, MetaValue)> },
+    /// ALTER MERGE POLICY name SET (key = value, ...)
+    AlterPolicy { name: String, settings: Vec<(String, MetaValue)> },
+    /// DROP MERGE POLICY name [CASCADE]
+    DropPolicy { name: String, cascade: bool },
+    /// SHOW MERGE POLICIES
+    ShowPolicies,
+    /// SHOW REVIEWS
+    ShowReviews,
     /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id']
     UndoAgent { name: String, since: RestoreTarget, skip_changed: bool, run_id: Option<String> },
 }
@@ -136,6 +146,9 @@ impl Statement {
             Statement::AlterAgent { .. } => Some("ALTER AGENT"),
             Statement::DropAgent { .. } => Some("DROP AGENT"),
             Statement::UndoAgent { .. } => Some("UNDO AGENT"),
+            Statement::CreatePolicy { .. } => Some("CREATE MERGE POLICY"),
+            Statement::AlterPolicy { .. } => Some("ALTER MERGE POLICY"),
+            Statement::DropPolicy { .. } => Some("DROP MERGE POLICY"),
             _ => None,
         }
     }
@@ -576,6 +589,7 @@ impl Parser<'_> {
         let Tok::Word(verb) = &t.tok else { return Err(self.syntax_error(&t)) };
         match verb.as_str() {
             "create" if self.eat_word("agent") => self.create_agent(),
+            "create" if self.eat_word("merge") => self.create_policy(),
             "create" => {
                 let branch = self.world_or_branch()?;
                 self.create(branch)
@@ -599,11 +613,13 @@ impl Parser<'_> {
             "show" => self.show(),
             "alter" if self.eat_word("system") => self.alter_system(),
             "alter" if self.eat_word("agent") => self.alter_agent(),
+            "alter" if self.eat_word("merge") => self.alter_policy(),
             "alter" => {
                 self.expect_word("world")?;
                 self.alter_world()
             }
             "drop" if self.eat_word("agent") => self.drop_agent(),
+            "drop" if self.eat_word("merge") => self.drop_policy(),
             "drop" => {
                 let branch = self.world_or_branch()?;
                 self.drop(if branch { "DROP BRANCH" } else { "DROP WORLD" })
@@ -792,6 +808,11 @@ impl Parser<'_> {
             Tok::Word(w) if w == "history_retention" => Ok(Statement::ShowHistoryRetention),
             Tok::Word(w) if w == "agents" => Ok(Statement::ShowAgents),
             Tok::Word(w) if w == "audit" => self.show_audit(),
+            Tok::Word(w) if w == "reviews" => Ok(Statement::ShowReviews),
+            Tok::Word(w) if w == "merge" => {
+                self.expect_word("policies")?;
+                Ok(Statement::ShowPolicies)
+            }
             Tok::Word(w) if w == "history" => {
                 let name = if self.eat_word("for") {
                     self.eat_word("world");
@@ -1092,6 +1113,7 @@ fn side_of(word: &str) -> Side {
 }
 
 mod agents;
+mod policies;
 
 #[cfg(test)]
 mod tests {

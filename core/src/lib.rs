@@ -4,3 +4,4 @@ pub mod as_of;
 pub mod grammar;
 pub mod merge;
 pub mod names;
+pub mod rules;

@@ -113,6 +113,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
+    PERFORM worlds._leave_reviews(w.num, 'dropped');
     FOR t IN SELECT * FROM worlds.tables WHERE delta IS NOT NULL LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;
@@ -330,6 +331,7 @@ BEGIN
     END IF;
     PERFORM worlds._require('drop', w);
     PERFORM worlds._audit('drop', w.name);
+    PERFORM worlds._leave_reviews(w.num, 'dropped');
     SELECT string_agg(c.name, ', ' ORDER BY c.num) INTO forks FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL;
     IF forks IS NOT NULL AND NOT cascade THEN
         RAISE EXCEPTION 'cannot drop world "%" because other worlds were forked from it: %', w.name, forks

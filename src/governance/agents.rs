@@ -26,6 +26,8 @@ pub struct Agent {
     admin: bool,
     max_changes: i64,
     writes_per_minute: i32,
+    /// the merge policy it keeps to: it changes main only by merging
+    pub policy: Option<String>,
     /// worlds this agent may write (checked once each)
     writable: RefCell<Vec<i32>>,
 }
@@ -65,7 +67,7 @@ pub fn session_agent() -> Option<Rc<Agent>> {
         let Some(rel) = rel else { return None };
         AGENT_REL.with(|r| r.set(rel));
         crate::spi_calls::rows(
-            "SELECT a.name, a.can, a.disabled, a.max_changes, a.writes_per_minute, worlds._is_admin()
+            "SELECT a.name, a.can, a.disabled, a.max_changes, a.writes_per_minute, worlds._is_admin(), a.policy
              FROM worlds.agent a WHERE a.role = $1",
             None,
             &[user.into()],
@@ -77,6 +79,7 @@ pub fn session_agent() -> Option<Rc<Agent>> {
                     max_changes: r.get::<i64>(4).ok().flatten().unwrap_or(0),
                     writes_per_minute: r.get::<i32>(5).ok().flatten().unwrap_or(0),
                     admin: r.get::<bool>(6).ok().flatten().unwrap_or(false),
+                    policy: r.get::<String>(7).ok().flatten(),
                     writable: RefCell::new(Vec::new()),
                 })
             },
@@ -106,12 +109,20 @@ pub fn require(action: &str, world_num: Option<i32>) {
 
 /// An audit row for the acting agent (none for a person), in the statement's own transaction.
 pub fn audit(action: &str, world: &str, rows: Option<i64>) {
+    audit_merge(action, world, rows, None, None)
+}
+
+/// `audit` with a merge's deleted rows and target (the per-hour rules count them).
+pub fn audit_merge(action: &str, world: &str, rows: Option<i64>, deletes: Option<i64>, target: Option<&str>) {
     if session_agent().is_none() {
         return;
     }
     crate::storage::as_internal(|| {
-        crate::spi_calls::run_with_args("SELECT worlds._audit($1, $2, $3)", &[action.into(), world.into(), rows.into()])
-            .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+        crate::spi_calls::run_with_args(
+            "SELECT worlds._audit($1, $2, $3, $4, $5)",
+            &[action.into(), world.into(), rows.into(), deletes.into(), target.into()],
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     })
 }
 
@@ -135,6 +146,14 @@ pub fn check_main_write(relations: &[pg_sys::Oid], statement: *const pg_sys::Que
     let Some(agent) = session_agent() else { return };
     if agent.disabled || !agent.may("write_main") {
         refuse_main_write(&agent, table);
+    }
+    if let Some(policy) = &agent.policy {
+        raise_with(
+            "42501",
+            format!("permission denied: agent \"{}\" keeps to merge policy {policy}: it changes main only by merging (table {})", agent.name, table_name(table)),
+            None,
+            Some("Fork a world, write there and merge it: the policy's rules judge the merge.".into()),
+        );
     }
     note_write(&agent, "main", statement);
 }

@@ -49,6 +49,8 @@ CREATE TABLE worlds.audit (
     action text NOT NULL,
     rows   bigint,
     run    jsonb,
+    deletes bigint,                                    -- a merge's deleted rows (rules per hour)
+    target text,                                       -- a merge's target world ('main')
     xid    xid8 NOT NULL DEFAULT pg_current_xact_id()  -- the action's transaction (UNDO AGENT finds its rows by it)
 );
 CREATE INDEX audit_agent_at ON worlds.audit (agent, at);
@@ -115,6 +117,11 @@ BEGIN
                   HINT = 'Only the role that made a world (or a member of it), worlds_admin and worlds_reviewer may alter, drop, merge, rebase, restore or checkpoint it.';
     END IF;
     own := w.num IS NOT NULL AND w.num <> 0 AND w.owner IS NOT DISTINCT FROM a.name;
+    IF a.policy IS NOT NULL AND action IN ('write_main', 'restore', 'undo') THEN
+        RAISE EXCEPTION 'permission denied: agent "%" keeps to merge policy %: it changes main only by merging', a.name, a.policy
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A direct write, RESTORE, UNDO MERGE or UNDO AGENT would skip the policy''s rules.';
+    END IF;
     CASE action
         WHEN 'read' THEN ok := a.can @> '{read}'; needs := 'read';
         WHEN 'fork' THEN ok := a.can @> '{fork}'; needs := 'fork';
@@ -143,7 +150,7 @@ CREATE FUNCTION worlds._agent_name() RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT (worlds._session_agent()).name $$;
 
 -- An audit row for the acting agent (nothing for a person), in the action's own transaction.
-CREATE FUNCTION worlds._audit(action text, world_name text, n bigint DEFAULT NULL) RETURNS void
+CREATE FUNCTION worlds._audit(action text, world_name text, n bigint DEFAULT NULL, deletes bigint DEFAULT NULL, target text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     who text := worlds._agent_name();
@@ -152,8 +159,8 @@ BEGIN
     IF who IS NULL THEN RETURN; END IF;
     -- (a merged world is gone by now: its latest row under that name)
     SELECT w.meta INTO m FROM worlds.world w WHERE w.name = world_name ORDER BY w.dropped IS NULL DESC, w.num DESC LIMIT 1;
-    INSERT INTO worlds.audit (agent, world, action, rows, run)
-    VALUES (who, world_name, action, n,
+    INSERT INTO worlds.audit (agent, world, action, rows, deletes, target, run)
+    VALUES (who, world_name, action, n, deletes, target,
             (SELECT nullif(jsonb_strip_nulls(jsonb_build_object('run_id', m -> 'run_id', 'prompt_version', m -> 'prompt_version',
                                                                'model', m -> 'model', 'tool_schema', m -> 'tool_schema')), '{}')));
 END $$;
@@ -240,8 +247,9 @@ BEGIN
             WHEN 'policy' THEN
                 IF jsonb_typeof(v) = 'null' THEN
                     a.policy := NULL;
+                ELSIF EXISTS (SELECT 1 FROM worlds.merge_policy p WHERE p.name = v #>> '{}') THEN
+                    a.policy := v #>> '{}';
                 ELSE
-                    -- (merge policies come with their own catalog; until one exists, no name is one)
                     RAISE EXCEPTION 'merge policy "%" does not exist', v #>> '{}' USING ERRCODE = 'undefined_object';
                 END IF;
             ELSE

@@ -2,8 +2,13 @@
 //! - `agents`: agents (restricted LOGIN roles) and their rights and quotas; worlds that belong to
 //!   someone. The catalog and the management statements are SQL (agents.sql); the gates a statement
 //!   meets inside the executor (a write of main, a write of a world) are here.
+//! - `policies`: merge policies' rules judged on the merge's plan (worlds_core::rules); `reviews`: the
+//!   queue of worlds waiting for a person, and its notifications.
 use pgrx::prelude::*;
 
 pub mod agents;
+pub mod policies;
+pub mod reviews;
 
 extension_sql_file!("agents.sql", name = "agents", requires = ["lifecycle", "time"]);
+extension_sql_file!("policies.sql", name = "policies", requires = ["agents"]);

@@ -28,7 +28,7 @@ mod diff;
 pub use apply::*;
 pub use diff::*;
 mod subxact;
-pub(crate) use subxact::in_subtransaction_keep;
+pub(crate) use subxact::{in_subtransaction_keep, rolled_back};
 use subxact::{in_subtransaction, trial};
 mod rebase;
 pub use rebase::rebase;
@@ -42,6 +42,24 @@ pub struct WorldRow {
     pub parent: Option<i32>,
     pub version: i64,
     pub fork_snapshot: Option<String>,
+}
+
+/// A world of that name already merged whole at version `v` (its last merge): the tag that merge
+/// returned (an approval repeated, or made twice at once, applies once).
+fn merged_at_version(name: &str, v: i64) -> Option<Vec<Value>> {
+    if world_row("(name = $1 OR id = $1)", name.into()).is_some_and(|w| w.version != v) {
+        return None;
+    }
+    crate::spi_calls::get_one_with_args::<i64>(
+        "SELECT coalesce(e.rows, 0) FROM worlds.world w JOIN worlds.event e ON e.world = w.num
+         WHERE (w.name = $1 OR w.id = $1) AND w.dropped IS NOT NULL AND w.version = $2 AND e.event LIKE 'merged into %'
+           AND NOT EXISTS (SELECT 1 FROM worlds.world l WHERE l.name = w.name AND l.dropped IS NULL)
+         ORDER BY e.seq DESC LIMIT 1",
+        &[name.into(), v.into()],
+    )
+    .ok()
+    .flatten()
+    .map(|n| vec![serde_json::json!({ "tag": format!("MERGE {n}") })])
 }
 
 /// The world again, after waiting for its lock: another session may have merged or dropped it meanwhile
@@ -543,6 +561,11 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             ),
             None => session_world.clone(),
         };
+        // an approval given again (AT VERSION n of a world already merged at version n) returns what the
+        // first returned, applying nothing twice
+        if let Some(done) = req.at_version.filter(|_| !req.dry_run).and_then(|v| merged_at_version(&name, v)) {
+            return done;
+        }
         let world = resolve_world(&name);
         if world.num == 0 {
             raise("0A000", "main has no parent to merge into");
@@ -573,7 +596,15 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if !req.dry_run {
             lock::worlds(&[world.num, target_num]);
         }
-        let world = resolve_again(&world);
+        let world = match (req.at_version, world_row("id = $1", world.id.as_str().into())) {
+            (_, Some(w)) => w,
+            // (a concurrent approval of the same version merged it while this one waited for its lock)
+            (Some(v), None) if !req.dry_run => match merged_at_version(&name, v) {
+                Some(done) => return done,
+                None => resolve_again(&world),
+            },
+            _ => resolve_again(&world),
+        };
         if let Some(v) = req.at_version {
             if v != world.version {
                 raise(
@@ -693,6 +724,11 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 rows.push(blocked(format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint})")));
                 return rows;
             }
+            // the rules of the policy the merging agent keeps to (governance/policies.rs)
+            let why = crate::governance::policies::refusals(&plan, &world, target_world.is_none());
+            if !why.is_empty() {
+                rows.push(blocked(format!("needs a person: {}", why.join("; "))));
+            }
             // with no conflict, the merge is tried and rolled back: a constraint (or the app's trigger) that
             // would refuse it shows as a last row, blocked. A read-only transaction can't try it: the plan
             // is shown without that row
@@ -729,6 +765,17 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 Some("Settle them with RESOLVE, BY COLUMNS or USING OURS | THEIRS, or REBASE WORLD first.".into()),
             );
         }
+        // the gates (governance/): a person confirms a policy's deletes; an agent's merge that breaks its
+        // policy's rules waits for a person
+        crate::governance::policies::confirm_deletes(&plan, &world, req.confirm_deletes);
+        let why = crate::governance::policies::refusals(&plan, &world, target_world.is_none());
+        if !why.is_empty() {
+            crate::governance::policies::refuse(&world, &why);
+        }
+        let deletes = plan
+            .iter()
+            .filter(|p| matches!(p.decision.outcome, Outcome::Apply) && p.decision.result.is_none() && p.row.theirs.is_some())
+            .count() as i64;
         let partial = only_tables.is_some() || only_keys.is_some();
         let run = || match &target_world {
             None => apply(&plan, &world),
@@ -793,6 +840,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 .ok();
             }
         });
+        crate::governance::reviews::leave(world.num, "merged");
         if !partial && target_num == world.parent.unwrap_or(0) {
             // a whole merge into the parent (named with INTO or not) ends the world (unless worlds were
             // forked from it)
@@ -809,7 +857,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 .ok();
             });
         }
-        crate::governance::agents::audit("merge", &world.name, Some(applied as i64));
+        crate::governance::agents::audit_merge("merge", &world.name, Some(applied as i64), Some(deletes), Some(target_name));
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
     })
 }

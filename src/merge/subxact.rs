@@ -14,6 +14,15 @@ pub(crate) fn in_subtransaction_keep<R>(f: impl FnOnce() -> R, keep: impl FnOnce
     subtransaction(f, keep).unwrap_or_else(|e| e.rethrow())
 }
 
+/// Runs f in a subtransaction that is always rolled back, returning what it returned or its error's
+/// message (SHOW REVIEWS judging a queued world's merge as a dry run).
+pub(crate) fn rolled_back<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    subtransaction(f, |_| false).map_err(|e| match *e {
+        pgrx::pg_sys::panic::CaughtError::PostgresError(r) | pgrx::pg_sys::panic::CaughtError::ErrorReport(r) => r.message().to_string(),
+        other => format!("{other:?}"),
+    })
+}
+
 /// The subtransaction both run f in: released when f returns and `keep` agrees, rolled back otherwise;
 /// f's error (pg_worlds' own reports as Postgres errors) returned.
 fn subtransaction<R>(f: impl FnOnce() -> R, keep: impl FnOnce(&R) -> bool) -> Result<R, Box<pgrx::pg_sys::panic::CaughtError>> {

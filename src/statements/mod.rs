@@ -302,6 +302,19 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         ),
         Statement::DropAgent { name } => call_tag("SELECT worlds.drop_agent(name => $1)", &[name.into()]),
         Statement::ShowAgents => rows("SELECT * FROM worlds.show_agents()", &[]),
+        Statement::CreatePolicy { name, settings } => rows(
+            "SELECT * FROM worlds.create_merge_policy(policy_name => $1, settings => $2::jsonb)",
+            &[name.into(), pairs_json(&settings).to_string().into()],
+        ),
+        Statement::AlterPolicy { name, settings } => rows(
+            "SELECT * FROM worlds.alter_merge_policy(policy_name => $1, settings => $2::jsonb)",
+            &[name.into(), pairs_json(&settings).to_string().into()],
+        ),
+        Statement::DropPolicy { name, cascade } => {
+            call_tag("SELECT worlds.drop_merge_policy(policy_name => $1, \"cascade\" => $2)", &[name.into(), cascade.into()])
+        }
+        Statement::ShowPolicies => rows("SELECT * FROM worlds.show_merge_policies()", &[]),
+        Statement::ShowReviews => rows("SELECT * FROM worlds.show_reviews()", &[]),
         Statement::UndoAgent { name, since, skip_changed, run_id } => {
             let when = match since {
                 RestoreTarget::When(text) => moment_text(&text),

@@ -172,6 +172,7 @@ pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::
             b"history_retention" => c"SELECT worlds.history_retention() AS history_retention",
             b"agents" => c"SELECT * FROM worlds.show_agents()",
             b"audit" => c"SELECT * FROM worlds.show_audit()",
+            b"reviews" => c"SELECT * FROM worlds.show_reviews()",
             _ => return None,
         };
         (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)

@@ -1,0 +1,283 @@
+//! The merge-policy gate: a function over the merge's plan that returns the rules it breaks
+//! (`worlds_core::rules`), so the merge, its DRY RUN and SHOW REVIEWS give the same reasons.
+//!
+//! - An agent keeping to a policy whose merge breaks a rule is refused (42501, every broken rule in the
+//!   message) and its world is queued for a person (`reviews::queue`: a background worker writes the
+//!   queue row in a transaction of its own, since the refused merge's is rolled back).
+//! - A person merging a world owned by an agent under a policy with confirm_deletes_over must give the
+//!   real count (CONFIRM DELETES n; 55000 with the count otherwise), before anything is written.
+//! - Rules count the rows the merge applies: a row whose result is what the target has (USING THEIRS, a
+//!   change both sides made) changes nothing.
+use crate::api::{raise, raise_with};
+use crate::merge::{Planned, WorldRow};
+use pgrx::prelude::*;
+use serde_json::Value;
+use worlds_core::merge::Outcome;
+use worlds_core::rules::{self, MergeFacts, Policy, TableChange};
+
+/// A policy's rules, read from worlds.merge_policy (None when there is no such policy).
+pub fn load(name: &str) -> Option<Policy> {
+    crate::storage::as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT max_rows, max_deletes, rows_per_hour, deletes_per_hour, confirm_deletes_over, max_age, tables, review_tables,
+                    review_columns, schema, overwrite, max_effects, effects_per_hour, review_channels
+             FROM worlds.merge_policy WHERE name = $1",
+            None,
+            &[name.into()],
+            |mut t| {
+                t.next().map(|r| {
+                    let text = |i: usize| r.get::<String>(i).ok().flatten();
+                    let list = |i: usize| text(i).map(|s| rules::table_list(&s).unwrap_or_default());
+                    Policy {
+                        max_rows: r.get::<i64>(1).ok().flatten(),
+                        max_deletes: r.get::<i64>(2).ok().flatten(),
+                        rows_per_hour: r.get::<i64>(3).ok().flatten(),
+                        deletes_per_hour: r.get::<i64>(4).ok().flatten(),
+                        confirm_deletes_over: r.get::<i64>(5).ok().flatten(),
+                        max_age_ms: r.get::<i64>(6).ok().flatten(),
+                        tables: list(7),
+                        review_tables: list(8).unwrap_or_default(),
+                        review_columns: text(9).map(|s| rules::column_list(&s).unwrap_or_default()).unwrap_or_default(),
+                        schema: r.get::<bool>(10).ok().flatten().unwrap_or(false),
+                        overwrite: r.get::<bool>(11).ok().flatten().unwrap_or(false),
+                        max_effects: r.get::<i64>(12).ok().flatten(),
+                        effects_per_hour: r.get::<i64>(13).ok().flatten(),
+                        review_channels: text(14).map(|s| rules::name_list(&s).unwrap_or_default()).unwrap_or_default(),
+                    }
+                })
+            },
+        )
+        .ok()
+        .flatten()
+    })
+}
+
+/// The world's owner (an agent's name) and the policy it keeps to, if any.
+pub fn owner_policy(world_num: i32) -> Option<(String, String)> {
+    crate::storage::as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT a.name, a.policy FROM worlds.world w JOIN worlds.agent a ON a.name = w.owner WHERE w.num = $1 AND a.policy IS NOT NULL",
+            None,
+            &[world_num.into()],
+            |mut t| t.next().and_then(|r| Some((r.get::<String>(1).ok().flatten()?, r.get::<String>(2).ok().flatten()?))),
+        )
+        .ok()
+        .flatten()
+    })
+}
+
+/// Does this planned row change the target? (Its result differs from what the target has now.)
+fn changes(p: &Planned) -> bool {
+    matches!(p.decision.outcome, Outcome::Apply) && p.decision.result != p.row.theirs
+}
+
+/// The columns a changed row changes: an update's changed columns, an insert's given (non-null) ones, a
+/// delete's non-null ones.
+fn changed_columns(p: &Planned) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let obj = |v: &Option<Value>| v.as_ref().and_then(|v| v.as_object()).cloned();
+    match (obj(&p.row.theirs), obj(&p.decision.result)) {
+        (Some(before), Some(after)) => after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k.clone()).collect(),
+        (None, Some(after)) | (Some(after), None) => after.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.clone()).collect(),
+        (None, None) => empty.keys().cloned().collect(),
+    }
+}
+
+/// What the plan would apply, as the rules count it.
+pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -> MergeFacts {
+    let mut f = MergeFacts { into_main, ..Default::default() };
+    for p in plan.iter().filter(|p| changes(p)) {
+        f.rows += 1;
+        if p.decision.result.is_none() {
+            f.deletes += 1;
+        }
+        // its own row over one its parent changed since the fork (USING OURS, RESOLVE ours); rows
+        // combined BY COLUMNS are neither side's alone
+        if p.row.theirs != p.row.base && p.decision.result == p.row.ours {
+            f.overwrites += 1;
+        }
+        let (schema, name) = split_name(&p.layout.table_name);
+        let columns = changed_columns(p);
+        match f.tables.iter_mut().find(|t| t.schema == schema && t.name == name) {
+            Some(t) => {
+                for c in columns {
+                    if !t.columns.contains(&c) {
+                        t.columns.push(c);
+                    }
+                }
+            }
+            None => f.tables.push(TableChange { schema, name, columns }),
+        }
+    }
+    let (hour_rows, hour_deletes, age_ms) = crate::storage::as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT coalesce(sum(rows) FILTER (WHERE target = 'main'), 0)::int8, coalesce(sum(deletes) FILTER (WHERE target = 'main'), 0)::int8,
+                    (SELECT (extract(epoch FROM clock_timestamp() - coalesce(w.rebased, w.created)) * 1000)::int8 FROM worlds.world w WHERE w.num = $2)
+             FROM worlds.audit WHERE agent = $1 AND action = 'merge' AND at > clock_timestamp() - interval '1 hour'",
+            None,
+            &[agent.into(), world.num.into()],
+            |mut t| {
+                t.next()
+                    .map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<i64>(2).ok().flatten().unwrap_or(0), r.get::<i64>(3).ok().flatten().unwrap_or(0)))
+                    .unwrap_or((0, 0, 0))
+            },
+        )
+        .unwrap_or((0, 0, 0))
+    });
+    f.hour_rows = hour_rows;
+    f.hour_deletes = hour_deletes;
+    f.age_ms = age_ms;
+    f
+}
+
+/// `"schema"."table"` (as layouts name tables) → (schema, table).
+fn split_name(qualified: &str) -> (String, String) {
+    let parts = rules::table_list(qualified).ok().and_then(|mut l| l.pop());
+    match parts {
+        Some(t) => (t.schema.unwrap_or_else(|| "public".into()), t.name),
+        None => ("public".into(), qualified.to_string()),
+    }
+}
+
+/// The policy a merge of `world` is judged by, with the agent it counts for: the merging agent's own,
+/// or (for SHOW REVIEWS and check_merge_policy) the one named.
+pub fn judged_by(world: &WorldRow) -> Option<(String, String)> {
+    if let Some(named) = CHECKING.with(|c| c.borrow().clone()) {
+        let owner = owner_policy(world.num).map(|(a, _)| a).unwrap_or_default();
+        return Some((owner, named));
+    }
+    let agent = crate::governance::agents::session_agent()?;
+    agent.policy.clone().map(|p| (agent.name.clone(), p))
+}
+
+thread_local! {
+    /// A policy to judge a dry run by, whoever runs it (SHOW REVIEWS, check_merge_policy).
+    static CHECKING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The rules the plan breaks under the policy that judges it (empty: none, or no policy).
+pub fn refusals(plan: &[Planned], world: &WorldRow, into_main: bool) -> Vec<String> {
+    let Some((agent, name)) = judged_by(world) else { return Vec::new() };
+    let Some(policy) = load(&name) else { return vec![format!("its merge policy {name} no longer exists")] };
+    rules::broken_rules(&policy, &facts(plan, world, into_main, &agent))
+}
+
+/// A person merging a world of an agent under a policy with confirm_deletes_over: the count must be
+/// given, and right (55000 with the real count), before anything is written.
+pub fn confirm_deletes(plan: &[Planned], world: &WorldRow, given: Option<i64>) {
+    if crate::governance::agents::session_agent().is_some() {
+        return;
+    }
+    let Some((_, name)) = owner_policy(world.num) else { return };
+    let Some(over) = load(&name).and_then(|p| p.confirm_deletes_over) else { return };
+    let deletes = plan.iter().filter(|p| changes(p) && p.decision.result.is_none()).count() as i64;
+    if deletes <= over {
+        return;
+    }
+    match given {
+        Some(n) if n == deletes => {}
+        Some(n) => raise_with(
+            "55000",
+            format!("merging {} deletes {deletes} rows, not {n}; nothing was merged", world.name),
+            None,
+            Some(format!("Check what it deletes (MERGE WORLD {} DRY RUN), then confirm with CONFIRM DELETES {deletes}.", world.name)),
+        ),
+        None => raise_with(
+            "55000",
+            format!(
+                "merging {} deletes {deletes} rows: its merge policy {name} (confirm_deletes_over {over}) asks the person approving it to confirm the count; nothing was merged",
+                world.name
+            ),
+            None,
+            Some(format!("MERGE WORLD {} CONFIRM DELETES {deletes}", world.name)),
+        ),
+    }
+}
+
+/// The refusal of an agent's merge that breaks its policy: the world is queued, then 42501.
+pub fn refuse(world: &WorldRow, reasons: &[String]) -> ! {
+    let policy = judged_by(world).map(|(_, p)| p).unwrap_or_default();
+    crate::governance::reviews::queue(world.num, world.version, &policy);
+    raise_with(
+        "42501",
+        format!("merging {} needs a person: it {}; it waits in SHOW REVIEWS", world.name, reasons.join("; it ")),
+        None,
+        Some(format!("A person merges it (MERGE WORLD {}) or drops it.", world.name)),
+    )
+}
+
+/// SHOW REVIEWS' reasons and changes for a queued world: its merge into its parent judged by `policy`,
+/// as a dry run (nothing written). {"reasons": [...], "changes": {table: "d deleted, u updated, i inserted"}}.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _review_facts(world_num: i32, policy: &str) -> pgrx::JsonB {
+    let name = crate::storage::as_internal(|| crate::spi_calls::get_one_with_args::<String>("SELECT name FROM worlds.world WHERE num = $1", &[world_num.into()]))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| raise("3D000", format!("world {world_num} does not exist")));
+    pgrx::JsonB(check(&name, policy))
+}
+
+/// `worlds.check_merge_policy(world, policy)`: the rules of `policy` the world's merge into its parent
+/// would break now, without merging (the spec's MCP check_merge_policy).
+#[pg_extern(volatile, parallel_unsafe)]
+fn check_merge_policy(world: &str, policy: &str) -> Vec<String> {
+    crate::governance::agents::require("read", None);
+    if load(policy).is_none() {
+        raise("42704", format!("merge policy \"{policy}\" does not exist"));
+    }
+    check(world, policy)["reasons"].as_array().map(|a| a.iter().filter_map(|r| r.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+fn check(world: &str, policy: &str) -> Value {
+    let previous = CHECKING.with(|c| c.replace(Some(policy.to_string())));
+    let rows = crate::merge::rolled_back(|| {
+        crate::merge::merge(crate::merge::MergeRequest {
+            world: Some(world.to_string()),
+            into: None,
+            only_tables: None,
+            only_keys: None,
+            using_ours: None,
+            by_columns: false,
+            resolve: Vec::new(),
+            confirm: false,
+            confirm_deletes: None,
+            target: None,
+            at_version: None,
+            dry_run: true,
+        })
+    });
+    CHECKING.with(|c| *c.borrow_mut() = previous);
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => return serde_json::json!({ "reasons": [format!("its merge can't be judged: {e}")], "changes": {} }),
+    };
+    let prefix = "needs a person: ";
+    let reasons: Vec<Value> = rows
+        .iter()
+        .filter(|r| r["outcome"] == "blocked")
+        .filter_map(|r| r["detail"].as_str())
+        .filter_map(|d| d.strip_prefix(prefix))
+        .flat_map(|d| d.split("; ").map(|s| Value::String(s.to_string())).collect::<Vec<_>>())
+        .collect();
+    let mut changes = serde_json::Map::new();
+    for r in rows.iter().filter(|r| r["outcome"] == "summary") {
+        if let (Some(t), Some(d)) = (r["table"].as_str(), r["detail"].as_str()) {
+            changes.insert(t.to_string(), Value::String(d.to_string()));
+        }
+    }
+    serde_json::json!({ "reasons": reasons, "changes": changes })
+}
+
+/// `worlds._check_policy_list(key, value)`: a list setting read as SQL reads names (22023 otherwise).
+#[pg_extern(immutable, parallel_safe)]
+fn _check_policy_list(key: &str, value: Option<&str>) {
+    let Some(v) = value else { return };
+    let r = match key {
+        "review_columns" => rules::column_list(v).map(|_| ()),
+        "review_channels" => rules::name_list(v).map(|_| ()),
+        _ => rules::table_list(v).map(|_| ()),
+    };
+    if let Err(e) = r {
+        raise("22023", format!("{key}: {e}"));
+    }
+}
