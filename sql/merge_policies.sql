@@ -142,6 +142,7 @@ UPDATE orders SET qty = 12 WHERE id = 8;
 SET SESSION AUTHORIZATION regress_pbot;
 SELECT try($$select * from worlds.sql('merge world over_w using ours')$$);
 RESET SESSION AUTHORIZATION;
+SELECT queued('over_w');
 SELECT qty FROM orders WHERE id = 8;
 -- a person isn't held by the rules: only by their rights
 SELECT * FROM worlds.sql('merge world over_w using ours');

@@ -207,6 +207,11 @@ pub struct MergeFacts {
 }
 
 /// The table as a person with the default search_path names it (public's tables unqualified).
+/// "1 row", "2 rows".
+fn rows(n: i64) -> String {
+    if n == 1 { "1 row".into() } else { format!("{n} rows") }
+}
+
 fn qualified(t: &TableChange) -> String {
     TableName { schema: (t.schema != "public").then(|| t.schema.clone()), name: t.name.clone() }.to_string()
 }
@@ -226,25 +231,25 @@ fn duration(ms: i64) -> String {
 pub fn broken_rules(p: &Policy, f: &MergeFacts) -> Vec<String> {
     let mut why = Vec::new();
     if let Some(n) = p.max_rows.filter(|n| f.rows > *n) {
-        why.push(format!("changes {} rows (max_rows {n})", f.rows));
+        why.push(format!("changes {} (max_rows {n})", rows(f.rows)));
     }
     if let Some(n) = p.max_deletes.filter(|n| f.deletes > *n) {
-        why.push(format!("deletes {} rows (max_deletes {n})", f.deletes));
+        why.push(format!("deletes {} (max_deletes {n})", rows(f.deletes)));
     }
     if f.into_main {
         if let Some(n) = p.rows_per_hour.filter(|n| f.rows + f.hour_rows > *n) {
-            why.push(format!("changes {} rows, {} with its merges into main in the last hour (rows_per_hour {n})", f.rows, f.rows + f.hour_rows));
+            why.push(format!("changes {}, {} with its merges into main in the last hour (rows_per_hour {n})", rows(f.rows), f.rows + f.hour_rows));
         }
         if let Some(n) = p.deletes_per_hour.filter(|n| f.deletes + f.hour_deletes > *n) {
             why.push(format!(
-                "deletes {} rows, {} with its merges into main in the last hour (deletes_per_hour {n})",
-                f.deletes,
+                "deletes {}, {} with its merges into main in the last hour (deletes_per_hour {n})",
+                rows(f.deletes),
                 f.deletes + f.hour_deletes
             ));
         }
     }
     if let Some(n) = p.confirm_deletes_over.filter(|n| f.deletes > *n) {
-        why.push(format!("deletes {} rows (confirm_deletes_over {n}: a person confirms the count)", f.deletes));
+        why.push(format!("deletes {} (confirm_deletes_over {n}: a person confirms the count)", rows(f.deletes)));
     }
     if let Some(n) = p.max_age_ms.filter(|n| f.age_ms > *n) {
         why.push(format!("was forked {} ago (max_age {})", duration(f.age_ms), duration(n)));
@@ -283,7 +288,7 @@ pub fn broken_rules(p: &Policy, f: &MergeFacts) -> Vec<String> {
         why.push(format!("changes the schema ({} objects; schema false)", f.schema_changes));
     }
     if !p.overwrite && f.overwrites > 0 {
-        why.push(format!("overwrites {} row(s) its parent changed since the fork (overwrite false)", f.overwrites));
+        why.push(format!("overwrites {} its parent changed since the fork (overwrite false)", rows(f.overwrites)));
     }
     why
 }
@@ -363,7 +368,7 @@ mod tests {
                 "changes table payments, which tables doesn't list",
                 "changes table payments (review_tables)",
                 "changes column orders.status (review_columns)",
-                "overwrites 1 row(s) its parent changed since the fork (overwrite false)",
+                "overwrites 1 row its parent changed since the fork (overwrite false)",
             ]
         );
         // per-hour rules count merges into main only

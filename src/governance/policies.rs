@@ -68,7 +68,7 @@ pub fn owner_policy(world_num: i32) -> Option<(String, String)> {
 
 /// Does this planned row change the target? (Its result differs from what the target has now.)
 fn changes(p: &Planned) -> bool {
-    matches!(p.decision.outcome, Outcome::Apply) && p.decision.result != p.row.theirs
+    !matches!(p.decision.outcome, Outcome::Conflict(_)) && p.decision.result != p.row.theirs
 }
 
 /// The columns a changed row changes: an update's changed columns, an insert's given (non-null) ones, a
@@ -91,9 +91,9 @@ pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -
         if p.decision.result.is_none() {
             f.deletes += 1;
         }
-        // its own row over one its parent changed since the fork (USING OURS, RESOLVE ours); rows
+        // its own row over one its parent changed since the fork (USING OURS, RESOLVE ... = ours); rows
         // combined BY COLUMNS are neither side's alone
-        if p.row.theirs != p.row.base && p.decision.result == p.row.ours {
+        if matches!(p.decision.outcome, Outcome::KeptOurs | Outcome::PickedOurs) && p.row.theirs != p.row.base {
             f.overwrites += 1;
         }
         let (schema, name) = split_name(&p.layout.table_name);
@@ -148,6 +148,11 @@ pub fn judged_by(world: &WorldRow) -> Option<(String, String)> {
     }
     let agent = crate::governance::agents::session_agent()?;
     agent.policy.clone().map(|p| (agent.name.clone(), p))
+}
+
+/// Is a policy judging a dry run for SHOW REVIEWS or check_merge_policy?
+pub fn checking() -> bool {
+    CHECKING.with(|c| c.borrow().is_some())
 }
 
 thread_local! {
