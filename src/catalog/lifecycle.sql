@@ -114,6 +114,7 @@ BEGIN
     END IF;
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     PERFORM worlds._leave_reviews(w.num, 'dropped');
+    DELETE FROM worlds.outbox o WHERE o.world = w.num;
     FOR t IN SELECT * FROM worlds.tables WHERE delta IS NOT NULL LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;

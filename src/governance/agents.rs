@@ -109,18 +109,18 @@ pub fn require(action: &str, world_num: Option<i32>) {
 
 /// An audit row for the acting agent (none for a person), in the statement's own transaction.
 pub fn audit(action: &str, world: &str, rows: Option<i64>) {
-    audit_merge(action, world, rows, None, None)
+    audit_merge(action, world, rows, None, None, None)
 }
 
 /// `audit` with a merge's deleted rows and target (the per-hour rules count them).
-pub fn audit_merge(action: &str, world: &str, rows: Option<i64>, deletes: Option<i64>, target: Option<&str>) {
+pub fn audit_merge(action: &str, world: &str, rows: Option<i64>, deletes: Option<i64>, target: Option<&str>, effects: Option<i64>) {
     if session_agent().is_none() {
         return;
     }
     crate::storage::as_internal(|| {
         crate::spi_calls::run_with_args(
-            "SELECT worlds._audit($1, $2, $3, $4, $5)",
-            &[action.into(), world.into(), rows.into(), deletes.into(), target.into()],
+            "SELECT worlds._audit($1, $2, $3, $4, $5, $6)",
+            &[action.into(), world.into(), rows.into(), deletes.into(), target.into(), effects.into()],
         )
         .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     })

@@ -51,6 +51,7 @@ CREATE TABLE worlds.audit (
     run    jsonb,
     deletes bigint,                                    -- a merge's deleted rows (rules per hour)
     target text,                                       -- a merge's target world ('main')
+    effects bigint,                                    -- a merge's effects sent or moved (rules per hour)
     xid    xid8 NOT NULL DEFAULT pg_current_xact_id()  -- the action's transaction (UNDO AGENT finds its rows by it)
 );
 CREATE INDEX audit_agent_at ON worlds.audit (agent, at);
@@ -150,7 +151,8 @@ CREATE FUNCTION worlds._agent_name() RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT (worlds._session_agent()).name $$;
 
 -- An audit row for the acting agent (nothing for a person), in the action's own transaction.
-CREATE FUNCTION worlds._audit(action text, world_name text, n bigint DEFAULT NULL, deletes bigint DEFAULT NULL, target text DEFAULT NULL) RETURNS void
+CREATE FUNCTION worlds._audit(action text, world_name text, n bigint DEFAULT NULL, deletes bigint DEFAULT NULL, target text DEFAULT NULL,
+                              effects bigint DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     who text := worlds._agent_name();
@@ -159,8 +161,8 @@ BEGIN
     IF who IS NULL THEN RETURN; END IF;
     -- (a merged world is gone by now: its latest row under that name)
     SELECT w.meta INTO m FROM worlds.world w WHERE w.name = world_name ORDER BY w.dropped IS NULL DESC, w.num DESC LIMIT 1;
-    INSERT INTO worlds.audit (agent, world, action, rows, deletes, target, run)
-    VALUES (who, world_name, action, n, deletes, target,
+    INSERT INTO worlds.audit (agent, world, action, rows, deletes, target, effects, run)
+    VALUES (who, world_name, action, n, deletes, target, effects,
             (SELECT nullif(jsonb_strip_nulls(jsonb_build_object('run_id', m -> 'run_id', 'prompt_version', m -> 'prompt_version',
                                                                'model', m -> 'model', 'tool_schema', m -> 'tool_schema')), '{}')));
 END $$;

@@ -3,12 +3,15 @@
 //!   someone. The catalog and the management statements are SQL (agents.sql); the gates a statement
 //!   meets inside the executor (a write of main, a write of a world) are here.
 //! - `policies`: merge policies' rules judged on the merge's plan (worlds_core::rules); `reviews`: the
-//!   queue of worlds waiting for a person, and its notifications.
+//!   queue of worlds waiting for a person, and its notifications; `outbox`: a world's NOTIFYs, kept
+//!   until it lands.
 use pgrx::prelude::*;
 
 pub mod agents;
 pub mod policies;
+pub mod outbox;
 pub mod reviews;
 
 extension_sql_file!("agents.sql", name = "agents", requires = ["lifecycle", "time"]);
 extension_sql_file!("policies.sql", name = "policies", requires = ["agents"]);
+extension_sql_file!("outbox.sql", name = "outbox", requires = ["policies"]);

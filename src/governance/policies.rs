@@ -109,24 +109,32 @@ pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -
             None => f.tables.push(TableChange { schema, name, columns }),
         }
     }
-    let (hour_rows, hour_deletes, age_ms) = crate::storage::as_internal(|| {
+    let (hour_rows, hour_deletes, hour_effects, age_ms) = crate::storage::as_internal(|| {
         crate::spi_calls::rows(
             "SELECT coalesce(sum(rows) FILTER (WHERE target = 'main'), 0)::int8, coalesce(sum(deletes) FILTER (WHERE target = 'main'), 0)::int8,
+                    coalesce(sum(effects) FILTER (WHERE target = 'main'), 0)::int8,
                     (SELECT (extract(epoch FROM clock_timestamp() - coalesce(w.rebased, w.created)) * 1000)::int8 FROM worlds.world w WHERE w.num = $2)
              FROM worlds.audit WHERE agent = $1 AND action = 'merge' AND at > clock_timestamp() - interval '1 hour'",
             None,
             &[agent.into(), world.num.into()],
             |mut t| {
                 t.next()
-                    .map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<i64>(2).ok().flatten().unwrap_or(0), r.get::<i64>(3).ok().flatten().unwrap_or(0)))
-                    .unwrap_or((0, 0, 0))
+                    .map(|r| {
+                        let n = |i: usize| r.get::<i64>(i).ok().flatten().unwrap_or(0);
+                        (n(1), n(2), n(3), n(4))
+                    })
+                    .unwrap_or((0, 0, 0, 0))
             },
         )
-        .unwrap_or((0, 0, 0))
+        .unwrap_or((0, 0, 0, 0))
     });
     f.hour_rows = hour_rows;
     f.hour_deletes = hour_deletes;
+    f.hour_effects = hour_effects;
     f.age_ms = age_ms;
+    let (effects, channels) = crate::governance::outbox::effects(world.num);
+    f.effects = effects;
+    f.channels = channels;
     f
 }
 

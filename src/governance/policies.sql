@@ -173,7 +173,8 @@ BEGIN
         changed_since := r.wversion <> r.version OR r.partly;
         scope := NULL;
         changes := j -> 'changes';
-        effects := '{}';
+        effects := (SELECT coalesce(jsonb_object_agg(o.channel, o.n), '{}') FROM
+                       (SELECT x.channel, count(*) AS n FROM worlds.outbox x WHERE x.world = r.world GROUP BY 1) o);
         RETURN NEXT;
     END LOOP;
 END $$;

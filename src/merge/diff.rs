@@ -63,7 +63,15 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         for t in &tables {
             require_read(&t.1);
         }
-        render_diff(&world.name, tables, req.as_sql, req.limit)
+        let mut rows = render_diff(&world.name, tables, req.as_sql, req.limit);
+        // its queued effects (governance/outbox.rs), after its rows
+        if !req.as_sql && req.limit.is_none_or(|n| (rows.len() as i64) < n) {
+            rows.extend(crate::governance::outbox::diff_rows(world.num));
+            if let Some(n) = req.limit {
+                rows.truncate(n.max(0) as usize);
+            }
+        }
+        rows
     })
 }
 

@@ -844,6 +844,8 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         });
         crate::governance::reviews::leave(world.num, "merged");
+        // a whole merge lands the world's effects: sent by this transaction into main, moved into a world
+        let effects = if partial { 0 } else { crate::governance::outbox::land(world.num, target_num) };
         if !partial && target_num == world.parent.unwrap_or(0) {
             // a whole merge into the parent (named with INTO or not) ends the world (unless worlds were
             // forked from it)
@@ -860,7 +862,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 .ok();
             });
         }
-        crate::governance::agents::audit_merge("merge", &world.name, Some(applied as i64), Some(deletes), Some(target_name));
+        crate::governance::agents::audit_merge("merge", &world.name, Some(applied as i64), Some(deletes), Some(target_name), Some(effects));
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
     })
 }

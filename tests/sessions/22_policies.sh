@@ -87,6 +87,24 @@ admin -c "select worlds.drop_world('del')" >/dev/null
 expect "gone from the queue" "$(admin -c "select count(*) from worlds.review")" "0"
 expect "row 50 still in main" "$(admin -c "select count(*) from acct where id = 50")" "1"
 
+echo "check: a world's NOTIFY reaches listeners only when its merge into main commits"
+admin -c "select worlds.create_world('fx')" >/dev/null
+PGOPTIONS='-c worlds.world=fx' admin -c "update acct set bal = bal - 3 where id = 7" -c "update acct set bal = bal + 3 where id = 9" -c "notify shipping, 'box 7'" -c "select pg_notify('shipping', 'box 8')" >/dev/null
+psql_in $CL -d $DB -qAt -c "listen shipping" -c "select pg_sleep(1)" -c "select 1" >/tmp/s22_early.out 2>&1
+expect "heard before the merge" "$(grep -c 'Asynchronous notification' /tmp/s22_early.out)" "0"
+( psql_in $CL -d $DB -qAt -c "listen shipping" -c "select pg_sleep(3)" -c "select 1" >/tmp/s22_late.out 2>&1 ) &
+listener=$!
+sleep 0.5
+admin -c "select worlds.create_world('fx2')" >/dev/null
+PGOPTIONS='-c worlds.world=fx2' admin -c "update acct set bal = bal + 1 where id = 8" -c "notify shipping, 'never sent'" >/dev/null
+admin -c "update acct set bal = bal + 2 where id = 8" >/dev/null
+out=$(admin -c "select * from worlds.sql('merge world fx2')" 2>&1 || true)
+grep -q "conflicts" <<<"$out" && echo "  ok   fx2's merge fails (a conflict)" || bad "fx2 merge: $out"
+expect "fx's merge" "$(admin -c "select j ->> 'tag' from worlds.sql('merge world fx') j")" "MERGE 2"
+wait $listener
+expect "heard at its commit, in order" "$(grep -o 'payload "[^"]*"' /tmp/s22_late.out | tr '\n' ' ')" 'payload "box 7" payload "box 8" '
+admin -c "select worlds.drop_world('fx2')" >/dev/null
+
 admin -c "select worlds.drop_agent('s22_bot')" >/dev/null
 [ $failures -eq 0 ] || fail "$failures check(s) failed"
 echo "ok: merge policies"

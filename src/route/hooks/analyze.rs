@@ -364,6 +364,13 @@ pub(super) unsafe fn route_node(node: *mut pg_sys::Node, context: *mut std::ffi:
             route_range_table(query, ctx);
             return pg_sys::query_tree_walker(query, Some(route_walker), context, 0);
         }
+        if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
+            // an effect: kept in the world's outbox until it lands (governance/outbox.rs)
+            let keep = crate::governance::outbox::world_notify_oid();
+            if keep != pg_sys::Oid::INVALID {
+                (*(node as *mut pg_sys::FuncExpr)).funcid = keep;
+            }
+        }
         pg_sys::expression_tree_walker(node, Some(route_walker), context)
     }
 }

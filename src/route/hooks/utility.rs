@@ -158,6 +158,17 @@ pub(super) unsafe fn process_utility_before(
                 }
             }
         }
+        if !stmt.is_null() && routing_active() && (*stmt).type_ == pg_sys::NodeTag::T_NotifyStmt {
+            if let Some(num) = crate::governance::outbox::session_world_num() {
+                let n = stmt as *mut pg_sys::NotifyStmt;
+                let text = |p: *mut std::ffi::c_char| if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() };
+                crate::governance::outbox::keep(num, &text((*n).conditionname), &text((*n).payload));
+                if !qc.is_null() {
+                    pg_sys::SetQueryCompletion(qc, pg_sys::CommandTag::CMDTAG_NOTIFY, 0);
+                }
+                return None;
+            }
+        }
         if !stmt.is_null() && routing_active() {
             let tag = (*stmt).type_;
             if tag == pg_sys::NodeTag::T_TruncateStmt {
