@@ -44,6 +44,9 @@ NOTIFY email, 'never';
 RESET worlds.world;
 SELECT * FROM worlds.sql('drop world w3');
 SELECT x.name, count(*) FROM worlds.outbox o JOIN worlds.world x ON x.num = o.world GROUP BY 1 ORDER BY 1;
+-- landing in main sends them (the merge's transaction) and empties w2's outbox
+SELECT * FROM worlds.sql('merge world w2');
+SELECT count(*) AS kept FROM worlds.outbox;
 -- merge policies count them: max_effects, review_channels; SHOW REVIEWS shows them per channel
 SELECT count(*) FROM worlds.sql('create merge policy fx with (max_effects = 2, review_channels = ''webhook'')');
 SELECT j ->> 'name' AS name FROM worlds.sql('create agent regress_obot with (can = ''read,fork,write_own,merge_own'', policy = ''fx'')') j;
@@ -58,9 +61,8 @@ SELECT try($$select * from worlds.sql('merge world bot_fx')$$);
 RESET SESSION AUTHORIZATION;
 DO $$ BEGIN FOR i IN 1..200 LOOP EXIT WHEN EXISTS (SELECT 1 FROM worlds.review); PERFORM pg_sleep(0.05); END LOOP; END $$;
 SELECT world, reasons, effects FROM worlds.show_reviews();
--- landing in main sends them (the merge's transaction) and empties the outbox
+-- a person approves: its effects are sent
 SELECT * FROM worlds.sql('merge world bot_fx');
-SELECT * FROM worlds.sql('merge world w2');
 SELECT count(*) AS kept FROM worlds.outbox;
 SELECT * FROM orders ORDER BY id;
 SELECT * FROM worlds.sql('drop merge policy fx cascade');

@@ -488,7 +488,7 @@ BEGIN
         RETURN;
     END IF;
     PERFORM worlds._disown(rel);
-    EXECUTE format('DROP %s %s CASCADE', CASE kind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, rel);
+    EXECUTE format('DROP %s %s CASCADE', CASE kind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' WHEN 'i' THEN 'INDEX' ELSE 'TABLE' END, rel);
 END $$;
 
 -- Makes every relation of worlds_data the extension's (those made during CREATE EXTENSION already are).
@@ -1001,6 +1001,9 @@ BEGIN
         -- its history stays for AS OF (the router captured every row as deleted before the drop), in
         -- built-in types only: the user's types, domains and schemas drop as they would without pg_worlds
         t := worlds._unpin_types(t);
+        -- a dropped table's history is read by time, never by transaction: its xid indexes go (two
+        -- relations fewer in pg_class for each table a migration or a test suite creates and drops)
+        PERFORM worlds._drop_relation(i.indexrelid::regclass) FROM pg_index i WHERE i.indrelid IN (t.history, t.inserts);
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, columns, dropped)
         VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.columns, clock_timestamp());
         -- (no invalidation of every relation: the table's own drop invalidates it, and that drops its

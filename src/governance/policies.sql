@@ -191,3 +191,7 @@ BEGIN
                                                                'event', what, 'policy', q.policy)::text);
     END IF;
 END $$;
+
+-- Policies are the database's own configuration: pg_dump carries them (agents are roles, the cluster's,
+-- and don't travel with a database's dump; the review queue, audit and outbox are the worlds' state).
+SELECT pg_catalog.pg_extension_config_dump('worlds.merge_policy', '');

@@ -77,7 +77,42 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
             }
             route_query(query);
         }
+        if (*query).commandType != pg_sys::CmdType::CMD_UTILITY && routing_active() {
+            // pg_notify() in a world (in any query, with tables or none): kept in its outbox
+            keep_notifies(query);
+        }
     }
+}
+
+/// Points every `pg_notify()` call of the query (and its sub-queries) at worlds._world_notify, which keeps
+/// the effect in the session's world's outbox (governance/outbox.rs).
+unsafe fn keep_notifies(query: *mut pg_sys::Query) {
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_Query {
+                return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(walker), context, 0);
+            }
+            if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
+                let keep = &mut *(context as *mut pg_sys::Oid);
+                if *keep == pg_sys::Oid::INVALID {
+                    *keep = crate::governance::outbox::world_notify_oid();
+                }
+                if *keep != pg_sys::Oid::INVALID {
+                    (*(node as *mut pg_sys::FuncExpr)).funcid = *keep;
+                }
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    if overlay::routing_world().is_none_or(|w| w.num <= 0 || w.read_only) {
+        return;
+    }
+    let mut keep = pg_sys::Oid::INVALID;
+    unsafe { walker(query as *mut pg_sys::Node, &mut keep as *mut pg_sys::Oid as *mut std::ffi::c_void) };
 }
 
 thread_local! {
@@ -363,13 +398,6 @@ pub(super) unsafe fn route_node(node: *mut pg_sys::Node, context: *mut std::ffi:
             let ctx = &mut *(context as *mut RouteContext);
             route_range_table(query, ctx);
             return pg_sys::query_tree_walker(query, Some(route_walker), context, 0);
-        }
-        if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
-            // an effect: kept in the world's outbox until it lands (governance/outbox.rs)
-            let keep = crate::governance::outbox::world_notify_oid();
-            if keep != pg_sys::Oid::INVALID {
-                (*(node as *mut pg_sys::FuncExpr)).funcid = keep;
-            }
         }
         pg_sys::expression_tree_walker(node, Some(route_walker), context)
     }
