@@ -97,22 +97,25 @@ unsafe fn keep_notifies(query: *mut pg_sys::Query) {
                 return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(walker), context, 0);
             }
             if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
-                let keep = &mut *(context as *mut pg_sys::Oid);
-                if *keep == pg_sys::Oid::INVALID {
-                    *keep = crate::governance::outbox::world_notify_oid();
-                }
-                if *keep != pg_sys::Oid::INVALID {
-                    (*(node as *mut pg_sys::FuncExpr)).funcid = *keep;
+                // (the session's world is looked up only for a query that notifies: one in a world that
+                // is gone fails here, as its other statements do)
+                let keep = &mut *(context as *mut Option<pg_sys::Oid>);
+                let oid = *keep.get_or_insert_with(|| {
+                    if overlay::routing_world().is_some_and(|w| w.num > 0 && !w.read_only) {
+                        crate::governance::outbox::world_notify_oid()
+                    } else {
+                        pg_sys::Oid::INVALID
+                    }
+                });
+                if oid != pg_sys::Oid::INVALID {
+                    (*(node as *mut pg_sys::FuncExpr)).funcid = oid;
                 }
             }
             pg_sys::expression_tree_walker(node, Some(walker), context)
         }
     }
-    if overlay::routing_world().is_none_or(|w| w.num <= 0 || w.read_only) {
-        return;
-    }
-    let mut keep = pg_sys::Oid::INVALID;
-    unsafe { walker(query as *mut pg_sys::Node, &mut keep as *mut pg_sys::Oid as *mut std::ffi::c_void) };
+    let mut keep: Option<pg_sys::Oid> = None;
+    unsafe { walker(query as *mut pg_sys::Node, &mut keep as *mut Option<pg_sys::Oid> as *mut std::ffi::c_void) };
 }
 
 thread_local! {
