@@ -30,6 +30,7 @@ insert into pairs values (1, 'x', 1), (2, 'y', 2);
 create table events (msg text, n int);
 insert into events values ('e', 1), ('e', 1), ('f', 2);
 select * from worlds.sql('alter system set history_retention = ''2 days''');
+select count(*) from worlds.sql('create merge policy dumped with (max_rows = 7, review_tables = ''logs'')');
 select * from worlds.sql('create world w1');
 set worlds.world = w1;
 update early set v = 'in w1' where id = 1;
@@ -57,7 +58,7 @@ as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -f "$OUT/plain.sql" $SRC || 
 as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -Fc -f "$OUT/custom.dump" $SRC || fail "pg_dump (custom) failed"
 echo "check: the dump holds no generated storage, and of the catalog the settings and the worlds in portable form"
 expect "worlds_data objects in the dump" "$(grep -c 'worlds_data\.' "$OUT/plain.sql")" 0
-expect "COPY of other worlds catalog tables" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -Evc 'worlds.(settings|dumped_world|dumped_row) ')" 0
+expect "COPY of other worlds catalog tables" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -Evc 'worlds.(settings|dumped_world|dumped_row|merge_policy) ')" 0
 expect "worlds in the dump" "$(sed -n '/^COPY worlds.dumped_world /,/^\\\./p' "$OUT/plain.sql" | grep -Ec '^w[12]\s')" 2
 
 restored_checks() { # restored_checks DB
@@ -66,6 +67,7 @@ restored_checks() { # restored_checks DB
   expect "$db: a session in a world not made yet" "$(PGOPTIONS='-c worlds.world=w1' psql_in $CL -d $db -Atc "select count(*) from early" 2>&1 | grep -o 'came with a restored dump' | head -1)" "came with a restored dump"
   expect "$db: tables tracked" "$(psql_in $CL -d $db -Atc "select string_agg(relid::text || ':' || key_kind::text, ',' order by relid::text) from worlds.tables")" "early:i,events:r,late:i,logs:r,pairs:t"
   expect "$db: history_retention kept" "$(psql_in $CL -d $db -Atc "select j->>'history_retention' from worlds.sql('show history_retention') j")" "2 days"
+  expect "$db: merge policies kept" "$(psql_in $CL -d $db -Atc "select name || ' ' || max_rows || ' ' || review_tables from worlds.merge_policy")" "dumped 7 logs"
   expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 10
   expect "$db: the worlds came back" "$(psql_in $CL -d $db -Atc "select string_agg(name || '<' || coalesce(parent, '-'), ',' order by depth) from worlds.show_worlds()")" "main<-,w1<main,w2<w1"
   expect "$db: w1's changes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select string_agg(line, '' order by line) from logs)")" "in w1,w1,aaw1w1"
