@@ -66,3 +66,30 @@ ALTER TABLE orders ADD COLUMN note text;
 UPDATE orders SET status = 'shipped', note = 'fast' WHERE id = 1;
 SELECT j FROM worlds.sql(format('select now.id, now.status, old.status as was from orders now join orders as of %L old on old.id = now.id where old.status <> now.status', :'before_change')) j;
 SELECT j FROM worlds.sql(format('select * from orders as of %L where id = 1', :'before_change')) j;
+
+\echo '== agents: a login of its own, rights, and a merge policy people approved'
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS walk_bot;
+RESET client_min_messages;
+SELECT name FROM worlds.sql('create merge policy small with (max_rows = 3, review_tables = ''items'')') j, jsonb_to_record(j) AS r(name text);
+SELECT j ->> 'name' AS agent, length(j ->> 'token') AS token_length
+FROM worlds.sql('create agent walk_bot with (can = ''read,fork,write_own,merge_own'', policy = ''small'')') j;
+GRANT SELECT, UPDATE ON items, orders TO walk_bot;
+SET SESSION AUTHORIZATION walk_bot;   -- as the agent's own login would (user=walk_bot password=<token>)
+SELECT * FROM worlds.sql('create world bot_small');
+SET worlds.world = bot_small;
+UPDATE orders SET qty = qty + 1 WHERE id = 2;
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world bot_small');                -- within the rules: merged on its own
+SELECT * FROM worlds.sql('create world bot_prices');
+SET worlds.world = bot_prices;
+UPDATE items SET price = price * 2;
+RESET worlds.world;
+\set ON_ERROR_STOP 0
+SELECT * FROM worlds.sql('merge world bot_prices');               -- refused (42501): it waits for a person
+\set ON_ERROR_STOP 1
+RESET SESSION AUTHORIZATION;
+SELECT pg_sleep(0.5);                                             -- (the queue is written by a background worker)
+SELECT world, owner, policy, reasons FROM worlds.show_reviews();
+SELECT * FROM worlds.sql('merge world bot_prices');               -- a person approves
+SELECT * FROM worlds.sql('drop agent walk_bot');
