@@ -1,0 +1,310 @@
+//! Step 3: the three sides of every row a world changed. For each table the world wrote (its own delta
+//! layer, O(rows changed)): `ours` (the world's row), `theirs` (the target's row now) and `base` (the row
+//! at the fork, from main's history, or the parent world as of the fork).
+use super::*;
+
+/// SHOW BRANCHES' `changes`: the rows a world changed since its fork, counted as DIFF lists them (a row
+/// inserted and deleted again, or changed back, is no change). O(rows the world wrote).
+#[pg_extern(name = "_changes")]
+pub(crate) fn changes_since_fork(world_num: i32) -> Option<i64> {
+    as_internal(|| {
+        let world = world_row("num = $1", world_num.into()).filter(|w| w.num != 0)?;
+        Some(own_changes(&world).iter().map(|t| t.rows.iter().filter(|r| r.base != r.ours).count() as i64).sum())
+    })
+}
+
+/// One row the world changed, with the three sides.
+#[derive(Clone, Debug)]
+pub struct Changed {
+    pub key: String,
+    /// the key's columns as a JSON object (the row itself for a table without a key)
+    pub key_obj: Value,
+    pub base: Option<Value>,
+    pub ours: Option<Value>,
+    pub theirs: Option<Value>,
+}
+
+pub struct TableChanges {
+    pub layout: std::rc::Rc<Layout>,
+    pub name: String,
+    pub rows: Vec<Changed>,
+}
+
+pub fn live_columns(relid: pg_sys::Oid) -> Vec<String> {
+    table_columns(relid, false)
+}
+
+/// The columns an INSERT may give (not generated ones).
+pub fn insertable_columns(relid: pg_sys::Oid) -> Vec<String> {
+    table_columns(relid, true)
+}
+
+/// The table's columns in order; `insertable_only` leaves out generated columns (Postgres computes them).
+pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<String> {
+    Spi::connect(|c| {
+        c.select(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
+             AND (NOT $2 OR attgenerated = '') ORDER BY attnum",
+            None,
+            &[relid.into(), insertable_only.into()],
+        )
+        .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
+        .unwrap_or_default()
+    })
+}
+
+/// Every tracked table, with its layout.
+pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
+    let tabnos: Vec<i32> = Spi::connect(|c| {
+        c.select("SELECT tabno FROM worlds.tables ORDER BY relid::oid", None, &[])
+            .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
+    tabnos.into_iter().map(relation_layout).collect()
+}
+
+/// The rows `world` changed in one table, with base, ours and theirs, in key order.
+pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
+    let table = layout.table_name.clone();
+    let delta = layout.delta_name.clone();
+    let history = layout.history_name.clone();
+    let cols = live_columns(layout.relid);
+    let snapshot = world.fork_snapshot.clone().unwrap_or_default();
+    let rows: Vec<Changed> = if layout.key_kind == b'r' {
+        // a table without a key: the rows the world added (less those it removed again), and main's
+        // physical rows it removed (by tid); theirs is that row as main has it now, followed through main's
+        // updates since the fork (its current tid is where a merge deletes it), or none when main deleted it
+        let row_text = format!("ROW({})", cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "));
+        let sql = format!(
+            "SELECT {row_text}::text, {dobj}, NULL::text, NULL::jsonb FROM {delta} d
+              WHERE d._w_world = $1 AND NOT d._w_del
+                AND NOT EXISTS (SELECT 1 FROM {delta} c WHERE c._w_world = $1 AND c._w_of = d._w_dseq)
+             UNION ALL
+             SELECT {row_text}::text, {dobj}, cur.tid::text,
+                    CASE WHEN cur.gone THEN NULL ELSE (SELECT {tobj} FROM ONLY {table} t WHERE t.ctid = cur.tid) END
+               FROM {delta} d,
+                    LATERAL (WITH RECURSIVE chain(tid, depth) AS (
+                                 SELECT d._w_base_tid, 0
+                                 UNION ALL
+                                 SELECT h._w_new_tid, c.depth + 1 FROM chain c
+                                   JOIN {history} h ON h._w_old_tid = c.tid AND h._w_op = 'U' AND h._w_new_tid IS NOT NULL AND {after_fork})
+                             SELECT c.tid, EXISTS (SELECT 1 FROM {history} h WHERE h._w_old_tid = c.tid AND h._w_op = 'D' AND {after_fork}) AS gone
+                             FROM chain c ORDER BY c.depth DESC LIMIT 1) cur
+              WHERE d._w_world = $1 AND d._w_del AND d._w_base_tid IS NOT NULL",
+            dobj = json_object_expr("d", &cols),
+            tobj = json_object_expr("t", &cols),
+            after_fork = if snapshot.starts_with('@') {
+                "h._w_at > substr($2, 2)::timestamptz"
+            } else {
+                "h._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $2::pg_snapshot)"
+            },
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[world.num.into(), snapshot.clone().into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .map(|r| {
+                    let row = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
+                    let key = r.get::<String>(1).ok().flatten().unwrap_or_default();
+                    match r.get::<String>(3).ok().flatten() {
+                        // removed: base is the row as the world saw it, ours nothing
+                        Some(tid) => Changed {
+                            key,
+                            key_obj: serde_json::json!({ "_w_ctid": tid }),
+                            base: row,
+                            ours: None,
+                            theirs: r.get::<JsonB>(4).ok().flatten().map(|j| j.0),
+                        },
+                        None => Changed { key, key_obj: row.clone().unwrap_or(Value::Null), base: None, ours: row, theirs: None },
+                    }
+                })
+                .collect()
+        })
+    } else {
+        let cols_of = |alias: &str| layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+        let kcols = cols_of("d");
+        let after_fork = |alias: &str| {
+            if snapshot.starts_with('@') {
+                format!("{alias}._w_at > substr($2, 2)::timestamptz")
+            } else {
+                format!("{alias}._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot({alias}._w_xid, $2::pg_snapshot)")
+            }
+        };
+        // main didn't touch the table since the fork (the common case): base is theirs for every row, and
+        // the look into history can go
+        let main_changed = {
+            // the same parameters as the gather below ($2: the fork point)
+            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {})", after_fork("h"));
+            crate::spi_calls::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
+        };
+        // main's first change of each key since the fork, after the world's own last partial merge of it
+        // (only worlds partly merged before have one): one pass over history since the fork, joined to the
+        // world's rows by key (history has no index on the key: capture would pay for one on every write)
+        let (first_change, join_first, history_entry) = if main_changed {
+            let (own_join, own_filter) = if partly_merged(world) {
+                (
+                    format!(
+                        "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
+                        after_fork("h2"),
+                        key_match(layout, "own", "h"),
+                        h2 = cols_of("h2"),
+                    ),
+                    "h._w_hseq > coalesce(own.m, 0)".to_string(),
+                )
+            } else {
+                (String::new(), "$3::text IS NOT NULL".to_string())
+            };
+            (
+                format!(
+                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS _w_e
+                             FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
+                    after_fork("h"),
+                    hk = cols_of("h"),
+                    hobj = json_object_expr("h", &cols),
+                ),
+                format!("LEFT JOIN f ON {}", key_match(layout, "f", "o")),
+                "f._w_e",
+            )
+        } else {
+            (String::new(), String::new(), "NULL::jsonb")
+        };
+        let sql = format!(
+            "WITH o AS (
+                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS _w_k, d._w_del, {dobj} AS _w_row
+                FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
+             SELECT o._w_k,
+                    CASE WHEN o._w_del THEN NULL ELSE o._w_row END,
+                    (SELECT to_jsonb(t.*) FROM {table} t WHERE {tmatch}),
+                    {history_entry},
+                    {kobj}
+             FROM o {join_first} ORDER BY {okeys}",
+            kobj = json_object_expr("o", &layout.key_columns),
+            ktext = key_text_expr(layout, "d"),
+            dobj = json_object_expr("d", &cols),
+            tmatch = key_match(layout, "t", "o"),
+            okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+        );
+        Spi::connect(|c| {
+            c.select(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                .map(|r| {
+                    let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
+                    let entry = r.get::<JsonB>(4).ok().flatten().map(|j| j.0);
+                    let base = match entry {
+                        None => theirs.clone(),
+                        Some(e) if e["op"] == "I" => None,
+                        Some(e) => Some(e["row"].clone()),
+                    };
+                    Changed {
+                        key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        key_obj: r.get::<JsonB>(5).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
+                        ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                        theirs,
+                        base,
+                    }
+                })
+                .collect()
+        })
+    };
+    TableChanges { layout: layout.clone(), name: table, rows }
+}
+
+pub(crate) fn partly_merged(world: &WorldRow) -> bool {
+    crate::spi_calls::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event LIKE 'merged part into %')",
+        &[world.num.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(true)
+}
+
+pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'static str {
+    match (before.is_some(), after.is_some()) {
+        (false, true) => "insert",
+        (true, false) => "delete",
+        _ => "update",
+    }
+}
+
+/// Everything the world changed, table by table (only tables it touched).
+pub fn world_changes(world: &WorldRow) -> Vec<TableChanges> {
+    tracked_layouts()
+        .iter()
+        .map(|l| gather(l, world))
+        .filter(|t| !t.rows.is_empty())
+        .collect()
+}
+
+/// What a world changed since its fork, as DIFF shows it: for a world of main, as gathered (base: main as
+/// of the fork); for a world of a world, its rows against that parent as of the fork.
+pub fn own_changes(world: &WorldRow) -> Vec<TableChanges> {
+    let mut tables = world_changes(world);
+    if world.parent.unwrap_or(0) == 0 {
+        return tables;
+    }
+    let base = world_by_num(world.num).as_ref().and_then(base_of);
+    for t in tables.iter_mut().filter(|t| t.layout.key_kind != b'r') {
+        let keys: Vec<Value> = t.rows.iter().map(|r| r.key_obj.clone()).collect();
+        let before = with_world(base.clone(), || read_rows(&t.layout, &keys));
+        for r in t.rows.iter_mut() {
+            r.base = before.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+    tables
+}
+
+/// For merges that don't go straight into main from a world of main: the parent as of the fork (when the
+/// parent is a world) and the target now (when the target is a world), read through their overlays.
+pub(crate) fn other_sides(l: &Layout, rows: &mut [Changed], base_world: Option<&World>, target_world: Option<&World>) {
+    if l.key_kind == b'r' || rows.is_empty() {
+        return;
+    }
+    let keys: Vec<Value> = rows.iter().map(|r| r.key_obj.clone()).collect();
+    if let Some(b) = base_world {
+        let seen = with_world(Some(b.clone()), || read_rows(l, &keys));
+        for r in rows.iter_mut() {
+            r.base = seen.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+    if let Some(t) = target_world {
+        let seen = with_world(Some(t.clone()), || read_rows(l, &keys));
+        for r in rows.iter_mut() {
+            r.theirs = seen.get(&r.key_obj.to_string()).cloned();
+        }
+    }
+}
+
+/// The rows with these keys as the current reader (a world under `with_world`, or main) sees them,
+/// by key (the key object's JSON text).
+pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
+    let cols = live_columns(l.relid);
+    let table = &l.table_name;
+    let sql = format!(
+        "SELECT {}, {} FROM jsonb_populate_recordset(NULL::{table}, $1) k JOIN {table} t ON {}",
+        json_object_expr("t", &l.key_columns),
+        json_object_expr("t", &cols),
+        key_match(l, "t", "k")
+    );
+    Spi::connect(|c| {
+        c.select(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .filter_map(|r| {
+                let k = r.get::<JsonB>(1).ok().flatten()?.0;
+                let row = r.get::<JsonB>(2).ok().flatten()?.0;
+                Some((k.to_string(), row))
+            })
+            .collect()
+    })
+}
+
+pub(crate) fn world_touched(l: &Layout, world: &WorldRow) -> bool {
+    let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", l.delta_name);
+    crate::spi_calls::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
+}
+
+pub(crate) fn merge_by_columns(l: &Layout) -> bool {
+    crate::spi_calls::get_one_with_args::<bool>("SELECT merge_by_columns FROM worlds.tables WHERE tabno = $1", &[l.tabno.into()])
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}

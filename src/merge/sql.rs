@@ -1,0 +1,74 @@
+//! The SQL text the merge's steps build: row objects, literals, key expressions, table names as shown.
+use super::*;
+
+pub fn json_object_expr(alias: &str, cols: &[String]) -> String {
+    // jsonb_build_object takes at most 100 arguments: concatenate chunks of 50 columns
+    let parts: Vec<String> = cols
+        .chunks(50)
+        .map(|chunk| {
+            format!(
+                "jsonb_build_object({})",
+                chunk.iter().map(|c| format!("{}, {alias}.{}", quote_literal(c), quote_ident(c))).collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "'{}'::jsonb".into()
+    } else {
+        parts.join(" || ")
+    }
+}
+
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+pub(crate) fn key_text_expr(layout: &Layout, alias: &str) -> String {
+    match layout.key_columns.len() {
+        0 => format!("ROW({alias}.*)::text"),
+        1 => format!("{alias}.{}::text", quote_ident(&layout.key_columns[0])),
+        _ => format!(
+            "ROW({})::text",
+            layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+pub fn key_match(layout: &Layout, a: &str, b: &str) -> String {
+    layout
+        .key_columns
+        .iter()
+        .map(|c| format!("{a}.{} = {b}.{}", quote_ident(c), quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The table name as the spec prints it in ids ('orders/7'): unqualified when in the search path.
+/// A table as Postgres names it on the session's search_path (`orders`; `app."Orders"` where it isn't on
+/// the path or needs quotes), so a name DIFF or a DRY RUN prints pastes back into ONLY KEYS and RESOLVE.
+/// Remembered per (name, search_path): plans name a table once per row.
+pub fn short_name(table: &str) -> String {
+    thread_local! {
+        static NAMES: std::cell::RefCell<HashMap<(String, String), String>> = std::cell::RefCell::new(HashMap::new());
+    }
+    let path = unsafe {
+        let p = pg_sys::namespace_search_path;
+        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
+    };
+    let key = (table.to_string(), path);
+    if let Some(name) = NAMES.with(|n| n.borrow().get(&key).cloned()) {
+        return name;
+    }
+    let name = crate::storage::in_session_search_path(|| crate::spi_calls::get_one_with_args::<String>("SELECT to_regclass($1)::text", &[table.into()]))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| table.rsplit('.').next().unwrap_or(table).trim_matches('"').to_string());
+    NAMES.with(|n| {
+        let mut n = n.borrow_mut();
+        if n.len() > 10_000 {
+            n.clear();
+        }
+        n.insert(key, name.clone());
+    });
+    name
+}
