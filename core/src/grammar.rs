@@ -113,6 +113,12 @@ pub enum Statement {
     ShowPolicies,
     /// SHOW REVIEWS
     ShowReviews,
+    /// CREATE [OR REPLACE] MERGE CHECK name [ON TABLES (t, ...)] [WITH (timeout = ...)] AS <query>
+    CreateCheck { name: String, replace: bool, tables: Option<Vec<String>>, settings: Vec<(String, MetaValue)>, query: String },
+    /// DROP MERGE CHECK name
+    DropCheck { name: String },
+    /// SHOW MERGE CHECKS
+    ShowChecks,
     /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id']
     UndoAgent { name: String, since: RestoreTarget, skip_changed: bool, run_id: Option<String> },
 }
@@ -147,6 +153,8 @@ impl Statement {
             Statement::DropAgent { .. } => Some("DROP AGENT"),
             Statement::UndoAgent { .. } => Some("UNDO AGENT"),
             Statement::CreatePolicy { .. } => Some("CREATE MERGE POLICY"),
+            Statement::CreateCheck { .. } => Some("CREATE MERGE CHECK"),
+            Statement::DropCheck { .. } => Some("DROP MERGE CHECK"),
             Statement::AlterPolicy { .. } => Some("ALTER MERGE POLICY"),
             Statement::DropPolicy { .. } => Some("DROP MERGE POLICY"),
             _ => None,
@@ -166,6 +174,10 @@ pub struct ParseError {
 
 /// Parses one statement of the spec, with an optional trailing semicolon.
 pub fn parse(text: &str) -> Result<Statement, ParseError> {
+    // (a merge check's query is the database's SQL: only its head is this grammar's)
+    if let Some(check) = checks::parse_create_check(text) {
+        return check;
+    }
     let mut p = Parser { text, toks: lex(text)?, i: 0 };
     let statement = p.statement()?;
     p.eat_sym(';');
@@ -619,7 +631,13 @@ impl Parser<'_> {
                 self.alter_world()
             }
             "drop" if self.eat_word("agent") => self.drop_agent(),
-            "drop" if self.eat_word("merge") => self.drop_policy(),
+            "drop" if self.eat_word("merge") => {
+                if self.eat_word("check") {
+                    self.drop_check()
+                } else {
+                    self.drop_policy()
+                }
+            }
             "drop" => {
                 let branch = self.world_or_branch()?;
                 self.drop(if branch { "DROP BRANCH" } else { "DROP WORLD" })
@@ -810,6 +828,9 @@ impl Parser<'_> {
             Tok::Word(w) if w == "audit" => self.show_audit(),
             Tok::Word(w) if w == "reviews" => Ok(Statement::ShowReviews),
             Tok::Word(w) if w == "merge" => {
+                if self.eat_word("checks") {
+                    return Ok(Statement::ShowChecks);
+                }
                 self.expect_word("policies")?;
                 Ok(Statement::ShowPolicies)
             }
@@ -1114,6 +1135,7 @@ fn side_of(word: &str) -> Side {
 
 mod agents;
 mod policies;
+mod checks;
 
 #[cfg(test)]
 mod tests {

@@ -4,11 +4,12 @@
 //!   meets inside the executor (a write of main, a write of a world) are here.
 //! - `policies`: merge policies' rules judged on the merge's plan (worlds_core::rules); `reviews`: the
 //!   queue of worlds waiting for a person, and its notifications; `outbox`: a world's NOTIFYs, kept
-//!   until it lands.
+//!   until it lands; `checks`: merge checks, queries that must find nothing in the merged result.
 use crate::merge::{Planned, WorldRow};
 use pgrx::prelude::*;
 
 pub mod agents;
+pub mod checks;
 pub mod policies;
 pub mod outbox;
 pub mod reviews;
@@ -16,6 +17,7 @@ pub mod reviews;
 extension_sql_file!("agents.sql", name = "agents", requires = ["lifecycle", "time"]);
 extension_sql_file!("policies.sql", name = "policies", requires = ["agents"]);
 extension_sql_file!("outbox.sql", name = "outbox", requires = ["policies"]);
+extension_sql_file!("checks.sql", name = "checks", requires = ["policies"]);
 
 /// Every gate's refusals of this plan (a merge of `world`, into main or not), as reasons a person reads:
 /// the merge raises them, its DRY RUN shows them in its blocked row, SHOW REVIEWS lists them. Today the

@@ -269,7 +269,8 @@ fn check(world: &str, policy: &str) -> Value {
         .iter()
         .filter(|r| r["outcome"] == "blocked")
         .filter_map(|r| r["detail"].as_str())
-        .filter_map(|d| d.strip_prefix(prefix))
+        // (the policy's rules, then what the trial merge found: broken merge checks, the data's refusals)
+        .map(|d| d.strip_prefix(prefix).unwrap_or(d))
         .flat_map(|d| d.split("; ").map(|s| Value::String(s.to_string())).collect::<Vec<_>>())
         .collect();
     let mut changes = serde_json::Map::new();

@@ -43,7 +43,7 @@ mod diff;
 pub use apply::*;
 pub use diff::*;
 mod subxact;
-pub(crate) use subxact::{in_subtransaction_keep, rolled_back};
+pub(crate) use subxact::{in_subtransaction_keep, rolled_back, rolled_back_with_state};
 use subxact::{in_subtransaction, trial};
 mod rebase;
 pub use rebase::rebase;
@@ -247,6 +247,11 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                         None => apply(&plan, &world),
                         Some(t) => apply_into_world(&plan, &world, t),
                     };
+                    // the merge checks, on the would-be result (governance/checks.rs)
+                    let broken = crate::governance::checks::broken(&plan, target_world.as_ref());
+                    if !broken.is_empty() {
+                        raise("23514", broken.into_iter().map(|(_, r)| r).collect::<Vec<_>>().join("; "));
+                    }
                 });
                 if let Some(why) = why {
                     rows.push(blocked(why));
@@ -325,6 +330,8 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         } else {
             run()
         };
+        // the merge checks, on the result as applied, before it commits (no one skips them)
+        crate::governance::checks::gate(&plan, &world, target_world.as_ref());
         // step 7: what happened, and the world's end
         record(&world, target_num, &target_name, partial, applied as i64, deletes);
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]

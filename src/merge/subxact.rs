@@ -23,6 +23,21 @@ pub(crate) fn rolled_back<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     })
 }
 
+/// `rolled_back`, with the error's SQLSTATE (a merge check past its timeout is 57014).
+pub(crate) fn rolled_back_with_state<R>(f: impl FnOnce() -> R) -> Result<R, (String, String)> {
+    subtransaction(f, |_| false).map_err(|e| match *e {
+        pgrx::pg_sys::panic::CaughtError::PostgresError(r) | pgrx::pg_sys::panic::CaughtError::ErrorReport(r) => {
+            (unpack_sqlstate(r.sql_error_code() as i32), r.message().to_string())
+        }
+        other => ("XX000".to_string(), format!("{other:?}")),
+    })
+}
+
+/// An errcode as its five characters (MAKE_SQLSTATE's packing, 6 bits a character).
+fn unpack_sqlstate(code: i32) -> String {
+    (0..5).map(|i| (((code >> (6 * i)) & 0x3f) as u8 + b'0') as char).collect()
+}
+
 /// The subtransaction both run f in: released when f returns and `keep` agrees, rolled back otherwise;
 /// f's error (pg_worlds' own reports as Postgres errors) returned.
 fn subtransaction<R>(f: impl FnOnce() -> R, keep: impl FnOnce(&R) -> bool) -> Result<R, Box<pgrx::pg_sys::panic::CaughtError>> {

@@ -314,6 +314,12 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             call_tag("SELECT worlds.drop_merge_policy(policy_name => $1, \"cascade\" => $2)", &[name.into(), cascade.into()])
         }
         Statement::ShowPolicies => rows("SELECT * FROM worlds.show_merge_policies()", &[]),
+        Statement::CreateCheck { name, replace, tables, settings, query } => call_tag(
+            "SELECT worlds.create_merge_check(check_name => $1, replace => $2, tables => $3, settings => $4::jsonb, query => $5)",
+            &[name.into(), replace.into(), tables.into(), pairs_json(&settings).to_string().into(), query.into()],
+        ),
+        Statement::DropCheck { name } => call_tag("SELECT worlds.drop_merge_check(check_name => $1)", &[name.into()]),
+        Statement::ShowChecks => rows("SELECT * FROM worlds.show_merge_checks()", &[]),
         Statement::ShowReviews => rows("SELECT * FROM worlds.show_reviews()", &[]),
         Statement::UndoAgent { name, since, skip_changed, run_id } => {
             let when = match since {
