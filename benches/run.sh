@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The system benchmark suite: figures P1–P7, P9 and P10 of the performance goals, each printed beside its goal.
+# The system benchmark suite: figures P1–P11 of the performance goals, each printed beside its goal.
 #
 #   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
 #                                        every figure 3 times (alternating the two sides of each ratio), prints
@@ -10,9 +10,9 @@
 #                                        instead of "bench"; the suite's databases (bench_*) are dropped at the end.
 #                                        The "without preload" variant of P1 needs its own cluster and is skipped.
 #   --reps N                             repetitions (default 3, smoke 1)
-#   --only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10 run only those groups of figures (p1c, p2c = P1, P2 counted in
+#   --only p1,...,p10,p11 run only those groups of figures (p1c, p2c = P1, P2 counted in
 #                                        instructions; p3 = P3, P4 and P5; p9 = main writing while worlds
-#                                        merge; p10 = CREATE TABLE tracked vs plain; default all)
+#                                        merge; p10 = CREATE TABLE tracked vs plain; p11 = merge checks; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -498,6 +498,35 @@ measure_p10() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P11
+# Merge checks' cost: a world that updated CHANGES rows of items (every row of bench_mid) merged with three
+# indexed checks on items, vs the same merge with none; sides alternating, a fresh world each.
+setup_p11() {
+  fresh_db bench_checks; load_items bench_checks $CHANGES; track bench_checks
+  sql bench_checks -c "create index on items (price)" -c "create index on items (name)" -c "vacuum analyze" >/dev/null
+}
+p11_side() {  # p11_side with|without WORLD: the merge's milliseconds
+  if [ "$1" = with ]; then
+    sql bench_checks -c "select worlds.sql('create merge check no_negative on tables (items) as select id from items where price < 0')" \
+      -c "select worlds.sql('create merge check no_huge on tables (items) as select id from items where price > 1000000')" \
+      -c "select worlds.sql('create merge check named on tables (items) as select id from items where name = ''''')" >/dev/null
+  fi
+  world_with_changes bench_checks "$2" 1
+  merge_ms bench_checks "$2"
+  if [ "$1" = with ]; then
+    sql bench_checks -c "select worlds.sql('drop merge check no_negative')" -c "select worlds.sql('drop merge check no_huge')" \
+      -c "select worlds.sql('drop merge check named')" >/dev/null
+  fi
+}
+measure_p11() {
+  local rep w n
+  for rep in $(seq $REPS); do
+    if [ $((rep % 2)) -eq 1 ]; then w=$(p11_side with "c$rep"); n=$(p11_side without "n$rep")
+    else n=$(p11_side without "n$rep"); w=$(p11_side with "c$rep"); fi
+    pair P11 checks "$w" none "$n"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -628,6 +657,7 @@ if want p7; then group "P7" setup_old_world measure_p7; fi
 if want p8; then group "P8c1 P8c2 P8c4" setup_p8 measure_p8; fi
 if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p10; then group "P10" setup_ddl measure_p10; fi
+if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi

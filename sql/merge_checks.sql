@@ -75,6 +75,13 @@ SELECT * FROM worlds.sql('merge world move_lead');
 SELECT j ->> 'detail' AS blocked FROM worlds.sql('merge world cleanup dry run') j WHERE j ->> 'outcome' = 'blocked';
 SELECT try($$select * from worlds.sql('merge world cleanup')$$);
 SELECT count(*) AS leads FROM leads;
+-- the other examples: an active subscription without a payment method
+SELECT * FROM worlds.sql('create world pm');
+SET worlds.world = pm;
+DELETE FROM payment_methods WHERE id = 1;
+RESET worlds.world;
+SELECT try($$select * from worlds.sql('merge world pm')$$);
+SELECT * FROM worlds.sql('drop world pm');
 -- a merge that breaks no check merges; one on tables no check names runs none
 SELECT * FROM worlds.sql('create world pay');
 SET worlds.world = pay;
