@@ -132,6 +132,20 @@ SELECT * FROM worlds.sql('switch world main');
 SELECT try($$select * from worlds.sql('merge world bot_neg')$$);
 RESET SESSION AUTHORIZATION;
 SELECT try($$select * from worlds.sql('merge world bot_neg')$$);
+-- a check reads what the merging role can't: it runs as the database's owner, and refuses all the same
+CREATE TABLE ledger (id int PRIMARY KEY, account int, amount int);
+INSERT INTO ledger VALUES (1, 2, -7);
+SELECT * FROM worlds.sql('create merge check ledger_ok on tables (accounts) as select id from ledger where amount < 0');
+SET SESSION AUTHORIZATION regress_cbot;
+SELECT try('select * from ledger');
+SELECT * FROM worlds.sql('create world bot_ok');
+SELECT * FROM worlds.sql('switch world bot_ok');
+UPDATE accounts SET balance = balance + 1 WHERE id = 2;
+SELECT * FROM worlds.sql('switch world main');
+SELECT try($$select * from worlds.sql('merge world bot_ok')$$);
+RESET SESSION AUTHORIZATION;
+SELECT * FROM worlds.sql('drop merge check ledger_ok');
+SELECT * FROM worlds.sql('drop world bot_ok');
 -- for an agent keeping to a merge policy a broken check is a broken rule: 42501, queued
 SELECT count(*) FROM worlds.sql('create merge policy open_rules');
 SELECT count(*) FROM worlds.sql('alter agent regress_cbot set (policy = ''open_rules'')');

@@ -155,15 +155,42 @@ fn as_database_owner<R>(timeout_ms: i32, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The rows a check finds (at most 11), as `(col = value, ...)`.
+/// The lock space of merge checks' locks (an advisory lock's field4; world_locks.rs 0x7767, tracking
+/// 0x7768).
+const CHECK_SPACE: u16 = 0x7769;
+
+/// Merges that run the same check take turns: each holds the check's lock (EXCLUSIVE, until it commits)
+/// while it runs it, and reads on the latest snapshot, so of two merges each fine alone the second sees
+/// the first's result (write skew between them is what a check is for).
+fn lock_check(name: &str) {
+    let hash = name.bytes().fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    let tag = pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: hash,
+        locktag_field3: 0,
+        locktag_field4: CHECK_SPACE,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    };
+    unsafe {
+        pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, false);
+    }
+}
+
+/// The rows a check finds (at most 11), as `(col = value, ...)`. On main, on the latest snapshot (this
+/// transaction's merge and every merge committed meanwhile).
 fn found_rows(query: &str, timeout_ms: i32, target: Option<&World>) -> Result<Vec<String>, (String, String)> {
     let sql = format!("SELECT row_to_json(q)::text FROM ({query}) q LIMIT 11");
     let run = || {
         as_database_owner(timeout_ms, || {
-            crate::storage::overlay::with_world(target.cloned(), || {
-                crate::spi_calls::rows(&sql, None, &[], |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect::<Vec<_>>())
-                    .unwrap_or_else(|e| raise("XX000", format!("{e}")))
-            })
+            unsafe { pg_sys::CommandCounterIncrement() };
+            match target {
+                None => crate::storage::snapshot_spi::query_latest_generic(&sql, &[], &[], |r| r.get::<String>(1)).into_iter().flatten().collect(),
+                Some(_) => crate::storage::overlay::with_world(target.cloned(), || {
+                    crate::spi_calls::rows(&sql, None, &[], |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect::<Vec<_>>())
+                        .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+                }),
+            }
         })
     };
     crate::merge::rolled_back_with_state(run).map(|rows| {
@@ -219,6 +246,8 @@ fn checks_for(plan: &[Planned]) -> Vec<(String, String, i32)> {
 pub fn broken(plan: &[Planned], target: Option<&World>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     for (name, query, timeout_ms) in checks_for(plan) {
+        // (in name order: the order every merge takes these locks in)
+        lock_check(&name);
         match found_rows(&query, timeout_ms, target) {
             Ok(rows) if rows.is_empty() => {}
             Ok(rows) => {
