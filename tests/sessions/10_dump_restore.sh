@@ -31,6 +31,7 @@ create table events (msg text, n int);
 insert into events values ('e', 1), ('e', 1), ('f', 2);
 select * from worlds.sql('alter system set history_retention = ''2 days''');
 select count(*) from worlds.sql('create merge policy dumped with (max_rows = 7, review_tables = ''logs'')');
+select count(*) from worlds.sql('create merge check dumped_check on tables (logs) as select 1 where false');
 select * from worlds.sql('create world w1');
 set worlds.world = w1;
 update early set v = 'in w1' where id = 1;
@@ -58,7 +59,7 @@ as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -f "$OUT/plain.sql" $SRC || 
 as_pg pg_dump -h "$dir/sock" -p "$port" -U postgres -Fc -f "$OUT/custom.dump" $SRC || fail "pg_dump (custom) failed"
 echo "check: the dump holds no generated storage, and of the catalog the settings and the worlds in portable form"
 expect "worlds_data objects in the dump" "$(grep -c 'worlds_data\.' "$OUT/plain.sql")" 0
-expect "COPY of other worlds catalog tables" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -Evc 'worlds.(settings|dumped_world|dumped_row|merge_policy) ')" 0
+expect "COPY of other worlds catalog tables" "$(grep -E '^COPY worlds\.' "$OUT/plain.sql" | grep -Evc 'worlds.(settings|dumped_world|dumped_row|merge_policy|merge_check) ')" 0
 expect "worlds in the dump" "$(sed -n '/^COPY worlds.dumped_world /,/^\\\./p' "$OUT/plain.sql" | grep -Ec '^w[12]\s')" 2
 
 restored_checks() { # restored_checks DB
@@ -68,6 +69,7 @@ restored_checks() { # restored_checks DB
   expect "$db: tables tracked" "$(psql_in $CL -d $db -Atc "select string_agg(relid::text || ':' || key_kind::text, ',' order by relid::text) from worlds.tables")" "early:i,events:r,late:i,logs:r,pairs:t"
   expect "$db: history_retention kept" "$(psql_in $CL -d $db -Atc "select j->>'history_retention' from worlds.sql('show history_retention') j")" "2 days"
   expect "$db: merge policies kept" "$(psql_in $CL -d $db -Atc "select name || ' ' || max_rows || ' ' || review_tables from worlds.merge_policy")" "dumped 7 logs"
+  expect "$db: merge checks kept" "$(psql_in $CL -d $db -Atc "select name || ' ' || tables::text from worlds.merge_check")" "dumped_check {logs}"
   expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 10
   expect "$db: the worlds came back" "$(psql_in $CL -d $db -Atc "select string_agg(name || '<' || coalesce(parent, '-'), ',' order by depth) from worlds.show_worlds()")" "main<-,w1<main,w2<w1"
   expect "$db: w1's changes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select string_agg(line, '' order by line) from logs)")" "in w1,w1,aaw1w1"
