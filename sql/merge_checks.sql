@@ -41,6 +41,7 @@ CREATE SEQUENCE s;
 SELECT try($$select * from worlds.sql('create merge check c1 as select nextval(''s'')')$$);
 SELECT try($$select * from worlds.sql('create merge check c2 as select setval(''s'', 5)')$$);
 SELECT try($$select * from worlds.sql('create merge check c3 as select pg_notify(''x'', ''y'')')$$);
+SELECT try($$select * from worlds.sql('create merge check c3b as select 1 where pg_advisory_lock(7) is null')$$);
 SELECT try($$select * from worlds.sql('create merge check c4 as select my_fn(id) from accounts')$$);
 SELECT try($$select * from worlds.sql('create merge check c5 as select * from fn_view2')$$);
 SELECT try($$select * from worlds.sql('create merge check c6 as with d as (delete from accounts returning id) select id from d')$$);

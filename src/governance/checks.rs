@@ -15,8 +15,27 @@ use crate::storage::overlay::World;
 use pgrx::prelude::*;
 use worlds_core::merge::Outcome;
 
-/// Functions a check may not call though they are built in: they change something.
-const CHANGING: &[u32] = &[pg_sys::F_NEXTVAL, pg_sys::F_SETVAL_REGCLASS_INT8, pg_sys::F_SETVAL_REGCLASS_INT8_BOOL, pg_sys::F_PG_NOTIFY];
+/// Functions a check may not call though they are built in: they change something that outlives the
+/// check's rolled-back subtransaction (a sequence, a notification, a session's advisory locks).
+const CHANGING: &[u32] = &[
+    pg_sys::F_NEXTVAL,
+    pg_sys::F_SETVAL_REGCLASS_INT8,
+    pg_sys::F_SETVAL_REGCLASS_INT8_BOOL,
+    pg_sys::F_PG_NOTIFY,
+    pg_sys::F_PG_ADVISORY_LOCK_INT8,
+    pg_sys::F_PG_ADVISORY_LOCK_INT4_INT4,
+    pg_sys::F_PG_ADVISORY_LOCK_SHARED_INT8,
+    pg_sys::F_PG_ADVISORY_LOCK_SHARED_INT4_INT4,
+    pg_sys::F_PG_TRY_ADVISORY_LOCK_INT8,
+    pg_sys::F_PG_TRY_ADVISORY_LOCK_INT4_INT4,
+    pg_sys::F_PG_TRY_ADVISORY_LOCK_SHARED_INT8,
+    pg_sys::F_PG_TRY_ADVISORY_LOCK_SHARED_INT4_INT4,
+    pg_sys::F_PG_ADVISORY_UNLOCK_INT8,
+    pg_sys::F_PG_ADVISORY_UNLOCK_INT4_INT4,
+    pg_sys::F_PG_ADVISORY_UNLOCK_SHARED_INT8,
+    pg_sys::F_PG_ADVISORY_UNLOCK_SHARED_INT4_INT4,
+    pg_sys::F_PG_ADVISORY_UNLOCK_ALL,
+];
 
 fn refuse_function(oid: pg_sys::Oid) -> ! {
     let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regprocedure::text", &[oid.into()]).ok().flatten().unwrap_or_default();
