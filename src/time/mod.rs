@@ -56,6 +56,30 @@ fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option
     key_rows(&sql, &[at.into()]).into_iter().map(|(k, then, now, _)| (k, then, now)).collect()
 }
 
+/// What undoing some of main's history entries puts back: for each key the entries matching `entries`
+/// (a condition on history `h`, with `args`) changed, (key, the row before the first of them, the row
+/// now, whether a later entry by anyone else changed it since). UNDO MERGE and UNDO AGENT.
+fn undo_rows(l: &Layout, entries: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option<Value>, Option<Value>, bool)> {
+    let cols = live_columns(l.relid);
+    let kobj = json_object_expr("h", &l.key_columns);
+    let sql = format!(
+        "WITH m AS (SELECT * FROM {hist} h WHERE {entries}),
+              first AS (SELECT DISTINCT ON ({kobj}::text) {kobj} AS k, h._w_op AS op, {hrow} AS row
+                        FROM m h ORDER BY {kobj}::text, h._w_hseq),
+              last AS (SELECT {kobj}::text AS kt, max(h._w_hseq) AS hseq FROM m h GROUP BY 1)
+         SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
+                (SELECT to_jsonb(t.*) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
+                EXISTS (SELECT 1 FROM {hist} h JOIN last ON last.kt = {kobj}::text
+                        WHERE last.kt = f.k::text AND h._w_hseq > last.hseq)
+         FROM first f",
+        hist = l.history_name,
+        hrow = json_object_expr("h", &cols),
+        table = l.table_name,
+        kmatch = key_match(l, "t", "kk"),
+    );
+    key_rows(&sql, args)
+}
+
 /// Rows of (key object, a row, another row, a flag) from a query returning them in that order (the
 /// flag is false when the query has no fourth column).
 fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option<Value>, Option<Value>, bool)> {
@@ -230,26 +254,13 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
         for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
-            let cols = live_columns(l.relid);
-            let kobj = json_object_expr("h", &l.key_columns);
             // the merge's own entries: the latest transaction that wrote main with this world as source
-            let sql = format!(
-                "WITH m AS (SELECT * FROM {hist} h WHERE h._w_src = $1
-                             AND h._w_xid = (SELECT max(_w_xid) FROM {hist} WHERE _w_src = $1)),
-                      first AS (SELECT DISTINCT ON ({kobj}::text) {kobj} AS k, h._w_op AS op, {hrow} AS row
-                                FROM m h ORDER BY {kobj}::text, h._w_hseq),
-                      last AS (SELECT {kobj}::text AS kt, max(h._w_hseq) AS hseq FROM m h GROUP BY 1)
-                 SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
-                        (SELECT to_jsonb(t.*) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
-                        EXISTS (SELECT 1 FROM {hist} h JOIN last ON last.kt = {kobj}::text
-                                WHERE last.kt = f.k::text AND h._w_hseq > last.hseq)
-                 FROM first f",
-                hist = l.history_name,
-                hrow = json_object_expr("h", &cols),
-                table = l.table_name,
-                kmatch = key_match(l, "t", "kk"),
+            let hist = &l.history_name;
+            let rows = undo_rows(
+                l,
+                &format!("h._w_src = $1 AND h._w_xid = (SELECT max(_w_xid) FROM {hist} WHERE _w_src = $1)"),
+                &[id.clone().into()],
             );
-            let rows = key_rows(&sql, &[id.clone().into()]);
             for (k, before, now, again) in rows {
                 let key = key_text_of(&k, &l.key_columns);
                 if again {

@@ -5,9 +5,9 @@
 //! audit row with its xid (governance/agents.sql), and history (main) and deltas (worlds) carry the xid of
 //! every change. A row changed after the agent's last change by anyone else (another run, with WHERE
 //! run_id) refuses the undo with 40001, naming up to 10, unless SKIP CHANGED leaves it.
-use super::{key_rows, key_text_of, planned, world_changes_since};
+use super::{key_text_of, planned, world_changes_since};
 use crate::api::{raise, raise_with};
-use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts};
+use crate::merge::{apply_plan, json_object_expr, short_name, tracked_layouts};
 use crate::storage::as_internal;
 use crate::storage::overlay::{with_world, world_by_num};
 use pgrx::prelude::*;
@@ -83,24 +83,7 @@ type KeyRow = (serde_json::Value, Option<serde_json::Value>, Option<serde_json::
 /// Main: each key the agent's transactions changed since `since` — the row before its first change, the
 /// row now, and whether someone else changed it after its last.
 fn main_rows(l: &crate::storage::Layout, xids: &[String], since: &str) -> Vec<KeyRow> {
-    let cols = live_columns(l.relid);
-    let kobj = json_object_expr("h", &l.key_columns);
-    let sql = format!(
-        "WITH m AS (SELECT * FROM {hist} h WHERE h._w_xid = ANY ($1::text[]::xid8[]) AND h._w_at >= $2::timestamptz),
-              first AS (SELECT DISTINCT ON ({kobj}::text) {kobj} AS k, h._w_op AS op, {hrow} AS row
-                        FROM m h ORDER BY {kobj}::text, h._w_hseq),
-              last AS (SELECT {kobj}::text AS kt, max(h._w_hseq) AS hseq FROM m h GROUP BY 1)
-         SELECT f.k, CASE WHEN f.op = 'I' THEN NULL ELSE f.row END,
-                (SELECT to_jsonb(t.*) FROM {table} t, jsonb_populate_record(NULL::{table}, f.k) kk WHERE {kmatch}),
-                EXISTS (SELECT 1 FROM {hist} h JOIN last ON last.kt = {kobj}::text
-                        WHERE last.kt = f.k::text AND h._w_hseq > last.hseq)
-         FROM first f",
-        hist = l.history_name,
-        hrow = json_object_expr("h", &cols),
-        table = l.table_name,
-        kmatch = key_match(l, "t", "kk"),
-    );
-    key_rows(&sql, &[xids.to_vec().into(), since.into()])
+    super::undo_rows(l, "h._w_xid = ANY ($1::text[]::xid8[]) AND h._w_at >= $2::timestamptz", &[xids.to_vec().into(), since.into()])
 }
 
 /// A world: each key the agent's transactions wrote in it since `since` — the row the world saw then,
