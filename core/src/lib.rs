@@ -5,3 +5,4 @@ pub mod grammar;
 pub mod merge;
 pub mod names;
 pub mod rules;
+pub mod scope;

@@ -33,7 +33,7 @@ impl std::fmt::Display for TableName {
 }
 
 /// The identifiers of a dotted name: `a."B".c` → a, B, c. Err with a message for an empty or unterminated part.
-fn identifiers(text: &str) -> Result<Vec<String>, String> {
+pub fn identifiers(text: &str) -> Result<Vec<String>, String> {
     let mut parts = Vec::new();
     let mut chars = text.trim().chars().peekable();
     loop {
@@ -85,7 +85,7 @@ fn identifiers(text: &str) -> Result<Vec<String>, String> {
 }
 
 /// Splits a list on commas outside double quotes.
-fn split_list(text: &str) -> Vec<String> {
+pub fn split_list(text: &str) -> Vec<String> {
     let mut items = Vec::new();
     let mut current = String::new();
     let mut quoted = false;

@@ -161,6 +161,9 @@ BEGIN
     -- the database's first world: every tracked table gets the delta worlds write into
     PERFORM worlds._ensure_world_storage();
     meta := worlds._checked_meta(meta);
+    -- the declared scope resolved (names as SQL reads them), check_reads as the agent's policy wants it
+    -- (governance/scope.rs; 42P01, 42703, 22023, 42501)
+    meta := worlds._fork_meta(meta);
     PERFORM worlds._expire();
     source := coalesce(source, current_setting('worlds.world'));
     IF position('@' IN source) > 0 THEN
@@ -233,7 +236,8 @@ END $$;
 
 -- A row of SHOW WORLDS (also what ALTER WORLD returns).
 CREATE TYPE worlds.world_row AS (name text, id text, parent text, depth integer, created timestamptz, version bigint,
-                                 meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean);
+                                 meta jsonb, owner text, expires timestamptz, active timestamptz, pinned boolean,
+                                 scope jsonb);
 
 CREATE FUNCTION worlds.show_worlds() RETURNS SETOF worlds.world_row
 LANGUAGE plpgsql AS $$
@@ -245,7 +249,8 @@ BEGIN
     RETURN QUERY
     SELECT w.name, w.id, p.name, w.depth, w.created, w.version,
            (SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(w.meta) e(k, v) WHERE k NOT LIKE '\_worlds%'),
-           w.owner, w.expires, CASE WHEN w.num = 0 THEN NULL ELSE w.active END, w.pinned
+           w.owner, w.expires, CASE WHEN w.num = 0 THEN NULL ELSE w.active END, w.pinned,
+           worlds._scope_shown(w.meta)
     FROM worlds.world w LEFT JOIN worlds.world p ON p.num = w.parent
     WHERE w.dropped IS NULL
     ORDER BY w.num;
@@ -289,7 +294,9 @@ BEGIN
         FOR k IN SELECT jsonb_object_keys(set_meta) LOOP
             IF jsonb_typeof(set_meta -> k) = 'null' THEN m := m - k; ELSE m := m || jsonb_build_object(k, set_meta -> k); END IF;
         END LOOP;
-        PERFORM worlds._checked_meta(m);
+        PERFORM worlds._checked_meta(m - '_worlds_scope');
+        -- check_reads only turned off, the scope changed by people only, and resolved again (scope.rs)
+        m := worlds._alter_meta(w.name, w.meta, m);
         UPDATE worlds.world SET meta = m WHERE num = w.num;
         INSERT INTO worlds.event (world, event) VALUES (w.num, 'metadata changed');
     END IF;

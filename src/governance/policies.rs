@@ -139,7 +139,7 @@ pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -
 }
 
 /// `"schema"."table"` (as layouts name tables) → (schema, table).
-fn split_name(qualified: &str) -> (String, String) {
+pub(crate) fn split_name(qualified: &str) -> (String, String) {
     let parts = rules::table_list(qualified).ok().and_then(|mut l| l.pop());
     match parts {
         Some(t) => (t.schema.unwrap_or_else(|| "public".into()), t.name),

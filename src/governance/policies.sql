@@ -171,7 +171,7 @@ BEGIN
         reasons := ARRAY(SELECT jsonb_array_elements_text(j -> 'reasons'));
         asked := r.asked; version := r.version;
         changed_since := r.wversion <> r.version OR r.partly;
-        scope := NULL;
+        scope := (SELECT worlds._scope_shown(x.meta) FROM worlds.world x WHERE x.num = r.world);
         changes := j -> 'changes';
         effects := (SELECT coalesce(jsonb_object_agg(o.channel, o.n), '{}') FROM
                        (SELECT x.channel, count(*) AS n FROM worlds.outbox x WHERE x.world = r.world GROUP BY 1) o);

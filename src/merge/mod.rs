@@ -238,6 +238,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             if !why.is_empty() {
                 rows.push(blocked(format!("needs a person: {}", why.join("; "))));
             }
+            // what holds a person's merge: a stale read, the declared scope (governance::holds)
+            for h in crate::governance::person_holds(&plan, &world) {
+                rows.push(blocked(h.message));
+            }
             // with no conflict, the merge is tried and rolled back: a constraint (or the app's trigger) that
             // would refuse it shows as a last row, blocked. A read-only transaction can't try it: the plan
             // is shown without that row

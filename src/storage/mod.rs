@@ -263,6 +263,49 @@ pub fn in_session_search_path<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs f with the search_path of whoever called the pg_worlds function running now: inside pg_worlds'
+/// internal work, the session's (as `in_session_search_path`); inside a plpgsql API function (which runs
+/// with `search_path = pg_catalog, pg_temp`, install.sql), the value that function's SET saved, i.e. its
+/// caller's. For names a user wrote that such a function resolves (CREATE WORLD's may_change).
+pub fn in_caller_search_path<R>(f: impl FnOnce() -> R) -> R {
+    if internal() {
+        return in_session_search_path(f);
+    }
+    struct PathGuard(i32);
+    impl Drop for PathGuard {
+        fn drop(&mut self) {
+            pop_setting(self.0);
+        }
+    }
+    let saved = unsafe {
+        let vars = pg_sys::get_guc_variables();
+        let n = pg_sys::GetNumConfigOptions();
+        let mut found = None;
+        for i in 0..n.max(0) as usize {
+            let g = *vars.add(i);
+            if g.is_null() || std::ffi::CStr::from_ptr((*g).name) != c"search_path" {
+                continue;
+            }
+            let current = *(*(g as *mut pg_sys::config_string)).variable;
+            if current.is_null() || std::ffi::CStr::from_ptr(current) != SAFE_SEARCH_PATH {
+                break;
+            }
+            // the innermost function SET (a save): its prior value is the caller's
+            let mut st = (*g).stack;
+            while !st.is_null() && (*st).state != pg_sys::GucStackState::GUC_SAVE {
+                st = (*st).prev;
+            }
+            if !st.is_null() && !(*st).prior.val.stringval.is_null() {
+                found = Some(std::ffi::CStr::from_ptr((*st).prior.val.stringval).to_owned());
+            }
+            break;
+        }
+        found
+    };
+    let _p = saved.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    f()
+}
+
 /// The search_path pg_worlds' own SQL runs with.
 const SAFE_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
 
