@@ -48,6 +48,7 @@ pub extern "C-unwind" fn _PG_init() {
         route::install_hooks();
         storage::register_callbacks();
         time::purge::register_workers();
+        governance::reads::shmem::register();
     }
 }
 

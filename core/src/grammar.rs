@@ -114,6 +114,9 @@ pub enum Statement {
     ShowPolicies,
     /// SHOW REVIEWS
     ShowReviews,
+    /// CHECK READS [OF WORLD name]: what the world read that changed since its fork (the session's world
+    /// without OF)
+    CheckReads { world: Option<WorldRef> },
     /// CREATE [OR REPLACE] MERGE CHECK name [ON TABLES (t, ...)] [WITH (timeout = ...)] AS <query>
     CreateCheck { name: String, replace: bool, tables: Option<Vec<String>>, settings: Vec<(String, MetaValue)>, query: String },
     /// DROP MERGE CHECK name
@@ -386,6 +389,16 @@ impl Parser<'_> {
                 self.drop("DROP WORLD")
             }
             "diff" => self.diff(),
+            "check" => {
+                self.expect_word("reads")?;
+                let world = if self.eat_word("of") {
+                    self.world_or_branch()?;
+                    Some(self.world_name()?)
+                } else {
+                    None
+                };
+                Ok(Statement::CheckReads { world })
+            }
             "merge" => {
                 self.world_or_branch()?;
                 let name = self.merge_name()?;

@@ -5,4 +5,5 @@ pub mod grammar;
 pub mod merge;
 pub mod names;
 pub mod rules;
+pub mod reads;
 pub mod scope;

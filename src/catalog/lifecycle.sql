@@ -203,6 +203,10 @@ BEGIN
             CASE WHEN at IS NULL THEN pg_current_snapshot() END, at,
             agent.name, worlds._session_user_id(),
             CASE WHEN agent.world_ttl > 0 THEN clock_timestamp() + agent.world_ttl * interval '1 ms' END);
+    -- a world that checks its reads keeps them from now (governance/reads: shared memory)
+    IF meta -> 'check_reads' = 'true'::jsonb THEN
+        PERFORM worlds._reads_begin(n);
+    END IF;
     PERFORM worlds._audit('fork', name);
     INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || src.name), (src.num, 'forked ' || name);
     RETURN 'CREATE WORLD';

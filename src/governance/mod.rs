@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 pub mod agents;
 pub mod checks;
 pub mod policies;
+pub mod reads;
 pub mod outbox;
 pub mod reviews;
 pub mod scope;
@@ -32,7 +33,7 @@ pub struct Hold {
 
 /// The holds on this plan, stale reads first.
 pub fn holds(plan: &[Planned], world: &WorldRow) -> Vec<Hold> {
-    scope::held(plan, world).into_iter().collect()
+    reads::held(world, "merging").into_iter().chain(scope::held(plan, world)).collect()
 }
 
 /// Every gate's refusals of this plan (a merge of `world`, into main or not) under the merge policy that

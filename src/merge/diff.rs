@@ -480,3 +480,49 @@ pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value)
 }
 
 // ---------------------------------------------------------------- MERGE
+
+/// Rows of one table that the world's parent changed since the world's fork, the world's own rows left
+/// out: (key text, the row at the fork, the row now; None where there is none). O(rows the parent's
+/// chain wrote and main changed since the world's cut). What a world's stale reads are judged on.
+pub fn parent_changes(l: &Layout, world: &World) -> Vec<(String, Option<Value>, Option<Value>)> {
+    let at_fork = base_of(world).unwrap_or_else(|| {
+        World::new(crate::storage::overlay::WorldData {
+            num: -world.num,
+            name: format!("{} (fork point)", world.name),
+            version: world.version,
+            chain: Vec::new(),
+            layer_snapshots: Vec::new(),
+            main_snapshot: world.main_snapshot.clone(),
+            read_only: true,
+        })
+    });
+    let parent = world.chain.get(1).copied().and_then(world_by_num);
+    let keys = candidate_keys(l, &world.chain[1..], std::slice::from_ref(&world.main_snapshot));
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let own: std::collections::HashSet<String> = Spi::connect(|c| {
+        c.select(
+            &format!("SELECT DISTINCT {} FROM {} d WHERE d._w_world = $1", json_object_expr("d", &l.key_columns), l.delta_name),
+            None,
+            &[world.num.into()],
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+        .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0.to_string()))
+        .collect()
+    });
+    let keys: Vec<Value> = keys.into_iter().filter(|k| !own.contains(&k.to_string())).collect();
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let before = with_world(Some(at_fork), || read_rows(l, &keys));
+    let after = with_world(parent, || read_rows(l, &keys));
+    let texts = key_texts(l, &keys);
+    keys.into_iter()
+        .zip(texts)
+        .filter_map(|(k, t)| {
+            let (x, y) = (before.get(&k.to_string()).cloned(), after.get(&k.to_string()).cloned());
+            (x != y).then_some((t, x, y))
+        })
+        .collect()
+}

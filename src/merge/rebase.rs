@@ -67,6 +67,11 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             raise("0A000", format!("world {} has live forks; rebasing it would move the ground under them", world.name));
         }
         let world = resolve_again(&world);
+        // a world that checks its reads: a row it read that changed since the fork (40001): the decision
+        // made on it needs making again (governance/reads)
+        if let Some(h) = crate::governance::reads::held(&world, "rebasing") {
+            raise_with(h.code, h.message, None, h.hint);
+        }
         if let Some(v) = req.at_version {
             if v != world.version {
                 raise("55000", format!("world {} is at version {}, not {v}; nothing was rebased", world.name, world.version));

@@ -329,6 +329,7 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             };
             tag(crate::time::undo_agent(&name, when, skip_changed, run_id))
         }
+        Statement::CheckReads { world } => rows("SELECT * FROM worlds.check_reads($1)", &[world.into()]),
         Statement::ShowAudit { agent, limit } => rows(
             "SELECT * FROM worlds.show_audit(agent_name => $1, \"limit\" => $2)",
             &[agent.into(), limit.unwrap_or(100).into()],

@@ -236,6 +236,9 @@ fn spec_stale_reads_and_scope() {
             action: AlterAction::Set(vec![("check_reads".into(), MetaValue::Bool(false))])
         }
     );
+    assert_eq!(ok("check reads of world payout;"), Statement::CheckReads { world: Some(WorldRef::from("payout")) });
+    assert_eq!(ok("CHECK READS"), Statement::CheckReads { world: None });
+    assert!(parse("check reads of payout").is_err());
     let close_stale = "create world close_stale with (
   may_change = 'leads.status, lists',  -- whole tables, or single columns
   tenant     = 'org_id = 42',          -- every row changed has org_id = 42, before and after

@@ -1,0 +1,502 @@
+//! What a statement reads through a world that checks its reads, taken from its plan when the executor
+//! starts it (ExecutorStart: every statement, a plpgsql function's, a prepared one's, a sub-query's),
+//! with its parameters' values.
+//!
+//! Every scan node of a tracked table (main's side of the world's view: the world scan's child, the
+//! overlay view's base branch) is a read of that table. Its conditions (the plan's filter and index
+//! conditions) are kept where they are column op constant: `=`, `<`, `<=`, `>`, `>=` (the last four
+//! only on non-text or C-collated values: a text range in a collation reads the whole table), `= ANY
+//! (...)` (IN), `IS NULL`, `LIKE 'prefix%'`, with a built-in operator and a constant of a built-in type
+//! (a parameter's value counts as one). Other conditions are left out: the scan reads more, never less.
+//! A scan with none left reads the whole table. `key = c` or `key IN (...)` on a single-column key is a
+//! lookup of those keys. The columns read are the table's columns the statement uses (its range-table
+//! entries' selected columns).
+use super::shmem::{self, Recorded};
+use pgrx::pg_sys;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use worlds_core::reads::{self, Columns, Conjunct, Test};
+
+/// One read of a table by one scan.
+enum Read {
+    Whole,
+    Keys(Vec<String>),
+    Scan(Vec<Conjunct>),
+}
+
+#[derive(Default)]
+struct Local {
+    whole: bool,
+    keys: HashMap<u64, Columns>,
+    scans: HashMap<u64, Columns>,
+}
+
+thread_local! {
+    /// Does world n check its reads? (It can only be turned off after its fork: a stale yes records
+    /// reads nobody checks.)
+    static CHECKS: RefCell<HashMap<i32, bool>> = RefCell::new(HashMap::new());
+    /// What this backend already put in shared memory, per (world, table): the same read again costs
+    /// no lock.
+    static SENT: RefCell<HashMap<(i32, u32), Local>> = RefCell::new(HashMap::new());
+    /// The owner of each tracked table's overlay view (its own entry for the table isn't a user's read).
+    static VIEW_OWNERS: RefCell<HashMap<u32, pg_sys::Oid>> = RefCell::new(HashMap::new());
+}
+
+/// Does world `num` check its reads (its metadata's check_reads)?
+pub fn checks_reads(num: i32) -> bool {
+    if let Some(b) = CHECKS.with(|c| c.borrow().get(&num).copied()) {
+        return b;
+    }
+    let b = crate::storage::as_internal(|| {
+        crate::spi_calls::get_one_with_args::<bool>(
+            "SELECT coalesce(meta -> 'check_reads' = 'true'::jsonb, false) FROM worlds.world WHERE num = $1",
+            &[num.into()],
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    CHECKS.with(|c| c.borrow_mut().insert(num, b));
+    b
+}
+
+/// Does world `num` check its reads, as its catalog row says now (what a merge judges by)?
+pub fn checks_reads_now(num: i32) -> bool {
+    forget_check(num);
+    checks_reads(num)
+}
+
+/// A world's check_reads changed (ALTER WORLD): ask again.
+pub fn forget_check(num: i32) {
+    CHECKS.with(|c| c.borrow_mut().remove(&num));
+}
+
+unsafe fn list<T>(l: *mut pg_sys::List) -> Vec<*mut T> {
+    unsafe {
+        if l.is_null() {
+            return Vec::new();
+        }
+        (0..(*l).length).map(|i| pg_sys::list_nth(l, i) as *mut T).collect()
+    }
+}
+
+unsafe fn tag<T>(n: *mut T) -> pg_sys::NodeTag {
+    unsafe { (*(n as *mut pg_sys::Node)).type_ }
+}
+
+unsafe fn strip(mut n: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    unsafe {
+        while !n.is_null() && tag(n) == pg_sys::NodeTag::T_RelabelType {
+            n = (*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
+        }
+        n
+    }
+}
+
+/// The heap attnum a Var of this scan reads (an index-only scan's Vars name index columns).
+unsafe fn attno_of(n: *mut pg_sys::Node, scanrelid: u32, indextlist: *mut pg_sys::List) -> Option<i16> {
+    unsafe { var_of(n, scanrelid, indextlist).map(|(a, _)| a) }
+}
+
+/// The Var's heap attnum and type.
+unsafe fn var_of(n: *mut pg_sys::Node, scanrelid: u32, indextlist: *mut pg_sys::List) -> Option<(i16, pg_sys::Oid)> {
+    unsafe {
+        let n = strip(n);
+        if n.is_null() || tag(n) != pg_sys::NodeTag::T_Var {
+            return None;
+        }
+        let v = n as *mut pg_sys::Var;
+        if (*v).varlevelsup != 0 || (*v).varattno <= 0 {
+            return None;
+        }
+        if (*v).varno == pg_sys::INDEX_VAR && !indextlist.is_null() {
+            let te = list::<pg_sys::TargetEntry>(indextlist).get((*v).varattno as usize - 1).copied()?;
+            return var_of((*te).expr as *mut pg_sys::Node, scanrelid, std::ptr::null_mut());
+        }
+        ((*v).varno as u32 == scanrelid).then_some(((*v).varattno, (*v).vartype))
+    }
+}
+
+/// A constant's value: (type, datum, isnull) from a Const or an external parameter.
+unsafe fn value_of(n: *mut pg_sys::Node, params: pg_sys::ParamListInfo) -> Option<(pg_sys::Oid, pg_sys::Datum, bool)> {
+    unsafe {
+        let n = strip(n);
+        if n.is_null() {
+            return None;
+        }
+        match tag(n) {
+            pg_sys::NodeTag::T_Const => {
+                let c = n as *mut pg_sys::Const;
+                Some(((*c).consttype, (*c).constvalue, (*c).constisnull))
+            }
+            pg_sys::NodeTag::T_Param => {
+                let p = n as *mut pg_sys::Param;
+                if (*p).paramkind != pg_sys::ParamKind::PARAM_EXTERN || params.is_null() || (*p).paramid <= 0 || (*p).paramid > (*params).numParams {
+                    return None;
+                }
+                let mut workspace = pg_sys::ParamExternData::default();
+                let data = match (*params).paramFetch {
+                    Some(fetch) => fetch(params, (*p).paramid, false, &mut workspace),
+                    None => (*params).params.as_mut_ptr().add((*p).paramid as usize - 1),
+                };
+                if data.is_null() || (*data).ptype != (*p).paramtype {
+                    return None;
+                }
+                Some(((*data).ptype, (*data).value, (*data).isnull))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn built_in(oid: pg_sys::Oid) -> bool {
+    oid.to_u32() < pg_sys::FirstNormalObjectId
+}
+
+unsafe fn text_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> String {
+    unsafe {
+        let (mut out, mut varlena) = (pg_sys::Oid::INVALID, false);
+        pg_sys::getTypeOutputInfo(typ, &mut out, &mut varlena);
+        let s = pg_sys::OidOutputFunctionCall(out, d);
+        let r = std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned();
+        pg_sys::pfree(s as *mut std::ffi::c_void);
+        r
+    }
+}
+
+/// An array constant's elements as text (None: a null element, or not built-in).
+unsafe fn elements_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> Option<Vec<String>> {
+    unsafe {
+        let elem = pg_sys::get_element_type(typ);
+        if elem == pg_sys::Oid::INVALID || !built_in(elem) {
+            return None;
+        }
+        let (mut len, mut byval, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut byval, &mut align);
+        let arr = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let (mut values, mut nulls, mut n) = (std::ptr::null_mut(), std::ptr::null_mut(), 0i32);
+        pg_sys::deconstruct_array(arr, elem, len as i32, byval, align, &mut values, &mut nulls, &mut n);
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            if *nulls.add(i) {
+                continue;
+            }
+            out.push(text_of(elem, *values.add(i)));
+        }
+        Some(out)
+    }
+}
+
+/// A condition this scan keeps: the conjunct, and the keys it looks up when it is `key = c` / `key IN`.
+struct Cond {
+    conj: Conjunct,
+    keys: Option<Vec<String>>,
+    /// the constant is null: the condition matches no row
+    never: bool,
+}
+
+unsafe fn opname(opno: pg_sys::Oid) -> String {
+    unsafe {
+        let p = pg_sys::get_opname(opno);
+        if p.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+/// May a comparison under this collation be tested on a row's value later? Equality under a
+/// deterministic collation and LIKE 'prefix%' are bytes; ranges are only in C.
+unsafe fn collation_ok(op: &str, collid: pg_sys::Oid) -> bool {
+    unsafe {
+        if collid == pg_sys::Oid::INVALID || collid == pg_sys::C_COLLATION_OID {
+            return true;
+        }
+        match op {
+            "=" | "~~" => pg_sys::get_collation_isdeterministic(collid),
+            _ => false,
+        }
+    }
+}
+
+unsafe fn classify(n: *mut pg_sys::Node, scanrelid: u32, itl: *mut pg_sys::List, params: pg_sys::ParamListInfo, key: Option<i16>) -> Vec<Cond> {
+    unsafe {
+        if n.is_null() {
+            return Vec::new();
+        }
+        match tag(n) {
+            pg_sys::NodeTag::T_BoolExpr if (*(n as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR => {
+                list::<pg_sys::Node>((*(n as *mut pg_sys::BoolExpr)).args).into_iter().flat_map(|a| classify(a, scanrelid, itl, params, key)).collect()
+            }
+            pg_sys::NodeTag::T_NullTest => {
+                let t = n as *mut pg_sys::NullTest;
+                if (*t).nulltesttype != pg_sys::NullTestType::IS_NULL || (*t).argisrow {
+                    return Vec::new();
+                }
+                match attno_of((*t).arg as *mut pg_sys::Node, scanrelid, itl) {
+                    Some(a) => vec![Cond { conj: Conjunct { attno: a, test: Test::IsNull, opno: 0, typ: 0, value: String::new() }, keys: None, never: false }],
+                    None => Vec::new(),
+                }
+            }
+            pg_sys::NodeTag::T_OpExpr => {
+                let o = n as *mut pg_sys::OpExpr;
+                let args = list::<pg_sys::Node>((*o).args);
+                if args.len() != 2 || !built_in((*o).opno) {
+                    return Vec::new();
+                }
+                let op = opname((*o).opno);
+                if !reads::comparison(&op) || !collation_ok(&op, (*o).inputcollid) {
+                    return Vec::new();
+                }
+                let ((attno, vartype), value, test) = match (var_of(args[0], scanrelid, itl), var_of(args[1], scanrelid, itl)) {
+                    (Some(a), None) => (a, value_of(args[1], params), Test::Op),
+                    (None, Some(a)) if op != "~~" => (a, value_of(args[0], params), Test::OpCommuted),
+                    _ => return Vec::new(),
+                };
+                let Some((typ, d, isnull)) = value else { return Vec::new() };
+                if isnull {
+                    return vec![Cond { conj: Conjunct { attno, test, opno: (*o).opno.to_u32(), typ: typ.to_u32(), value: String::new() }, keys: None, never: true }];
+                }
+                if !built_in(typ) {
+                    return Vec::new();
+                }
+                let text = text_of(typ, d);
+                if op == "~~" && !reads::like_prefix(&text) {
+                    return Vec::new();
+                }
+                // (a key by its text: only a constant of the key's own type writes it as the key does)
+                let keys = (op == "=" && Some(attno) == key && typ == vartype).then(|| vec![text.clone()]);
+                vec![Cond { conj: Conjunct { attno, test, opno: (*o).opno.to_u32(), typ: typ.to_u32(), value: text }, keys, never: false }]
+            }
+            pg_sys::NodeTag::T_ScalarArrayOpExpr => {
+                let o = n as *mut pg_sys::ScalarArrayOpExpr;
+                let args = list::<pg_sys::Node>((*o).args);
+                if !(*o).useOr || args.len() != 2 || !built_in((*o).opno) || opname((*o).opno) != "=" || !collation_ok("=", (*o).inputcollid) {
+                    return Vec::new();
+                }
+                let Some((attno, vartype)) = var_of(args[0], scanrelid, itl) else { return Vec::new() };
+                let Some((typ, d, isnull)) = value_of(args[1], params) else { return Vec::new() };
+                if isnull {
+                    return vec![Cond { conj: Conjunct { attno, test: Test::AnyEq, opno: (*o).opno.to_u32(), typ: typ.to_u32(), value: String::new() }, keys: None, never: true }];
+                }
+                if !built_in(typ) {
+                    return Vec::new();
+                }
+                let elem = pg_sys::get_element_type(typ);
+                let keys = if Some(attno) == key && elem == vartype { elements_of(typ, d) } else { None };
+                vec![Cond { conj: Conjunct { attno, test: Test::AnyEq, opno: (*o).opno.to_u32(), typ: elem.to_u32(), value: text_of(typ, d) }, keys, never: false }]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The plan nodes under `plan` (itself included).
+unsafe fn plans(plan: *mut pg_sys::Plan, out: &mut Vec<*mut pg_sys::Plan>) {
+    unsafe {
+        if plan.is_null() {
+            return;
+        }
+        out.push(plan);
+        plans((*plan).lefttree, out);
+        plans((*plan).righttree, out);
+        let children: Vec<*mut pg_sys::Plan> = match tag(plan) {
+            pg_sys::NodeTag::T_Append => list((*(plan as *mut pg_sys::Append)).appendplans),
+            pg_sys::NodeTag::T_MergeAppend => list((*(plan as *mut pg_sys::MergeAppend)).mergeplans),
+            pg_sys::NodeTag::T_BitmapAnd => list((*(plan as *mut pg_sys::BitmapAnd)).bitmapplans),
+            pg_sys::NodeTag::T_BitmapOr => list((*(plan as *mut pg_sys::BitmapOr)).bitmapplans),
+            pg_sys::NodeTag::T_SubqueryScan => vec![(*(plan as *mut pg_sys::SubqueryScan)).subplan],
+            pg_sys::NodeTag::T_CustomScan => list((*(plan as *mut pg_sys::CustomScan)).custom_plans),
+            _ => Vec::new(),
+        };
+        for c in children {
+            plans(c, out);
+        }
+    }
+}
+
+/// The scan's relation and its conditions (filter and index conditions), or None for a node that
+/// scans no relation (or a custom scan: its child is main's scan).
+unsafe fn scan_of(plan: *mut pg_sys::Plan) -> Option<(u32, Vec<*mut pg_sys::Node>, *mut pg_sys::List)> {
+    unsafe {
+        let scan = plan as *mut pg_sys::Scan;
+        let mut quals: Vec<*mut pg_sys::Node> = list((*plan).qual);
+        let mut itl = std::ptr::null_mut();
+        match tag(plan) {
+            pg_sys::NodeTag::T_SeqScan | pg_sys::NodeTag::T_SampleScan | pg_sys::NodeTag::T_TidScan | pg_sys::NodeTag::T_TidRangeScan => {}
+            pg_sys::NodeTag::T_IndexScan => quals.extend(list::<pg_sys::Node>((*(plan as *mut pg_sys::IndexScan)).indexqualorig)),
+            pg_sys::NodeTag::T_IndexOnlyScan => {
+                let s = plan as *mut pg_sys::IndexOnlyScan;
+                quals.extend(list::<pg_sys::Node>((*s).indexqual));
+                itl = (*s).indextlist;
+            }
+            pg_sys::NodeTag::T_BitmapHeapScan => quals.extend(list::<pg_sys::Node>((*(plan as *mut pg_sys::BitmapHeapScan)).bitmapqualorig)),
+            _ => return None,
+        }
+        Some(((*scan).scanrelid, quals, itl))
+    }
+}
+
+/// The owner of a tracked table's overlay view (its entry inside the expanded view reads every column).
+fn view_owner(tabno: i32, relid: u32) -> pg_sys::Oid {
+    if let Some(o) = VIEW_OWNERS.with(|v| v.borrow().get(&relid).copied()) {
+        return o;
+    }
+    let l = crate::storage::relation_layout(tabno);
+    let owner = unsafe {
+        let rel = pg_sys::RelationIdGetRelation(l.overlay);
+        if rel.is_null() {
+            pg_sys::Oid::INVALID
+        } else {
+            let o = (*(*rel).rd_rel).relowner;
+            pg_sys::RelationClose(rel);
+            o
+        }
+    };
+    VIEW_OWNERS.with(|v| v.borrow_mut().insert(relid, owner));
+    owner
+}
+
+/// The columns the statement uses of each tracked table it reads.
+unsafe fn columns(stmt: *mut pg_sys::PlannedStmt, tracked: &HashMap<pg_sys::Oid, i32>) -> HashMap<u32, Columns> {
+    unsafe {
+        let mut out: HashMap<u32, Columns> = HashMap::new();
+        let mut seen: HashMap<u32, bool> = HashMap::new();
+        for rte in list::<pg_sys::RangeTblEntry>((*stmt).rtable) {
+            if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION {
+                continue;
+            }
+            let Some(&tabno) = tracked.get(&(*rte).relid) else { continue };
+            let relid = (*rte).relid.to_u32();
+            seen.entry(relid).or_insert(false);
+            if (*rte).requiredPerms & pg_sys::ACL_SELECT as u32 == 0 {
+                continue;
+            }
+            if (*rte).checkAsUser != pg_sys::Oid::INVALID && (*rte).checkAsUser == view_owner(tabno, relid) {
+                continue;
+            }
+            seen.insert(relid, true);
+            let c = out.entry(relid).or_default();
+            let mut m = -1;
+            loop {
+                m = pg_sys::bms_next_member((*rte).selectedCols, m);
+                if m < 0 {
+                    break;
+                }
+                c.add(m + pg_sys::FirstLowInvalidHeapAttributeNumber);
+            }
+        }
+        // a table read only through entries that aren't the user's own (a user's view of the same owner):
+        // every column counts
+        for (relid, own) in seen {
+            if !own {
+                out.insert(relid, Columns::ALL);
+            }
+        }
+        out
+    }
+}
+
+/// ExecutorStart, after Postgres's: records what the statement reads when the session's world checks
+/// its reads. Nothing for pg_worlds' own statements, EXPLAIN without ANALYZE, or a world that doesn't.
+pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) {
+    unsafe {
+        if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as std::ffi::c_int != 0 || crate::storage::internal() || crate::storage::overlay::override_active() {
+            return;
+        }
+        if crate::guc::in_main() || !shmem::available() {
+            return;
+        }
+        let Some(world) = crate::storage::overlay::routing_world() else { return };
+        if world.num <= 0 || world.read_only || !checks_reads(world.num) {
+            return;
+        }
+        let stmt = (*query_desc).plannedstmt;
+        let tracked = crate::storage::tracked_tables();
+        let mut all: Vec<*mut pg_sys::Plan> = Vec::new();
+        plans((*stmt).planTree, &mut all);
+        for sp in list::<pg_sys::Plan>((*stmt).subplans) {
+            plans(sp, &mut all);
+        }
+        let mut found: Vec<(u32, Read)> = Vec::new();
+        for plan in all {
+            let Some((scanrelid, quals, itl)) = scan_of(plan) else { continue };
+            if scanrelid == 0 {
+                continue;
+            }
+            let Some(rte) = list::<pg_sys::RangeTblEntry>((*stmt).rtable).get(scanrelid as usize - 1).copied() else { continue };
+            let Some(&tabno) = tracked.get(&(*rte).relid) else { continue };
+            // (read whole already: nothing this scan says adds to it)
+            if SENT.with(|s| s.borrow().get(&(world.num, (*rte).relid.to_u32())).is_some_and(|l| l.whole)) {
+                continue;
+            }
+            let layout = crate::storage::relation_layout(tabno);
+            let key = (layout.key_attnos.len() == 1).then(|| layout.key_attnos[0] as i16);
+            let conds: Vec<Cond> = quals.into_iter().flat_map(|q| classify(q, scanrelid, itl, (*query_desc).params, key)).collect();
+            if conds.iter().any(|c| c.never) {
+                continue;
+            }
+            let read = match conds.iter().find_map(|c| c.keys.clone()) {
+                Some(keys) => Read::Keys(keys),
+                None if conds.is_empty() => Read::Whole,
+                None => Read::Scan(conds.into_iter().map(|c| c.conj).collect()),
+            };
+            found.push(((*rte).relid.to_u32(), read));
+        }
+        if found.is_empty() {
+            return;
+        }
+        let cols = columns(stmt, &tracked);
+        for (relid, read) in found {
+            send(world.num, relid, read, cols.get(&relid).copied().unwrap_or(Columns::ALL));
+        }
+    }
+}
+
+/// Puts a read in shared memory, unless this backend already did.
+fn send(world: i32, relid: u32, read: Read, cols: Columns) {
+    SENT.with(|s| {
+        let mut s = s.borrow_mut();
+        let local = s.entry((world, relid)).or_default();
+        if local.whole {
+            return;
+        }
+        let outcome = match read {
+            Read::Whole => shmem::record_whole(world, relid),
+            Read::Keys(keys) => {
+                let hashes: Vec<u64> = keys.iter().map(|k| reads::hash(k.as_bytes())).filter(|h| !local.keys.get(h).is_some_and(|c| c.covers(&cols))).collect();
+                if hashes.is_empty() {
+                    return;
+                }
+                let r = shmem::record_keys(world, relid, &hashes, cols);
+                if r == Recorded::Kept {
+                    for h in hashes {
+                        let c = local.keys.entry(h).or_default();
+                        *c = c.union(&cols);
+                    }
+                }
+                r
+            }
+            Read::Scan(conjs) => match reads::encode(&conjs) {
+                None => shmem::record_whole(world, relid),
+                Some(bytes) => {
+                    let h = reads::hash(&bytes);
+                    if local.scans.get(&h).is_some_and(|c| c.covers(&cols)) {
+                        return;
+                    }
+                    let r = shmem::record_scan(world, relid, &bytes, cols);
+                    if r == Recorded::Kept {
+                        let c = local.scans.entry(h).or_default();
+                        *c = c.union(&cols);
+                    }
+                    r
+                }
+            },
+        };
+        if outcome == Recorded::Whole {
+            local.whole = true;
+            local.keys.clear();
+            local.scans.clear();
+        }
+    });
+}
