@@ -315,11 +315,12 @@ pub fn breaches(scope: &Scope, rows: &[RowChange]) -> Vec<String> {
     }
     let n = rows.len() as i64;
     let deletes = rows.iter().filter(|r| r.kind() == Kind::Delete).count() as i64;
+    let rows = |n: i64| if n == 1 { "1 row".to_string() } else { format!("{n} rows") };
     if let Some(m) = scope.max_rows.filter(|m| n > *m) {
-        why.push(format!("changes {n} rows (it declared at most {m})"));
+        why.push(format!("changes {} (it declared at most {m})", rows(n)));
     }
     if let Some(m) = scope.max_deletes.filter(|m| deletes > *m) {
-        why.push(format!("deletes {deletes} rows (it declared at most {m})"));
+        why.push(format!("deletes {} (it declared at most {m})", rows(deletes)));
     }
     why
 }
@@ -402,7 +403,7 @@ mod tests {
         let s = Scope { max_rows: Some(3), max_deletes: Some(0), ..Scope::default() };
         let mut rows: Vec<RowChange> = (1..=12).map(|i| upd("t", &i.to_string(), json!({"a": 1}), json!({"a": 2}), &["a"])).collect();
         rows.push(RowChange { after: None, ..upd("t", "13", json!({"a": 1}), json!({}), &[]) });
-        assert_eq!(breaches(&s, &rows), vec!["changes 13 rows (it declared at most 3)", "deletes 1 rows (it declared at most 0)"]);
+        assert_eq!(breaches(&s, &rows), vec!["changes 13 rows (it declared at most 3)", "deletes 1 row (it declared at most 0)"]);
         let only = Scope { may_change: Some(vec![]), ..Scope::default() };
         let why = breaches(&only, &rows[..12]);
         assert_eq!(why, vec!["changes t: t/1, t/2, t/3, t/4, t/5, t/6, t/7, t/8, t/9, t/10, and 2 more"]);

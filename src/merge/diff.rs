@@ -511,10 +511,11 @@ pub fn parent_changes(l: &Layout, world: &World) -> Vec<(String, Option<Value>, 
         .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0.to_string()))
         .collect()
     });
-    let keys: Vec<Value> = keys.into_iter().filter(|k| !own.contains(&k.to_string())).collect();
+    let mut keys: Vec<Value> = keys.into_iter().filter(|k| !own.contains(&k.to_string())).collect();
     if keys.is_empty() {
         return Vec::new();
     }
+    keys.sort_by(|x, y| compare_keys(x, y, &l.key_columns));
     let before = with_world(Some(at_fork), || read_rows(l, &keys));
     let after = with_world(parent, || read_rows(l, &keys));
     let texts = key_texts(l, &keys);
