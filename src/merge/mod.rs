@@ -334,6 +334,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         } else {
             run()
         };
+        // a world that checks its reads: judged again on the latest snapshot, after the apply: a read row
+        // main changed while the merge ran refuses it too (governance/reads: what is guaranteed)
+        crate::governance::reads::gate_again(&world);
         // the merge checks, on the result as applied, before it commits (no one skips them)
         crate::governance::checks::gate(&plan, &world, target_world.as_ref());
         // step 7: what happened, and the world's end

@@ -234,7 +234,8 @@ pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
                     SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = path);
                     level = Some(push_setting(c"search_path", SAFE_SEARCH_PATH));
                 } else {
-                    SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = None);
+                    // inside a pg_worlds plpgsql function (SHOW REVIEWS judging a world): its caller's
+                    SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = caller_path());
                 }
             }
         }
@@ -277,7 +278,15 @@ pub fn in_caller_search_path<R>(f: impl FnOnce() -> R) -> R {
             pop_setting(self.0);
         }
     }
-    let saved = unsafe {
+    let saved = caller_path();
+    let _p = saved.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    f()
+}
+
+/// The search_path a pg_worlds plpgsql function's own SET saved (its caller's), when that SET is what
+/// is in force now; None otherwise.
+fn caller_path() -> Option<std::ffi::CString> {
+    unsafe {
         let vars = pg_sys::get_guc_variables();
         let n = pg_sys::GetNumConfigOptions();
         let mut found = None;
@@ -301,9 +310,7 @@ pub fn in_caller_search_path<R>(f: impl FnOnce() -> R) -> R {
             break;
         }
         found
-    };
-    let _p = saved.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
-    f()
+    }
 }
 
 /// The search_path pg_worlds' own SQL runs with.

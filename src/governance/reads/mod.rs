@@ -30,6 +30,16 @@ pub fn held(world: &WorldRow, verb: &str) -> Option<super::Hold> {
     })
 }
 
+/// After the merge applied, right before it commits: the reads judged again, each query on a new
+/// snapshot, so a read row its parent changed while the merge ran refuses it (40001, whoever merges:
+/// the race is lost, not a rule broken). A parent's write committed after this is ordered after the
+/// merge: it read nothing the merge wrote, the merge read what it had before.
+pub fn gate_again(world: &WorldRow) {
+    if let Some(h) = held(world, "merging") {
+        crate::api::raise_with(h.code, h.message, None, h.hint);
+    }
+}
+
 /// `worlds._reads_begin(world)`: a world forked WITH (check_reads = true) begins keeping its reads.
 /// Worlds that ended since are forgotten first.
 #[pg_extern(volatile, parallel_unsafe)]
