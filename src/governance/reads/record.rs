@@ -404,10 +404,13 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
         if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as std::ffi::c_int != 0 || crate::storage::internal() || crate::storage::overlay::override_active() {
             return;
         }
-        if crate::guc::in_main() || !shmem::available() {
+        // (the leader records a parallel plan's scans: workers run the same plan)
+        if crate::guc::in_main() || !shmem::available() || pg_sys::ParallelWorkerNumber >= 0 {
             return;
         }
-        let Some(world) = crate::storage::overlay::routing_world() else { return };
+        // (as resolved for this statement's routing: a statement that read a tracked table through the
+        // world resolved it; never an error here for a setting that names no world)
+        let Some(world) = crate::storage::overlay::resolved_routing_world() else { return };
         if world.num <= 0 || world.read_only || !checks_reads(world.num) {
             return;
         }

@@ -16,6 +16,19 @@ pub fn routing_world() -> Option<World> {
     cached.or_else(session_world)
 }
 
+/// The session's world as already resolved for the current setting, without resolving it (None: in
+/// main, or not resolved yet): for hooks that must never raise on a setting naming no world.
+pub fn resolved_routing_world() -> Option<World> {
+    if let Some(w) = OVERRIDE.with(|o| o.borrow().clone()) {
+        return w;
+    }
+    if guc::in_main() {
+        return None;
+    }
+    let setting_gen = guc::world_generation();
+    WORLD.with(|w| w.borrow().as_ref().and_then(|(_, s, w)| (*s == setting_gen).then(|| w.clone())))
+}
+
 /// The session's world, or None in main. Resolved once per statement (a dropped world moves the session
 /// to its nearest live ancestor, as DROP WORLD promises).
 pub fn session_world() -> Option<World> {
