@@ -75,6 +75,10 @@ FIGURES = [
      [("tracked", "tracked", "ms"), ("plain", "plain", "ms")]),
     ("P11", "P11 merge of a world's changed rows with three indexed merge checks on its table / with none", ("<=", 1.3), "x",
      [("checks", "checks", "ms"), ("none", "none", "ms")]),
+    ("P12S", "P12 select-only (-S) tps in a world that checks its reads / in one that doesn't", (">=", 0.9), "x",
+     [("checking", "checking", "tps"), ("plain", "plain", "tps")]),
+    ("P12w", "P12 TPC-B tps in a world that checks its reads / in one that doesn't", (">=", 0.9), "x",
+     [("checking", "checking", "tps"), ("plain", "plain", "tps")]),
 ]
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The system benchmark suite: figures P1–P11 of the performance goals, each printed beside its goal.
+# The system benchmark suite: figures P1–P12 of the performance goals, each printed beside its goal.
 #
 #   bash benches/run.sh                  full run: starts a throwaway cluster "bench", loads the full sizes, runs
 #                                        every figure 3 times (alternating the two sides of each ratio), prints
@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -41,7 +41,7 @@ if [ $MODE = smoke ]; then
 else
   SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 DDL_TABLES=500 REPS=${REPS:-3}
 fi
-DBS="bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain"
+DBS="bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -527,6 +527,37 @@ measure_p11() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P12
+# What checking reads costs: pgbench select-only (-S) and TPC-B inside a world forked WITH (check_reads =
+# true) vs inside one forked without, same database, sides alternating, a fresh pair of worlds per run.
+# Every read statement records what it read (a key; past 10,000 keys the table counts whole).
+setup_p12() {
+  fresh_db bench_p12
+  pgbench_in -i -q -s $SCALE bench_p12 >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+  track bench_p12
+}
+p12_world() {  # p12_world NAME CHECK ARGS...: tps in a fresh world (check_reads CHECK)
+  local name=$1 check=$2; shift 2
+  sql bench_p12 -c "select worlds.create_world('$name', meta => '{\"check_reads\": $check}')" >/dev/null
+  bench "$name" bench_p12 "$@" || return 1
+  tps
+  sql bench_p12 -c "select worlds.drop_world('$name')" >/dev/null
+}
+measure_p12() {
+  local rep c n s
+  for rep in $(seq $REPS); do
+    for kind in S w; do
+      local args=(-c 2 -j 2 -T $T_SELECT -S); [ $kind = w ] && args=(-c 2 -j 2 -T $T_BUSY)
+      if [ $((rep % 2)) -eq 1 ]; then
+        c=$(p12_world p12c_$kind$rep true "${args[@]}"); n=$(p12_world p12n_$kind$rep false "${args[@]}")
+      else
+        n=$(p12_world p12n_$kind$rep false "${args[@]}"); c=$(p12_world p12c_$kind$rep true "${args[@]}")
+      fi
+      pair P12$kind checking "$c" plain "$n"
+    done
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -658,6 +689,7 @@ if want p8; then group "P8c1 P8c2 P8c4" setup_p8 measure_p8; fi
 if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p11; then group "P11" setup_p11 measure_p11; fi
+if want p12; then group "P12S P12w" setup_p12 measure_p12; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi

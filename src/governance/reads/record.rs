@@ -427,7 +427,11 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             if scanrelid == 0 {
                 continue;
             }
-            let Some(rte) = list::<pg_sys::RangeTblEntry>((*stmt).rtable).get(scanrelid as usize - 1).copied() else { continue };
+            let rtable = (*stmt).rtable;
+            if rtable.is_null() || scanrelid as i32 > (*rtable).length {
+                continue;
+            }
+            let rte = pg_sys::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
             let Some(&tabno) = tracked.get(&(*rte).relid) else { continue };
             // (read whole already: nothing this scan says adds to it)
             if SENT.with(|s| s.borrow().get(&(world.num, (*rte).relid.to_u32())).is_some_and(|l| l.whole)) {
