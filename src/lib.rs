@@ -49,6 +49,7 @@ pub extern "C-unwind" fn _PG_init() {
         storage::register_callbacks();
         time::purge::register_workers();
         governance::reads::shmem::register();
+        storage::history_marks::register();
     }
 }
 

@@ -202,11 +202,15 @@ impl Scope {
         if let Some((c, v)) = &self.tenant {
             parts.push(format!("tenant {} = {}", TableName { schema: None, name: c.clone() }, shown_value(v)));
         }
-        if let Some(n) = self.max_rows {
-            parts.push(format!("max_rows {n}"));
-        }
-        if let Some(n) = self.max_deletes {
-            parts.push(format!("max_deletes {n}"));
+        // the counts say themselves in their breaches ("changes 1204 rows (it declared at most 250)"): the
+        // scope is shown by them only when nothing else was declared
+        if parts.is_empty() {
+            if let Some(n) = self.max_rows {
+                parts.push(format!("max_rows {n}"));
+            }
+            if let Some(n) = self.max_deletes {
+                parts.push(format!("max_deletes {n}"));
+            }
         }
         parts.join("; ")
     }
@@ -329,7 +333,11 @@ pub fn breaches(scope: &Scope, rows: &[RowChange]) -> Vec<String> {
 /// outside tenant org_id = 42: leads/9, outside the scope it was forked with (may change leads.status,
 /// lists; tenant org_id = 42); nothing was merged".
 pub fn refusal(world: &str, scope: &Scope, why: &[String]) -> String {
-    format!("merging {world} {}, outside the scope it was forked with ({}); nothing was merged", why.join("; it "), scope.describe())
+    format!(
+        "merging {world} {}, outside the scope it was forked with ({}); nothing was merged: redo the work within its scope in a new world, or have a person widen it",
+        why.join("; it "),
+        scope.describe()
+    )
 }
 
 #[cfg(test)]
@@ -378,7 +386,7 @@ mod tests {
         assert_eq!(why, vec!["changes leads.owner: leads/7".to_string(), "changes leads rows outside tenant org_id = 42: leads/9".to_string()]);
         assert_eq!(
             refusal("close_stale", &s, &why),
-            "merging close_stale changes leads.owner: leads/7; it changes leads rows outside tenant org_id = 42: leads/9, outside the scope it was forked with (may change leads.status, lists; tenant org_id = 42; max_rows 250; max_deletes 0); nothing was merged"
+            "merging close_stale changes leads.owner: leads/7; it changes leads rows outside tenant org_id = 42: leads/9, outside the scope it was forked with (may change leads.status, lists; tenant org_id = 42); nothing was merged: redo the work within its scope in a new world, or have a person widen it"
         );
     }
 

@@ -216,6 +216,9 @@ unsafe fn write_entry(
             (raw::GetTopFullTransactionId().value, raw::GetCurrentStatementStartTimestamp(), raw::GetXLogInsertRecPtr())
         });
 
+        // before the row exists, so before its writer commits (history_marks: a world's cache may skip
+        // its catch-up query while no writer new to it wrote this table)
+        super::history_marks::note(layout.relid, xid);
         row_values[H_HSEQ] = pg_sys::Datum::from(next_hseq_at(lsn));
         row_values[H_XID] = pg_sys::Datum::from(xid);
         row_values[H_AT] = pg_sys::Datum::from(at);

@@ -17,6 +17,7 @@ macro_rules! v1 {
 pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
+pub mod history_marks;
 pub mod overlay;
 pub mod rewrite;
 pub mod snapshot_spi;

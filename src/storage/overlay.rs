@@ -579,6 +579,10 @@ fn relation_file(relid: pg_sys::Oid) -> u32 {
 /// fork), applied in order: the first before-image of each physical row is shown, every row main created
 /// since the fork is hidden.
 fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
+    // no transaction the frontier didn't see as finished wrote this table's history: nothing to read
+    if super::history_marks::quiet_since(layout.relid, super::history_marks::snapshot_xmin(&cache.frontier)) {
+        return;
+    }
     let cond = format!(
         "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot) AND {}",
         if cache.main_snapshot.starts_with('@') {

@@ -540,6 +540,9 @@ unsafe fn load() {
         (s.keys, std::mem::size_of::<KeyEntry>()),
         (s.scans, std::mem::size_of::<ScanEntry>()),
     ];
+    // the whole file is read before anything goes in: a file cut short or of another layout loads nothing
+    // (its worlds then can't show their reads, as after a crash), never worlds without their reads
+    let mut sections: Vec<(*mut pg_sys::HTAB, usize, Vec<&[u8]>)> = Vec::new();
     for (h, size) in expect {
         let word = |at: usize| data.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
         let (Some(sz), Some(n)) = (word(at), word(at + 8)) else { return };
@@ -547,9 +550,16 @@ unsafe fn load() {
         if sz as usize != size {
             return;
         }
+        let mut entries = Vec::new();
         for _ in 0..n {
             let Some(e) = data.get(at..at + size) else { return };
             at += size;
+            entries.push(e);
+        }
+        sections.push((h, size, entries));
+    }
+    for (h, size, entries) in sections {
+        for e in entries {
             // (the key is each entry's first field; a table that is full keeps what fits)
             unsafe {
                 let p = pg_sys::hash_search(h, e.as_ptr() as *const std::ffi::c_void, pg_sys::HASHACTION::HASH_ENTER_NULL, std::ptr::null_mut());

@@ -52,21 +52,32 @@ pub fn session_world() -> Option<World> {
             return Some(w);
         }
         // a new statement: the world is still live at the same version? (one indexed lookup, kept plan)
-        let current = as_internal(|| {
+        let row = as_internal(|| {
             snapshot_spi::query(
-                "SELECT version FROM worlds.world WHERE num = $1 AND dropped IS NULL",
+                "SELECT version, name, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world WHERE num = $1 AND dropped IS NULL",
                 &[pg_sys::INT4OID],
                 &[arg(w.num)],
-                |r| r.get::<i64>(1),
+                |r| (r.get::<i64>(1), r.get::<String>(2), r.get::<String>(3)),
             )
             .into_iter()
             .next()
-            .flatten()
         });
+        let current = row.as_ref().and_then(|r| r.0);
         if current == Some(w.version) {
             WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
             WORLD_SIG.with(|s| s.set(sig));
             return Some(w);
+        }
+        // only its version moved (another session of the world committed writes): same name, same fork
+        // point (a rebase moves it; an ancestor can't move while the world lives), so the same chain
+        if let (Some(v), Some((_, Some(name), fork))) = (current, row.as_ref()) {
+            if w.num > 0 && *name == w.name && fork.as_deref() == Some(own_fork(&w)) {
+                let mut w = w;
+                w.set_version(v);
+                WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
+                WORLD_SIG.with(|s| s.set(sig));
+                return Some(w);
+            }
         }
         if current.is_none() && w.num > 0 {
             // the session's world was dropped: it carries on from the nearest live ancestor, not from
@@ -95,6 +106,11 @@ pub fn session_world() -> Option<World> {
     WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
     WORLD_SIG.with(|s| s.set(sig));
     world
+}
+
+/// The snapshot (or '@' time) a world forked at, as `worlds.world` gives it.
+fn own_fork(w: &World) -> &str {
+    if w.chain.len() >= 2 { w.layer_snapshots[1].as_deref().unwrap_or("") } else { &w.main_snapshot }
 }
 
 /// Which transactions the active snapshot sees as committed, as a hash of its xmin, xmax and in-progress
