@@ -110,6 +110,12 @@ pub fn quiet_since(relid: pg_sys::Oid, frontier_xmin: u64) -> bool {
         };
     }
     let mark = marks.slots[slot(relid)].load(Ordering::SeqCst);
+    // (this transaction's own history rows are visible to it whatever the frontier says: a mark at or past
+    // its own xid may be its own write)
+    let own = unsafe { pg_sys::GetTopFullTransactionIdIfAny() }.value;
+    if own != 0 && mark >= own {
+        return false;
+    }
     mark.max(floor) < frontier_xmin
 }
 
