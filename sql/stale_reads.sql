@@ -124,6 +124,27 @@ UPDATE accounts SET balance = 7 WHERE id = 18;
 SELECT reads('p');
 SELECT * FROM worlds.sql('drop world p');
 
+-- a join's inner lookups by the outer rows' values (a nested loop's parameters) read those keys only,
+-- as each lookup runs; a sub-query run per row the same
+SELECT * FROM worlds.sql('create world j with (check_reads = true)');
+SET worlds.world = j;
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+SET enable_seqscan = off;
+SELECT p.amount, a.owner FROM payouts p JOIN accounts a ON a.id = p.account WHERE p.id = 1;
+SELECT p.id, (SELECT a.balance FROM accounts a WHERE a.id = p.account) FROM payouts p WHERE p.id = 1;
+-- (a lookup by an expression of the outer row, a.id = p.account + 1, reads the whole table)
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+RESET enable_seqscan;
+RESET worlds.world;
+UPDATE accounts SET notes = 'not looked up' WHERE id = 3;
+SELECT reads('j');
+UPDATE accounts SET owner = 'zed' WHERE id = 1;
+UPDATE accounts SET balance = 3 WHERE id = 2;
+SELECT reads('j');
+SELECT * FROM worlds.sql('drop world j');
+
 -- past 10,000 keys of one table, reads of it count as the whole table
 SELECT * FROM worlds.sql('create world many with (check_reads = true)');
 SET worlds.world = many;

@@ -245,6 +245,7 @@ pub fn register_xact_callbacks() {
     }
 }
 
+mod delta_since;
 mod functions;
 mod scan_cache;
 mod worlds;
@@ -472,29 +473,43 @@ fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         load_world_part(layout, world, cache);
         return;
     }
-    let sql = format!(
-        "SELECT s.snap, d._w_dseq, d._w_del, d.k, d._w_base_tid::text, d._w_of
-         FROM (SELECT pg_current_snapshot()::text AS snap) s
-         LEFT JOIN LATERAL (SELECT d._w_dseq, d._w_del, {} AS k, d._w_base_tid, d._w_of FROM {} d
-                            WHERE d._w_world = $1 AND d._w_xid >= pg_snapshot_xmin($2::pg_snapshot)
-                              AND NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot)) d ON true",
-        key_expr(layout, "d"),
-        layout.delta_name
-    );
-    let kind = layout.key_kind;
-    let rows = snapshot_spi::query(
-        &sql,
-        &[pg_sys::INT4OID, pg_sys::TEXTOID],
-        &[arg(world.num), arg(cache.world_frontier.clone())],
-        |row| {
-            let key = match kind {
-                b'i' => row.get::<i64>(4).map(Key::I),
-                b't' => row.get::<String>(4).map(Key::T),
-                _ => None,
-            };
-            (row.get::<String>(1), row.get::<i64>(2), row.get::<bool>(3).unwrap_or(false), key, row.get::<String>(5), row.get::<i64>(6))
-        },
-    );
+    // read without a query where it can (delta_since.rs); the frontier moves to the statement's snapshot
+    let direct = delta_since::delta_since(layout, world.num, &cache.world_frontier).map(|rows| {
+        let now = snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1)).into_iter().next().flatten();
+        if rows.is_empty() {
+            return vec![(now, None, false, None, None, None)];
+        }
+        rows.into_iter().map(|(dseq, del, key, base, of)| (now.clone(), dseq, del, key, base, of)).collect::<Vec<_>>()
+    });
+    let rows = match direct {
+        Some(rows) => rows,
+        None => {
+            let sql = format!(
+                "SELECT s.snap, d._w_dseq, d._w_del, d.k, d._w_base_tid::text, d._w_of
+                 FROM (SELECT pg_current_snapshot()::text AS snap) s
+                 LEFT JOIN LATERAL (SELECT d._w_dseq, d._w_del, {} AS k, d._w_base_tid, d._w_of FROM {} d
+                                    WHERE d._w_world = $1 AND d._w_xid >= pg_snapshot_xmin($2::pg_snapshot)
+                                      AND NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot)) d ON true",
+                key_expr(layout, "d"),
+                layout.delta_name
+            );
+            let kind = layout.key_kind;
+            let rows = snapshot_spi::query(
+                &sql,
+                &[pg_sys::INT4OID, pg_sys::TEXTOID],
+                &[arg(world.num), arg(cache.world_frontier.clone())],
+                |row| {
+                    let key = match kind {
+                        b'i' => row.get::<i64>(4).map(Key::I),
+                        b't' => row.get::<String>(4).map(Key::T),
+                        _ => None,
+                    };
+                    (row.get::<String>(1), row.get::<i64>(2), row.get::<bool>(3).unwrap_or(false), key, row.get::<String>(5), row.get::<i64>(6))
+                },
+            );
+            rows
+        }
+    };
     if let Some(Some(now)) = rows.first().map(|r| r.0.clone()) {
         cache.world_frontier = now;
     }

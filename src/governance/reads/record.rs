@@ -117,8 +117,23 @@ unsafe fn var_of(n: *mut pg_sys::Node, scanrelid: u32, indextlist: *mut pg_sys::
     }
 }
 
-/// A constant's value: (type, datum, isnull) from a Const or an external parameter.
-unsafe fn value_of(n: *mut pg_sys::Node, params: pg_sys::ParamListInfo) -> Option<(pg_sys::Oid, pg_sys::Datum, bool)> {
+/// Where a scan's conditions are read: its relation, an index-only scan's target list, the statement's
+/// external parameters and (while it runs) its executor parameters.
+struct Env {
+    scanrelid: u32,
+    itl: *mut pg_sys::List,
+    params: pg_sys::ParamListInfo,
+    key: Option<i16>,
+    /// the executor's parameter values (a nested loop's outer values), null when planning
+    exec: *mut pg_sys::ParamExecData,
+    /// executor parameters the conditions compare with
+    exec_ids: std::cell::RefCell<Vec<i32>>,
+}
+
+/// A constant's value: (type, datum, isnull) from a Const, an external parameter or (while the scan runs)
+/// an executor parameter already computed.
+unsafe fn value_of(n: *mut pg_sys::Node, env: &Env) -> Option<(pg_sys::Oid, pg_sys::Datum, bool)> {
+    let params = env.params;
     unsafe {
         let n = strip(n);
         if n.is_null() {
@@ -131,6 +146,18 @@ unsafe fn value_of(n: *mut pg_sys::Node, params: pg_sys::ParamListInfo) -> Optio
             }
             pg_sys::NodeTag::T_Param => {
                 let p = n as *mut pg_sys::Param;
+                if (*p).paramkind == pg_sys::ParamKind::PARAM_EXEC {
+                    env.exec_ids.borrow_mut().push((*p).paramid);
+                    if env.exec.is_null() {
+                        return None;
+                    }
+                    let d = env.exec.add((*p).paramid as usize);
+                    // (an init-plan's value not computed yet: left out)
+                    if !(*d).execPlan.is_null() {
+                        return None;
+                    }
+                    return Some(((*p).paramtype, (*d).value, (*d).isnull));
+                }
                 if (*p).paramkind != pg_sys::ParamKind::PARAM_EXTERN || params.is_null() || (*p).paramid <= 0 || (*p).paramid > (*params).numParams {
                     return None;
                 }
@@ -219,14 +246,15 @@ unsafe fn collation_ok(op: &str, collid: pg_sys::Oid) -> bool {
     }
 }
 
-unsafe fn classify(n: *mut pg_sys::Node, scanrelid: u32, itl: *mut pg_sys::List, params: pg_sys::ParamListInfo, key: Option<i16>) -> Vec<Cond> {
+unsafe fn classify(n: *mut pg_sys::Node, env: &Env) -> Vec<Cond> {
+    let (scanrelid, itl, key) = (env.scanrelid, env.itl, env.key);
     unsafe {
         if n.is_null() {
             return Vec::new();
         }
         match tag(n) {
             pg_sys::NodeTag::T_BoolExpr if (*(n as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR => {
-                list::<pg_sys::Node>((*(n as *mut pg_sys::BoolExpr)).args).into_iter().flat_map(|a| classify(a, scanrelid, itl, params, key)).collect()
+                list::<pg_sys::Node>((*(n as *mut pg_sys::BoolExpr)).args).into_iter().flat_map(|a| classify(a, env)).collect()
             }
             pg_sys::NodeTag::T_NullTest => {
                 let t = n as *mut pg_sys::NullTest;
@@ -249,8 +277,8 @@ unsafe fn classify(n: *mut pg_sys::Node, scanrelid: u32, itl: *mut pg_sys::List,
                     return Vec::new();
                 }
                 let ((attno, vartype), value, test) = match (var_of(args[0], scanrelid, itl), var_of(args[1], scanrelid, itl)) {
-                    (Some(a), None) => (a, value_of(args[1], params), Test::Op),
-                    (None, Some(a)) if op != "~~" => (a, value_of(args[0], params), Test::OpCommuted),
+                    (Some(a), None) => (a, value_of(args[1], env), Test::Op),
+                    (None, Some(a)) if op != "~~" => (a, value_of(args[0], env), Test::OpCommuted),
                     _ => return Vec::new(),
                 };
                 let Some((typ, d, isnull)) = value else { return Vec::new() };
@@ -275,7 +303,7 @@ unsafe fn classify(n: *mut pg_sys::Node, scanrelid: u32, itl: *mut pg_sys::List,
                     return Vec::new();
                 }
                 let Some((attno, vartype)) = var_of(args[0], scanrelid, itl) else { return Vec::new() };
-                let Some((typ, d, isnull)) = value_of(args[1], params) else { return Vec::new() };
+                let Some((typ, d, isnull)) = value_of(args[1], env) else { return Vec::new() };
                 if isnull {
                     return vec![Cond { conj: Conjunct { attno, test: Test::AnyEq, opno: (*o).opno.to_u32(), typ: typ.to_u32(), value: String::new() }, keys: None, never: true }];
                 }
@@ -422,6 +450,9 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             plans(sp, &mut all);
         }
         let mut found: Vec<(u32, Read)> = Vec::new();
+        // scans whose conditions compare with a value the executor supplies as it runs (a nested loop's
+        // inner lookup by the outer row): recorded as they run, each new value a read
+        let mut running: Vec<(*mut pg_sys::Plan, u32, Vec<*mut pg_sys::Node>, *mut pg_sys::List, Option<i16>, Vec<i32>)> = Vec::new();
         for plan in all {
             let Some((scanrelid, quals, itl)) = scan_of(plan) else { continue };
             if scanrelid == 0 {
@@ -439,24 +470,228 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             }
             let layout = crate::storage::relation_layout(tabno);
             let key = (layout.key_attnos.len() == 1).then(|| layout.key_attnos[0] as i16);
-            let conds: Vec<Cond> = quals.into_iter().flat_map(|q| classify(q, scanrelid, itl, (*query_desc).params, key)).collect();
-            if conds.iter().any(|c| c.never) {
+            let env = Env { scanrelid, itl, params: (*query_desc).params, key, exec: std::ptr::null_mut(), exec_ids: Default::default() };
+            let conds: Vec<Cond> = quals.iter().flat_map(|q| classify(*q, &env)).collect();
+            // (a parallel plan's workers run their own rescans: there the lookup is left out, reading more)
+            if !env.exec_ids.borrow().is_empty() && !(*stmt).parallelModeNeeded {
+                let mut ids = env.exec_ids.borrow().clone();
+                ids.sort();
+                ids.dedup();
+                running.push((plan, (*rte).relid.to_u32(), quals, itl, key, ids));
                 continue;
             }
-            let read = match conds.iter().find_map(|c| c.keys.clone()) {
-                Some(keys) => Read::Keys(keys),
-                None if conds.is_empty() => Read::Whole,
-                None => Read::Scan(conds.into_iter().map(|c| c.conj).collect()),
-            };
-            found.push(((*rte).relid.to_u32(), read));
+            if let Some(read) = read_of(conds) {
+                found.push(((*rte).relid.to_u32(), read));
+            }
         }
-        if found.is_empty() {
+        if found.is_empty() && running.is_empty() {
             return;
         }
         let cols = columns(stmt, &tracked);
         for (relid, read) in found {
             send(world.num, relid, read, cols.get(&relid).copied().unwrap_or(Columns::ALL));
         }
+        if !running.is_empty() {
+            let mut states = Vec::new();
+            planstates((*query_desc).planstate, &mut states);
+            let estate = (*query_desc).estate;
+            for sp in list::<pg_sys::PlanState>((*estate).es_subplanstates) {
+                planstates(sp, &mut states);
+            }
+            for (plan, relid, quals, itl, key, ids) in running {
+                let Some(&ps) = states.iter().find(|ps| (***ps).plan == plan) else {
+                    // (no state for it: pruned, never run)
+                    continue;
+                };
+                let ids: Vec<(i32, bool)> = ids.iter().map(|&id| (id, pg_sys::get_typbyval(param_type(&quals, id)))).collect();
+                watch(ps, Watched {
+                    ids,
+                    estate,
+                    world: world.num,
+                    relid,
+                    quals,
+                    itl,
+                    key,
+                    scanrelid: (*(plan as *mut pg_sys::Scan)).scanrelid,
+                    params: (*query_desc).params,
+                    cols: cols.get(&relid).copied().unwrap_or(Columns::ALL),
+                    last: Vec::new(),
+                    next: None,
+                });
+            }
+        }
+    }
+}
+
+/// The read a scan's conditions make (None: a condition with a null constant matches no row).
+fn read_of(conds: Vec<Cond>) -> Option<Read> {
+    if conds.iter().any(|c| c.never) {
+        return None;
+    }
+    Some(match conds.iter().find_map(|c| c.keys.clone()) {
+        Some(keys) => Read::Keys(keys),
+        None if conds.is_empty() => Read::Whole,
+        None => Read::Scan(conds.into_iter().map(|c| c.conj).collect()),
+    })
+}
+
+/// The plan states under `ps` (itself included).
+unsafe fn planstates(ps: *mut pg_sys::PlanState, out: &mut Vec<*mut pg_sys::PlanState>) {
+    unsafe {
+        if ps.is_null() {
+            return;
+        }
+        out.push(ps);
+        planstates((*ps).lefttree, out);
+        planstates((*ps).righttree, out);
+        let arr = |p: *mut *mut pg_sys::PlanState, n: i32| (0..n.max(0) as usize).map(|i| *p.add(i)).collect::<Vec<_>>();
+        let children: Vec<*mut pg_sys::PlanState> = match tag(ps) {
+            pg_sys::NodeTag::T_AppendState => arr((*(ps as *mut pg_sys::AppendState)).appendplans, (*(ps as *mut pg_sys::AppendState)).as_nplans),
+            pg_sys::NodeTag::T_MergeAppendState => arr((*(ps as *mut pg_sys::MergeAppendState)).mergeplans, (*(ps as *mut pg_sys::MergeAppendState)).ms_nplans),
+            pg_sys::NodeTag::T_BitmapAndState => arr((*(ps as *mut pg_sys::BitmapAndState)).bitmapplans, (*(ps as *mut pg_sys::BitmapAndState)).nplans),
+            pg_sys::NodeTag::T_BitmapOrState => arr((*(ps as *mut pg_sys::BitmapOrState)).bitmapplans, (*(ps as *mut pg_sys::BitmapOrState)).nplans),
+            pg_sys::NodeTag::T_SubqueryScanState => vec![(*(ps as *mut pg_sys::SubqueryScanState)).subplan],
+            pg_sys::NodeTag::T_CustomScanState => list((*(ps as *mut pg_sys::CustomScanState)).custom_ps),
+            _ => Vec::new(),
+        };
+        for c in children {
+            planstates(c, out);
+        }
+    }
+}
+
+/// A scan recorded as it runs.
+struct Watched {
+    /// the executor parameters its conditions compare with, and whether each is passed by value
+    ids: Vec<(i32, bool)>,
+    estate: *mut pg_sys::EState,
+    world: i32,
+    relid: u32,
+    quals: Vec<*mut pg_sys::Node>,
+    itl: *mut pg_sys::List,
+    key: Option<i16>,
+    scanrelid: u32,
+    params: pg_sys::ParamListInfo,
+    cols: Columns,
+    /// the executor parameters' values last recorded (by-value ones; by-reference ones always again)
+    last: Vec<(pg_sys::Datum, bool)>,
+    /// the node's function before this one
+    next: pg_sys::ExecProcNodeMtd,
+}
+
+thread_local! {
+    static WATCHED: RefCell<HashMap<usize, Watched>> = RefCell::new(HashMap::new());
+    /// run_watched's address as stored in a node
+    static INSTALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+unsafe fn watch(ps: *mut pg_sys::PlanState, mut w: Watched) {
+    unsafe {
+        let first = WATCHED.with(|m| !m.borrow().values().any(|x| x.estate == w.estate));
+        w.next = (*ps).ExecProcNode;
+        (*ps).ExecProcNode = Some(run_watched);
+        // (the address as written, to know it again)
+        INSTALLED.with(|i| i.set((*ps).ExecProcNode.map(|f| f as usize).unwrap_or(0)));
+        WATCHED.with(|m| m.borrow_mut().insert(ps as usize, w));
+        if first {
+            // forgotten with the statement's memory
+            let cb = pg_sys::MemoryContextAlloc((*w_estate(ps)).es_query_cxt, std::mem::size_of::<pg_sys::MemoryContextCallback>()) as *mut pg_sys::MemoryContextCallback;
+            (*cb).func = Some(unwatch);
+            (*cb).arg = w_estate(ps) as *mut std::ffi::c_void;
+            pg_sys::MemoryContextRegisterResetCallback((*w_estate(ps)).es_query_cxt, cb);
+        }
+    }
+}
+
+unsafe fn w_estate(ps: *mut pg_sys::PlanState) -> *mut pg_sys::EState {
+    unsafe { (*ps).state }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn unwatch(arg: *mut std::ffi::c_void) {
+    let estate = arg as *mut pg_sys::EState;
+    WATCHED.with(|m| m.borrow_mut().retain(|_, w| w.estate != estate));
+}
+
+/// The watched scan's node function: records the lookup its executor parameters make now, then runs
+/// the scan (through whatever function the node had: Postgres's first-call one sets the real one, or the
+/// instrumented one, which this keeps after).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn run_watched(ps: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let step = WATCHED.with(|m| {
+            let mut m = m.borrow_mut();
+            let w = m.get_mut(&(ps as usize))?;
+            let exec = (*w.estate).es_param_exec_vals;
+            let env = Env { scanrelid: w.scanrelid, itl: w.itl, params: w.params, key: w.key, exec, exec_ids: Default::default() };
+            // are the values it compares with new?
+            let now: Vec<(pg_sys::Datum, bool, bool)> = w
+                .ids
+                .iter()
+                .map(|&(id, byval)| {
+                    let d = exec.add(id as usize);
+                    ((*d).value, (*d).isnull, byval)
+                })
+                .collect();
+            let same = now.len() == w.last.len() && now.iter().zip(&w.last).all(|((v, n, byval), (lv, ln))| *byval && v == lv && n == ln);
+            let read = if same {
+                None
+            } else {
+                w.last = now.iter().map(|(v, n, _)| (*v, *n)).collect();
+                read_of(w.quals.iter().flat_map(|q| classify(*q, &env)).collect())
+            };
+            Some((w.next, read.map(|r| (w.world, w.relid, r, w.cols))))
+        });
+        let Some((next, read)) = step else { return std::ptr::null_mut() };
+        if let Some((world, relid, r, cols)) = read {
+            send(world, relid, r, cols);
+        }
+        let mine = INSTALLED.with(|i| i.get());
+        let addr = |f: pg_sys::ExecProcNodeMtd| f.map(|f| f as usize).unwrap_or(0);
+        let out = match next {
+            // (never itself: that would recurse; then the node's real function)
+            Some(f) if addr(next) != mine => f(ps),
+            _ => match (*ps).ExecProcNodeReal {
+                Some(f) => f(ps),
+                None => std::ptr::null_mut(),
+            },
+        };
+        // (Postgres's first call put its real function in place: keep it as the next, stay in front)
+        if addr((*ps).ExecProcNode) != mine {
+            let now = (*ps).ExecProcNode;
+            WATCHED.with(|m| {
+                if let Some(w) = m.borrow_mut().get_mut(&(ps as usize)) {
+                    w.next = now;
+                }
+            });
+            (*ps).ExecProcNode = Some(run_watched);
+        }
+        out
+    }
+}
+
+/// The type of executor parameter `id` as these conditions use it.
+unsafe fn param_type(quals: &[*mut pg_sys::Node], id: i32) -> pg_sys::Oid {
+    {
+        fn find(n: *mut pg_sys::Node, id: i32) -> Option<pg_sys::Oid> {
+            unsafe {
+                if n.is_null() {
+                    return None;
+                }
+                match (*n).type_ {
+                    pg_sys::NodeTag::T_Param => {
+                        let p = n as *mut pg_sys::Param;
+                        ((*p).paramkind == pg_sys::ParamKind::PARAM_EXEC && (*p).paramid == id).then_some((*p).paramtype)
+                    }
+                    pg_sys::NodeTag::T_RelabelType => find((*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node, id),
+                    pg_sys::NodeTag::T_OpExpr => list::<pg_sys::Node>((*(n as *mut pg_sys::OpExpr)).args).into_iter().find_map(|a| find(a, id)),
+                    pg_sys::NodeTag::T_ScalarArrayOpExpr => list::<pg_sys::Node>((*(n as *mut pg_sys::ScalarArrayOpExpr)).args).into_iter().find_map(|a| find(a, id)),
+                    pg_sys::NodeTag::T_BoolExpr => list::<pg_sys::Node>((*(n as *mut pg_sys::BoolExpr)).args).into_iter().find_map(|a| find(a, id)),
+                    _ => None,
+                }
+            }
+        }
+        quals.iter().find_map(|q| find(*q, id)).unwrap_or(pg_sys::Oid::INVALID)
     }
 }
 

@@ -1,0 +1,124 @@
+//! The world part's catch-up without a query: the world's delta versions written by transactions its
+//! frontier (the snapshot the part was last read on) didn't see, read through the delta's
+//! `(_w_world, _w_xid)` index on the statement's snapshot. The same rows the catch-up query reads
+//! (`_w_world = $1 AND _w_xid >= xmin(frontier) AND NOT pg_visible_in_snapshot(_w_xid, frontier)`), but
+//! planning that query, a custom plan each time, was most of its cost: in a world several sessions
+//! write, every statement after another writer's commit ran it, once per table read.
+use super::*;
+
+/// One version the catch-up brings: (dseq, deleted, key, base tid as text, of).
+pub(super) type DeltaRow = (Option<i64>, bool, Option<Key>, Option<String>, Option<i64>);
+
+/// A pg_snapshot's text (`xmin:xmax:xip,...`, full xids) as a visibility test.
+pub(super) struct Frontier {
+    xmin: u64,
+    xmax: u64,
+    xip: Vec<u64>,
+}
+
+impl Frontier {
+    pub(super) fn parse(s: &str) -> Option<Frontier> {
+        let mut parts = s.splitn(3, ':');
+        let xmin = parts.next()?.parse().ok()?;
+        let xmax = parts.next()?.parse().ok()?;
+        let xip = match parts.next()? {
+            "" => Vec::new(),
+            l => l.split(',').map(|x| x.parse().ok()).collect::<Option<Vec<u64>>>()?,
+        };
+        Some(Frontier { xmin, xmax, xip })
+    }
+
+    /// pg_visible_in_snapshot
+    pub(super) fn visible(&self, xid: u64) -> bool {
+        xid < self.xmin || (xid < self.xmax && !self.xip.contains(&xid))
+    }
+}
+
+/// The delta's versions of `world` the frontier didn't see, or None when they can't be read this way (a
+/// key that isn't an integer, no such index, no active snapshot): the caller runs its query then.
+pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option<Vec<DeltaRow>> {
+    if !matches!(layout.key_kind, b'i' | b'r') || (layout.key_kind == b'i' && layout.key_columns.len() != 1) {
+        return None;
+    }
+    let f = Frontier::parse(frontier)?;
+    unsafe {
+        if !pg_sys::ActiveSnapshotSet() {
+            return None;
+        }
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(layout.delta, lock);
+        let attno = |name: &str| {
+            let c = std::ffi::CString::new(name).unwrap_or_default();
+            pg_sys::get_attnum(layout.delta, c.as_ptr())
+        };
+        let (world_at, dseq_at, xid_at, del_at, base_at, of_at) = (attno("_w_world"), attno("_w_dseq"), attno("_w_xid"), attno("_w_del"), attno("_w_base_tid"), attno("_w_of"));
+        let key_at = if layout.key_kind == b'i' { attno(&layout.key_columns[0]) } else { 0 };
+        let mut index = std::ptr::null_mut();
+        let list = pg_sys::RelationGetIndexList(rel);
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let ix = pg_sys::index_open(pg_sys::list_nth_oid(list, i), lock);
+            let form = (*ix).rd_index;
+            let keys = (*form).indkey.values.as_ptr();
+            if (*form).indnkeyatts == 2 && *keys == world_at && *keys.add(1) == xid_at && (*(*ix).rd_rel).relam == pg_sys::BTREE_AM_OID {
+                index = ix;
+                break;
+            }
+            pg_sys::index_close(ix, lock);
+        }
+        if index.is_null() || [dseq_at, del_at, base_at, of_at].contains(&0) || (layout.key_kind == b'i' && key_at <= 0) {
+            if !index.is_null() {
+                pg_sys::index_close(index, lock);
+            }
+            pg_sys::table_close(rel, lock);
+            return None;
+        }
+        let key_type = if key_at > 0 { (*(*(*rel).rd_att).attrs.as_ptr().add(key_at as usize - 1)).atttypid } else { pg_sys::Oid::INVALID };
+        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(world));
+        pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_XID8GE), pg_sys::Datum::from(f.xmin));
+        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
+        let scan = pg_sys::index_beginscan(rel, index, pg_sys::GetActiveSnapshot(), 2, 0);
+        pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
+        let mut out = Vec::new();
+        let get = |slot: *mut pg_sys::TupleTableSlot, at: i16| -> Option<pg_sys::Datum> {
+            let mut isnull = false;
+            let d = pg_sys::slot_getattr(slot, at as i32, &mut isnull);
+            (!isnull).then_some(d)
+        };
+        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            let Some(xid) = get(slot, xid_at) else { continue };
+            if f.visible(xid.value() as u64) {
+                continue;
+            }
+            let key = if key_at > 0 {
+                get(slot, key_at).map(|d| {
+                    Key::I(match key_type {
+                        pg_sys::INT2OID => d.value() as i16 as i64,
+                        pg_sys::INT4OID => d.value() as i32 as i64,
+                        _ => d.value() as i64,
+                    })
+                })
+            } else {
+                None
+            };
+            let base = get(slot, base_at).map(|d| {
+                let p = &*d.cast_mut_ptr::<pg_sys::ItemPointerData>();
+                let block = (p.ip_blkid.bi_hi as u64) << 16 | p.ip_blkid.bi_lo as u64;
+                format!("({block},{})", p.ip_posid)
+            });
+            out.push((
+                get(slot, dseq_at).map(|d| d.value() as i64),
+                get(slot, del_at).is_some_and(|d| d.value() != 0),
+                key,
+                base,
+                get(slot, of_at).map(|d| d.value() as i64),
+            ));
+        }
+        pg_sys::index_endscan(scan);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        // (the locks are kept to the transaction's end, as a query's would be)
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Some(out)
+    }
+}
