@@ -18,6 +18,7 @@ pub mod governance;
 pub mod guc;
 pub mod merge;
 pub mod route;
+mod shared_memory;
 pub mod spi_calls;
 pub mod statements;
 pub mod storage;
@@ -49,7 +50,7 @@ pub extern "C-unwind" fn _PG_init() {
         storage::register_callbacks();
         time::purge::register_workers();
         governance::reads::shmem::register();
-        storage::history_marks::register();
+        shared_memory::register();
     }
 }
 

@@ -31,37 +31,15 @@ struct Marks {
 }
 
 static mut MARKS: *mut Marks = std::ptr::null_mut();
-static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
-static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
-/// From _PG_init, while preloading.
-pub fn register() {
-    unsafe {
-        PREV_REQUEST = pg_sys::shmem_request_hook;
-        pg_sys::shmem_request_hook = Some(request);
-        PREV_STARTUP = pg_sys::shmem_startup_hook;
-        pg_sys::shmem_startup_hook = Some(startup);
-    }
+/// At server start (crate::shared_memory's request hook).
+pub(crate) unsafe fn request() {
+    unsafe { pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Marks>()) };
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn request() {
+/// crate::shared_memory's startup hook, under AddinShmemInitLock.
+pub(crate) unsafe fn attach() {
     unsafe {
-        if let Some(p) = PREV_REQUEST {
-            p();
-        }
-        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Marks>());
-    }
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn startup() {
-    unsafe {
-        if let Some(p) = PREV_STARTUP {
-            p();
-        }
-        let init = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock; // AddinShmemInitLock
-        pg_sys::LWLockAcquire(init, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
         let p = pg_sys::ShmemInitStruct(c"pg_worlds history marks".as_ptr(), std::mem::size_of::<Marks>(), &mut found) as *mut Marks;
         if !found {
@@ -69,7 +47,6 @@ unsafe extern "C-unwind" fn startup() {
             std::ptr::write_bytes(p as *mut u8, 0, std::mem::size_of::<Marks>());
         }
         MARKS = p;
-        pg_sys::LWLockRelease(init);
     }
 }
 

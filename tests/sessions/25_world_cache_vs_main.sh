@@ -10,7 +10,8 @@
 #     snapshot keep moving) and read t in the world;
 #   - two readers in w check t: count(*) = 500 and sum(v) = 500, every reading, through the world scan
 #     and through the overlay views (worlds.world_scan = off).
-# At the end every reading is right, and main changed (the test is not vacuous).
+# At the end every reading is right, and main changed (the test is not vacuous). Then kill -9 of a main
+# writer (shared memory starts anew) and main's writes after the restart: the world still reads its fork.
 source "$(dirname "$0")/common.sh"
 T=${CACHE_SECONDS:-12}
 start_cluster $CL yes
@@ -74,5 +75,24 @@ expect "the world's writers failed" "$(grep -h 'number of failed transactions' "
 moved=$(psql_in $CL -d $DB -qAt -c "select count(*) <> 500 or sum(v) <> 500 from t")
 expect "main changed meanwhile" "$moved" t
 expect "the world's own writes kept" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select sum(n) > 0 from u")" t
+echo "check: kill -9 of a main writer mid-transaction: shared memory (the history marks) starts anew; the world still reads its fork"
+$B -c 2 -T 6 -f "$OUT/main.sql" $DB >"$OUT/crash_main.log" 2>&1 &
+CRASHPID=$!
+sleep 2
+victim=$(psql_in $CL -d $DB -qAt -c "select pid from pg_stat_activity where datname = '$DB' and application_name = 'pgbench' limit 1")
+[ -n "$victim" ] && kill -9 "$victim"
+wait $CRASHPID 2>/dev/null || true
+for _ in $(seq 1 60); do psql_in $CL -d $DB -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
+expect "after the crash, in w" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select count(*) || ' ' || sum(v) from t")" "500 500"
+# main writes again after the restart, then a fresh session of w and one that read before those writes
+psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select count(*) from t" -c "select pg_sleep(1.5)" -c "select count(*) || ' ' || sum(v) from t" >"$OUT/long_reader.log" 2>&1 &
+LONG=$!
+sleep 0.5
+$B -c 1 -t 30 -f "$OUT/main.sql" $DB >"$OUT/after_main.log" 2>&1 || bad "main's writers after the crash failed"
+wait $LONG
+expect "after the crash and main's writes, a session of w that read before them" "$(tail -1 "$OUT/long_reader.log")" "500 500"
+expect "after the crash and main's writes, a fresh session of w" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select count(*) || ' ' || sum(v) from t")" "500 500"
+expect "after the crash and main's writes, through the overlay views" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "set worlds.world_scan = off" -c "select count(*) || ' ' || sum(v) from t")" "500 500"
+
 [ $failures -eq 0 ] || { echo "25_world_cache_vs_main: $failures failed" >&2; exit 1; }
 echo "ok: a world's view of main held while main and the world's writers committed"

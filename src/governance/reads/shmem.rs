@@ -85,8 +85,6 @@ struct Shared {
 }
 
 static mut SHARED: Option<Shared> = None;
-static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
-static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
 const TRANCHE: &CStr = c"pg_worlds read sets";
 const FILE: &CStr = c"pg_worlds_readsets";
@@ -106,7 +104,7 @@ pub fn bytes() -> usize {
     sizes().iter().fold(0usize, |a, (n, e)| unsafe { pg_sys::add_size(a, pg_sys::hash_estimate_size(*n as _, *e)) })
 }
 
-/// From _PG_init, while preloading: the settings, and the memory asked for at server start.
+/// From _PG_init, while preloading: the settings (the memory is asked for by crate::shared_memory).
 pub fn register() {
     pgrx::guc::GucRegistry::define_int_guc(
         c"worlds.read_set_keys",
@@ -128,20 +126,11 @@ pub fn register() {
         pgrx::guc::GucContext::Postmaster,
         pgrx::guc::GucFlags::default(),
     );
-    unsafe {
-        PREV_REQUEST = pg_sys::shmem_request_hook;
-        pg_sys::shmem_request_hook = Some(request);
-        PREV_STARTUP = pg_sys::shmem_startup_hook;
-        pg_sys::shmem_startup_hook = Some(startup);
-    }
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn request() {
+/// At server start (crate::shared_memory's request hook): the memory and the lock the read sets need.
+pub(crate) unsafe fn request() {
     unsafe {
-        if let Some(p) = PREV_REQUEST {
-            p();
-        }
         pg_sys::RequestAddinShmemSpace(bytes());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
     }
@@ -154,14 +143,9 @@ unsafe fn hash_table(name: &CStr, n: i64, key: usize, entry: usize) -> *mut pg_s
     }
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn startup() {
+/// crate::shared_memory's startup hook, under AddinShmemInitLock: the read sets' tables.
+pub(crate) unsafe fn attach() {
     unsafe {
-        if let Some(p) = PREV_STARTUP {
-            p();
-        }
-        let init = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
-        pg_sys::LWLockAcquire(init, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let s = sizes();
         SHARED = Some(Shared {
             lock: &raw mut (*pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr())).lock,
@@ -170,12 +154,14 @@ unsafe extern "C-unwind" fn startup() {
             keys: hash_table(c"pg_worlds read sets: keys", s[2].0, std::mem::size_of::<ReadKey>(), s[2].1),
             scans: hash_table(c"pg_worlds read sets: scans", s[3].0, std::mem::size_of::<ReadKey>(), s[3].1),
         });
-        pg_sys::LWLockRelease(init);
-        if !pg_sys::IsUnderPostmaster {
-            // the postmaster: what a clean shutdown saved, and saving at the next one
-            load();
-            pg_sys::on_shmem_exit(Some(save_at_exit), pg_sys::Datum::from(0usize));
-        }
+    }
+}
+
+/// After attaching, in the postmaster: what a clean shutdown saved, and saving at the next one.
+pub(crate) unsafe fn load_and_save_at_exit() {
+    unsafe {
+        load();
+        pg_sys::on_shmem_exit(Some(save_at_exit), pg_sys::Datum::from(0usize));
     }
 }
 
