@@ -121,12 +121,7 @@ expect "total in w after transfers" "$(total)" "$T0"
 
 echo "check: kill -9 of a backend while 3 clients write the world: after recovery the sums agree, writes go on"
 $PGBIN/pgbench -n -c 3 -j 3 -T 6 "$BENCH" >"$OUT/crash.log" 2>&1 &
-BENCHPID=$!
-sleep 2
-victim=$(psql_in $CL -d $DB -qAt -c "select pid from pg_stat_activity where datname = '$DB2' and application_name = 'pgbench' limit 1")
-[ -n "$victim" ] && kill -9 "$victim"
-wait $BENCHPID 2>/dev/null || true
-for _ in $(seq 1 60); do psql_in $CL -d $DB -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
+crash_pgbench $DB2 $!
 read -r h a d b t <<<"$(sums)"
 expect "after the crash: sum(abalance) = sum(delta)" "$a" "$d"
 expect "after the crash: sum(bbalance) = sum(delta)" "$b" "$d"

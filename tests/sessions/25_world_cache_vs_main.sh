@@ -77,12 +77,7 @@ expect "main changed meanwhile" "$moved" t
 expect "the world's own writes kept" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select sum(n) > 0 from u")" t
 echo "check: kill -9 of a main writer mid-transaction: shared memory (the history marks) starts anew; the world still reads its fork"
 $B -c 2 -T 6 -f "$OUT/main.sql" $DB >"$OUT/crash_main.log" 2>&1 &
-CRASHPID=$!
-sleep 2
-victim=$(psql_in $CL -d $DB -qAt -c "select pid from pg_stat_activity where datname = '$DB' and application_name = 'pgbench' limit 1")
-[ -n "$victim" ] && kill -9 "$victim"
-wait $CRASHPID 2>/dev/null || true
-for _ in $(seq 1 60); do psql_in $CL -d $DB -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
+crash_pgbench $DB $!
 expect "after the crash, in w" "$(psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select count(*) || ' ' || sum(v) from t")" "500 500"
 # main writes again after the restart, then a fresh session of w and one that read before those writes
 psql_in $CL -d $DB -qAt -c "set worlds.world = w" -c "select count(*) from t" -c "select pg_sleep(1.5)" -c "select count(*) || ' ' || sum(v) from t" >"$OUT/long_reader.log" 2>&1 &
