@@ -7,3 +7,4 @@ pub mod names;
 pub mod rules;
 pub mod reads;
 pub mod scope;
+pub mod snapshot;

@@ -96,7 +96,3 @@ pub fn quiet_since(relid: pg_sys::Oid, frontier_xmin: u64) -> bool {
     mark.max(floor) < frontier_xmin
 }
 
-/// The xmin of a pg_snapshot's text form (`xmin:xmax:xip,...`); 0 when it isn't one.
-pub fn snapshot_xmin(snapshot: &str) -> u64 {
-    snapshot.split(':').next().and_then(|x| x.parse().ok()).unwrap_or(0)
-}

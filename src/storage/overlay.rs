@@ -595,7 +595,7 @@ fn relation_file(relid: pg_sys::Oid) -> u32 {
 /// since the fork is hidden.
 fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     // no transaction the frontier didn't see as finished wrote this table's history: nothing to read
-    if super::history_marks::quiet_since(layout.relid, super::history_marks::snapshot_xmin(&cache.frontier)) {
+    if super::history_marks::quiet_since(layout.relid, worlds_core::snapshot::xmin_of(&cache.frontier)) {
         return;
     }
     let cond = format!(

@@ -9,38 +9,13 @@ use super::*;
 /// One version the catch-up brings: (dseq, deleted, key, base tid as text, of).
 pub(super) type DeltaRow = (Option<i64>, bool, Option<Key>, Option<String>, Option<i64>);
 
-/// A pg_snapshot's text (`xmin:xmax:xip,...`, full xids) as a visibility test.
-pub(super) struct Frontier {
-    xmin: u64,
-    xmax: u64,
-    xip: Vec<u64>,
-}
-
-impl Frontier {
-    pub(super) fn parse(s: &str) -> Option<Frontier> {
-        let mut parts = s.splitn(3, ':');
-        let xmin = parts.next()?.parse().ok()?;
-        let xmax = parts.next()?.parse().ok()?;
-        let xip = match parts.next()? {
-            "" => Vec::new(),
-            l => l.split(',').map(|x| x.parse().ok()).collect::<Option<Vec<u64>>>()?,
-        };
-        Some(Frontier { xmin, xmax, xip })
-    }
-
-    /// pg_visible_in_snapshot
-    pub(super) fn visible(&self, xid: u64) -> bool {
-        xid < self.xmin || (xid < self.xmax && !self.xip.contains(&xid))
-    }
-}
-
 /// The delta's versions of `world` the frontier didn't see, or None when they can't be read this way (a
 /// key that isn't an integer, no such index, no active snapshot): the caller runs its query then.
 pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option<Vec<DeltaRow>> {
     if !matches!(layout.key_kind, b'i' | b'r') || (layout.key_kind == b'i' && layout.key_columns.len() != 1) {
         return None;
     }
-    let f = Frontier::parse(frontier)?;
+    let f = worlds_core::snapshot::Snapshot::parse(frontier)?;
     unsafe {
         if !pg_sys::ActiveSnapshotSet() {
             return None;
