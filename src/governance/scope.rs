@@ -169,21 +169,21 @@ fn _fork_meta(meta: JsonB) -> JsonB {
     if let Some(agent) = crate::governance::agents::session_agent() {
         if let Some(policy) = &agent.policy {
             let (check_reads, require_scope, max_rows, max_deletes) = policy_fork_rules(policy);
-            let refuse = |why: String| -> ! {
+            let refuse = |why: String, hint: &str| -> ! {
                 crate::api::raise_with(
                     "42501",
                     format!("permission denied: agent \"{}\" keeps to merge policy {policy}, which {why}", agent.name),
                     None,
-                    Some("Fork again declaring what the world will change (may_change, tenant).".into()),
+                    Some(hint.into()),
                 )
             };
             if require_scope && !declared.declares_what() {
-                refuse("requires its forks to declare may_change or tenant (require_scope)".into());
+                refuse("requires its forks to declare may_change or tenant (require_scope)".into(), "Fork again declaring what the world will change (may_change, tenant).");
             }
             for (key, mine, theirs) in [("max_rows", declared.max_rows, max_rows), ("max_deletes", declared.max_deletes, max_deletes)] {
                 if let (Some(a), Some(b)) = (mine, theirs) {
                     if a > b {
-                        refuse(format!("allows {key} {b}: the fork declares {key} {a}, more than that"));
+                        refuse(format!("allows {key} {b}: the fork declares {key} {a}, more than that"), &format!("Fork again declaring {key} {b} or less."));
                     }
                 }
             }
