@@ -145,6 +145,23 @@ UPDATE accounts SET balance = 3 WHERE id = 2;
 SELECT reads('j');
 SELECT * FROM worlds.sql('drop world j');
 
+-- a scan that stops early (LIMIT over an index scan of the key) read up to where it stopped, its
+-- conditions included; scanning backward, from where it stopped up
+SELECT * FROM worlds.sql('create world lim with (check_reads = true)');
+SET worlds.world = lim;
+SELECT id FROM accounts WHERE balance >= 0 ORDER BY id LIMIT 3;
+SELECT id FROM accounts ORDER BY id DESC LIMIT 1;
+RESET worlds.world;
+UPDATE accounts SET balance = balance + 1 WHERE id = 10;      -- past where the first stopped
+UPDATE accounts SET balance = balance + 1 WHERE id = 19;      -- below where the second stopped
+INSERT INTO accounts VALUES (50, 'new', 1, '');                -- between the two
+SELECT reads('lim');
+UPDATE accounts SET balance = balance + 1 WHERE id = 3;
+INSERT INTO accounts VALUES (101, 'new', 1, '');
+SELECT reads('lim');
+SELECT * FROM worlds.sql('drop world lim');
+DELETE FROM accounts WHERE id IN (50, 101);
+
 -- past 10,000 keys of one table, reads of it count as the whole table
 SELECT * FROM worlds.sql('create world many with (check_reads = true)');
 SET worlds.world = many;

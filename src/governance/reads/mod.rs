@@ -15,6 +15,8 @@ use pgrx::prelude::*;
 pub mod check;
 pub mod record;
 pub mod shmem;
+mod stopped;
+pub use stopped::finish;
 
 pub use record::record;
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use worlds_core::reads::{self, Columns, Conjunct, Test};
 
 /// One read of a table by one scan.
-enum Read {
+pub(super) enum Read {
     Whole,
     Keys(Vec<String>),
     Scan(Vec<Conjunct>),
@@ -180,7 +180,7 @@ fn built_in(oid: pg_sys::Oid) -> bool {
     oid.to_u32() < pg_sys::FirstNormalObjectId
 }
 
-unsafe fn text_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> String {
+pub(super) unsafe fn text_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> String {
     unsafe {
         let (mut out, mut varlena) = (pg_sys::Oid::INVALID, false);
         pg_sys::getTypeOutputInfo(typ, &mut out, &mut varlena);
@@ -450,6 +450,13 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             plans(sp, &mut all);
         }
         let mut found: Vec<(u32, Read)> = Vec::new();
+        // the index scan under the statement's LIMIT: its read waits for where it stopped (stopped.rs)
+        let stopping = super::stopped::stopping_scan(stmt, eflags, |relid| {
+            let &tabno = tracked.get(&pg_sys::Oid::from(relid))?;
+            let layout = crate::storage::relation_layout(tabno);
+            (layout.key_attnos.len() == 1).then(|| layout.key_attnos[0] as i16)
+        });
+        let mut held: Option<(u32, Read)> = None;
         // scans whose conditions compare with a value the executor supplies as it runs (a nested loop's
         // inner lookup by the outer row): recorded as they run, each new value a read
         let mut running: Vec<(*mut pg_sys::Plan, u32, Vec<*mut pg_sys::Node>, *mut pg_sys::List, Option<i16>, Vec<i32>)> = Vec::new();
@@ -481,13 +488,20 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
                 continue;
             }
             if let Some(read) = read_of(conds) {
-                found.push(((*rte).relid.to_u32(), read));
+                match stopping {
+                    Some((p, ..)) if p == plan && !matches!(read, Read::Keys(_)) => held = Some(((*rte).relid.to_u32(), read)),
+                    _ => found.push(((*rte).relid.to_u32(), read)),
+                }
             }
         }
-        if found.is_empty() && running.is_empty() {
+        if found.is_empty() && running.is_empty() && held.is_none() {
             return;
         }
         let cols = columns(stmt, &tracked);
+        if let (Some((relid, read)), Some((plan, key, key_type, opno))) = (held, stopping) {
+            let c = cols.get(&relid).copied().unwrap_or(Columns::ALL);
+            super::stopped::hold((*query_desc).estate, plan, world.num, relid, read, c, (key, key_type, opno));
+        }
         for (relid, read) in found {
             send(world.num, relid, read, cols.get(&relid).copied().unwrap_or(Columns::ALL));
         }
@@ -696,7 +710,7 @@ unsafe fn param_type(quals: &[*mut pg_sys::Node], id: i32) -> pg_sys::Oid {
 }
 
 /// Puts a read in shared memory, unless this backend already did.
-fn send(world: i32, relid: u32, read: Read, cols: Columns) {
+pub(super) fn send(world: i32, relid: u32, read: Read, cols: Columns) {
     SENT.with(|s| {
         let mut s = s.borrow_mut();
         let local = s.entry((world, relid)).or_default();

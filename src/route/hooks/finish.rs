@@ -14,6 +14,8 @@ pub(super) unsafe extern "C-unwind" fn executor_finish(query_desc: *mut pg_sys::
             Some(prev) => prev(query_desc),
             None => raw::standard_ExecutorFinish(query_desc),
         }
+        // (a world that checks its reads: a scan under a LIMIT read up to where it stopped)
+        guarded(|| crate::governance::reads::finish(query_desc));
         // (an agent's world past its max_changes fails the statement: nothing it wrote stays)
         guarded(|| crate::governance::agents::after_write_statement(query_desc));
         let estate = (*query_desc).estate;
