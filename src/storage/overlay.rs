@@ -436,7 +436,7 @@ fn load_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                     *e = (layer, dseq, del);
                 }
             }
-            None => keyless_version(&mut part, &mut cancelled, dseq, del, base_tid, of),
+            None => keyless_version(&mut part, &mut cancelled, dseq, del, base_tid.map(|t: String| parse_tid(&t)), of),
         }
     }
     for of in cancelled {
@@ -474,15 +474,11 @@ fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
         return;
     }
     // read without a query where it can (delta_since.rs); the frontier moves to the statement's snapshot
-    let direct = delta_since::delta_since(layout, world.num, &cache.world_frontier).map(|rows| {
-        let now = snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1)).into_iter().next().flatten();
-        if rows.is_empty() {
-            return vec![(now, None, false, None, None, None)];
+    let (now, versions): (Option<String>, Vec<delta_since::DeltaRow>) = match delta_since::delta_since(layout, world.num, &cache.world_frontier) {
+        Some(versions) => {
+            let now = snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1)).into_iter().next().flatten();
+            (now, versions)
         }
-        rows.into_iter().map(|(dseq, del, key, base, of)| (now.clone(), dseq, del, key, base, of)).collect::<Vec<_>>()
-    });
-    let rows = match direct {
-        Some(rows) => rows,
         None => {
             let sql = format!(
                 "SELECT s.snap, d._w_dseq, d._w_del, d.k, d._w_base_tid::text, d._w_of
@@ -504,22 +500,23 @@ fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
                         b't' => row.get::<String>(4).map(Key::T),
                         _ => None,
                     };
-                    (row.get::<String>(1), row.get::<i64>(2), row.get::<bool>(3).unwrap_or(false), key, row.get::<String>(5), row.get::<i64>(6))
+                    let version = row.get::<i64>(2).map(|dseq| (dseq, row.get::<bool>(3).unwrap_or(false), key, row.get::<String>(5).map(|t| parse_tid(&t)), row.get::<i64>(6)));
+                    (row.get::<String>(1), version)
                 },
             );
-            rows
+            let now = rows.first().and_then(|r| r.0.clone());
+            (now, rows.into_iter().filter_map(|r| r.1).collect())
         }
     };
-    if let Some(Some(now)) = rows.first().map(|r| r.0.clone()) {
+    if let Some(now) = now {
         cache.world_frontier = now;
     }
-    if rows.iter().all(|r| r.1.is_none()) {
+    if versions.is_empty() {
         return;
     }
     let part = Rc::make_mut(&mut cache.world);
     let mut cancelled = Vec::new();
-    for (_, dseq, del, key, base_tid, of) in rows {
-        let Some(dseq) = dseq else { continue };
+    for (dseq, del, key, base_tid, of) in versions {
         match key {
             Some(k) => {
                 if part.winner.get(&k).is_some_and(|(d, _)| *d >= dseq) {
@@ -543,13 +540,13 @@ fn advance_world_part(layout: &Layout, world: &World, cache: &mut TableCache) {
 /// A version of a row of a table without a key: every added row of the chain is seen, but those a
 /// tombstone removes (a row of main by its tid; a row the chain added by its dseq, collected in
 /// `cancelled`, removed once all versions are read).
-fn keyless_version(part: &mut WorldPart, cancelled: &mut Vec<i64>, dseq: i64, del: bool, base_tid: Option<String>, of: Option<i64>) {
+fn keyless_version(part: &mut WorldPart, cancelled: &mut Vec<i64>, dseq: i64, del: bool, base_tid: Option<u64>, of: Option<i64>) {
     if !del {
         part.delta_pick.insert(dseq);
         return;
     }
     if let Some(tid) = base_tid {
-        part.hidden_tids.insert(parse_tid(&tid));
+        part.hidden_tids.insert(tid);
     }
     cancelled.extend(of);
 }

@@ -550,7 +550,7 @@ fn read_of(conds: Vec<Cond>) -> Option<Read> {
 }
 
 /// The plan states under `ps` (itself included).
-unsafe fn planstates(ps: *mut pg_sys::PlanState, out: &mut Vec<*mut pg_sys::PlanState>) {
+pub(super) unsafe fn planstates(ps: *mut pg_sys::PlanState, out: &mut Vec<*mut pg_sys::PlanState>) {
     unsafe {
         if ps.is_null() {
             return;

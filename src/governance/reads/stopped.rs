@@ -124,7 +124,9 @@ pub unsafe fn finish(query_desc: *mut pg_sys::QueryDesc) {
             return;
         }
         for held in take(estate) {
-            let ps = find_state((*query_desc).planstate, held.plan);
+            let mut states = Vec::new();
+            super::record::planstates((*query_desc).planstate, &mut states);
+            let ps = states.into_iter().find(|ps| (**ps).plan == held.plan).unwrap_or(std::ptr::null_mut());
             let slot = if ps.is_null() { std::ptr::null_mut() } else { (*(ps as *mut pg_sys::ScanState)).ss_ScanTupleSlot };
             let stopped_at = if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 {
                 None
@@ -145,33 +147,5 @@ pub unsafe fn finish(query_desc: *mut pg_sys::QueryDesc) {
             };
             send(held.world, held.relid, read, held.cols);
         }
-    }
-}
-
-/// The plan state of `plan` under `ps` (through custom scans' children).
-unsafe fn find_state(ps: *mut pg_sys::PlanState, plan: *mut pg_sys::Plan) -> *mut pg_sys::PlanState {
-    unsafe {
-        if ps.is_null() {
-            return ps;
-        }
-        if (*ps).plan == plan {
-            return ps;
-        }
-        for c in [(*ps).lefttree, (*ps).righttree] {
-            let f = find_state(c, plan);
-            if !f.is_null() {
-                return f;
-            }
-        }
-        if (*(ps as *mut pg_sys::Node)).type_ == pg_sys::NodeTag::T_CustomScanState {
-            let l = (*(ps as *mut pg_sys::CustomScanState)).custom_ps;
-            for i in 0..if l.is_null() { 0 } else { (*l).length } {
-                let f = find_state(pg_sys::list_nth(l, i) as *mut pg_sys::PlanState, plan);
-                if !f.is_null() {
-                    return f;
-                }
-            }
-        }
-        std::ptr::null_mut()
     }
 }

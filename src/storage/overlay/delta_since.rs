@@ -6,8 +6,8 @@
 //! write, every statement after another writer's commit ran it, once per table read.
 use super::*;
 
-/// One version the catch-up brings: (dseq, deleted, key, base tid as text, of).
-pub(super) type DeltaRow = (Option<i64>, bool, Option<Key>, Option<String>, Option<i64>);
+/// One version the catch-up brings: (dseq, deleted, key, base tid packed as the cache keeps tids, of).
+pub(super) type DeltaRow = (i64, bool, Option<Key>, Option<u64>, Option<i64>);
 
 /// The delta's versions of `world` the frontier didn't see, or None when they can't be read this way (a
 /// key that isn't an integer, no such index, no active snapshot): the caller runs its query then.
@@ -48,6 +48,11 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
             return None;
         }
         let key_type = if key_at > 0 { (*(*(*rel).rd_att).attrs.as_ptr().add(key_at as usize - 1)).atttypid } else { pg_sys::Oid::INVALID };
+        if key_at > 0 && !matches!(key_type, pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
+            pg_sys::index_close(index, lock);
+            pg_sys::table_close(rel, lock);
+            return None;
+        }
         let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
         pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(world));
         pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_XID8GE), pg_sys::Datum::from(f.xmin));
@@ -65,29 +70,9 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
             if f.visible(xid.value() as u64) {
                 continue;
             }
-            let key = if key_at > 0 {
-                get(slot, key_at).map(|d| {
-                    Key::I(match key_type {
-                        pg_sys::INT2OID => d.value() as i16 as i64,
-                        pg_sys::INT4OID => d.value() as i32 as i64,
-                        _ => d.value() as i64,
-                    })
-                })
-            } else {
-                None
-            };
-            let base = get(slot, base_at).map(|d| {
-                let p = &*d.cast_mut_ptr::<pg_sys::ItemPointerData>();
-                let block = (p.ip_blkid.bi_hi as u64) << 16 | p.ip_blkid.bi_lo as u64;
-                format!("({block},{})", p.ip_posid)
-            });
-            out.push((
-                get(slot, dseq_at).map(|d| d.value() as i64),
-                get(slot, del_at).is_some_and(|d| d.value() != 0),
-                key,
-                base,
-                get(slot, of_at).map(|d| d.value() as i64),
-            ));
+            let Some(dseq) = get(slot, dseq_at) else { continue };
+            let key = if key_at > 0 { get(slot, key_at).and_then(|d| crate::route::custom_scan::integer_of(key_type, d)).map(Key::I) } else { None };
+            out.push((dseq.value() as i64, get(slot, del_at).is_some_and(|d| d.value() != 0), key, get(slot, base_at).map(|d| tid_of_datum(d)), get(slot, of_at).map(|d| d.value() as i64)));
         }
         pg_sys::index_endscan(scan);
         pg_sys::ExecDropSingleTupleTableSlot(slot);
