@@ -141,6 +141,7 @@ CREATE FUNCTION worlds.create_world(name text, source text DEFAULT NULL, meta js
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_name ALIAS FOR $1;  -- (not create_world.name: the body runs as create_world__body, catalog/definer.rs)
     src worlds.world;
     at timestamptz;
     past record;
@@ -181,7 +182,7 @@ BEGIN
         RAISE EXCEPTION 'world "%" does not exist', src.name USING ERRCODE = 'invalid_catalog_name',
             DETAIL = 'It was merged or dropped while this CREATE WORLD waited.';
     END IF;
-    IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = create_world.name AND w.dropped IS NULL) THEN
+    IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = arg_name AND w.dropped IS NULL) THEN
         RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
     SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
@@ -279,17 +280,19 @@ CREATE FUNCTION worlds.alter_world(name text, set_meta jsonb DEFAULT NULL, ttl i
 RETURNS SETOF worlds.world_row
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_name ALIAS FOR $1;  -- (not alter_world.name: the body runs as alter_world__body, catalog/definer.rs)
+    arg_pinned ALIAS FOR $5;  -- (not alter_world.pinned: the body runs as alter_world__body, catalog/definer.rs)
     w worlds.world;
     m jsonb;
     k text;
-    target text := alter_world.name;
+    target text := arg_name;
 BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER WORLD');
     PERFORM worlds._expire();
     w := worlds._resolve(target);
-    PERFORM worlds._require(CASE WHEN ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL THEN 'ttl_pin' ELSE 'alter' END, w);
+    PERFORM worlds._require(CASE WHEN ttl IS NOT NULL OR reset_ttl OR arg_pinned IS NOT NULL THEN 'ttl_pin' ELSE 'alter' END, w);
     PERFORM worlds._audit('alter', w.name);
-    IF w.num = 0 AND (ttl IS NOT NULL OR reset_ttl OR alter_world.pinned IS NOT NULL) THEN
+    IF w.num = 0 AND (ttl IS NOT NULL OR reset_ttl OR arg_pinned IS NOT NULL) THEN
         RAISE EXCEPTION 'main cannot expire or be pinned' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF set_meta IS NOT NULL THEN
@@ -312,8 +315,8 @@ BEGIN
     ELSIF reset_ttl THEN
         UPDATE worlds.world SET expires = NULL WHERE num = w.num;
     END IF;
-    IF alter_world.pinned IS NOT NULL THEN
-        UPDATE worlds.world SET pinned = alter_world.pinned WHERE num = w.num;
+    IF arg_pinned IS NOT NULL THEN
+        UPDATE worlds.world SET pinned = arg_pinned WHERE num = w.num;
     END IF;
     RETURN QUERY SELECT * FROM worlds.show_worlds() s WHERE s.id = w.id;
 END $$;
@@ -322,6 +325,7 @@ CREATE FUNCTION worlds.drop_world(name text, if_exists boolean DEFAULT false, ca
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_name ALIAS FOR $1;  -- (not drop_world.name: the body runs as drop_world__body, catalog/definer.rs)
     w worlds.world;
     d worlds.world;
     forks text;
@@ -330,10 +334,10 @@ BEGIN
     PERFORM worlds._lock_worlds();  -- (no world forked from it while it goes)
     PERFORM worlds._expire();
     BEGIN
-        w := worlds._resolve(drop_world.name);
+        w := worlds._resolve(arg_name);
     EXCEPTION WHEN invalid_catalog_name THEN
         IF if_exists THEN
-            RAISE NOTICE 'world "%" does not exist, skipping', drop_world.name;
+            RAISE NOTICE 'world "%" does not exist, skipping', arg_name;
             RETURN 'DROP WORLD';
         END IF;
         RAISE;

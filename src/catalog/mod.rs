@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 
 pub mod dump;
+pub mod definer;
 pub mod members;
 
 extension_sql_file!("catalog.sql", name = "catalog", bootstrap);

@@ -248,6 +248,7 @@ LANGUAGE sql STABLE AS $$ SELECT * FROM worlds.as_of(tbl, worlds.moment(moment))
 CREATE FUNCTION worlds.checkpoint_world(name text, label text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_label ALIAS FOR $2;  -- (not checkpoint_world.label: the body runs as checkpoint_world__body, catalog/definer.rs)
     w worlds.world := worlds._resolve(name);
 BEGIN
     PERFORM worlds._require('checkpoint', w);
@@ -255,7 +256,7 @@ BEGIN
         RAISE EXCEPTION 'a checkpoint needs a label' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM worlds._audit('checkpoint', w.name);
-    INSERT INTO worlds.checkpoint AS c (world, label, at) VALUES (w.num, checkpoint_world.label, clock_timestamp())
+    INSERT INTO worlds.checkpoint AS c (world, label, at) VALUES (w.num, arg_label, clock_timestamp())
     ON CONFLICT ON CONSTRAINT checkpoint_pkey DO UPDATE SET at = excluded.at;
     RETURN 'CHECKPOINT';
 END $$;
@@ -268,7 +269,8 @@ CREATE FUNCTION worlds.show_history(world text DEFAULT NULL, "limit" bigint DEFA
 RETURNS SETOF worlds.history_row
 LANGUAGE plpgsql AS $$
 DECLARE
-    target text := coalesce(show_history.world, current_setting('worlds.world'));
+    arg_world ALIAS FOR $1;  -- (not show_history.world: the body runs as show_history__body, catalog/definer.rs)
+    target text := coalesce(arg_world, current_setting('worlds.world'));
     nums integer[];
 BEGIN
     PERFORM worlds._require('read');
@@ -382,6 +384,7 @@ CREATE FUNCTION worlds._as_of_cached(rel regclass, at timestamptz) RETURNS regcl
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = warning
     SET max_parallel_workers_per_gather = 0 AS $$  -- built once: serially (its helpers read history through SPI)
 DECLARE
+    arg_at ALIAS FOR $2;  -- (not _as_of_cached.at: the body runs as _as_of_cached__body, catalog/definer.rs)
     t worlds.tables;
     found_copy regclass;
     name text;
@@ -394,18 +397,18 @@ BEGIN
     IF NOT FOUND OR (SELECT relrowsecurity FROM pg_class WHERE oid = rel) THEN
         RETURN NULL;
     END IF;
-    SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+    SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = arg_at;
     IF found_copy IS NULL THEN
-        IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE xact_start <= _as_of_cached.at AND pid <> pg_backend_pid()
+        IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE xact_start <= arg_at AND pid <> pg_backend_pid()
                    AND backend_type = 'client backend') THEN
             RETURN NULL;
         END IF;
         -- one session builds a moment; the others wait for it and find it made
         PERFORM pg_advisory_xact_lock(hashtext('pg_worlds as_of'), t.tabno);
-        SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+        SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = arg_at;
     END IF;
     IF found_copy IS NOT NULL THEN
-        UPDATE worlds.as_of_cache c SET used = clock_timestamp() WHERE c.tabno = t.tabno AND c.at = _as_of_cached.at;
+        UPDATE worlds.as_of_cache c SET used = clock_timestamp() WHERE c.tabno = t.tabno AND c.at = arg_at;
         RETURN format('worlds_data.%I', 'v' || (SELECT relname FROM pg_class WHERE oid = found_copy))::regclass;
     END IF;
     name := format('c_%s_%s', t.tabno, to_char(at AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISSUS'));

@@ -169,7 +169,7 @@ END $$;
 
 -- A count setting: a whole number >= 0 (or one as text); 22023 otherwise.
 CREATE FUNCTION worlds._count_setting(key text, v jsonb, upper bigint DEFAULT 2147483647) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     t text := CASE WHEN jsonb_typeof(v) IN ('number', 'string') THEN trim(v #>> '{}') END;
 BEGIN
@@ -306,18 +306,19 @@ CREATE FUNCTION worlds.create_agent(agent_name text, settings jsonb DEFAULT NULL
 RETURNS TABLE (name text, id text, token text)
 LANGUAGE plpgsql SET password_encryption = 'scram-sha-256' AS $$
 DECLARE
+    arg_agent_name ALIAS FOR $1;  -- (not create_agent.agent_name: the body runs as create_agent__body, catalog/definer.rs)
     a worlds.agent;
     secret text := 'wt_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
     n bigint;
 BEGIN
     PERFORM worlds._refuse_in_transaction('CREATE AGENT');
     PERFORM worlds._require('admin');
-    PERFORM worlds._check_agent_name(create_agent.agent_name);
-    IF EXISTS (SELECT 1 FROM worlds.agent x WHERE x.name = create_agent.agent_name) THEN
-        RAISE EXCEPTION 'agent "%" already exists', create_agent.agent_name USING ERRCODE = 'duplicate_object';
+    PERFORM worlds._check_agent_name(arg_agent_name);
+    IF EXISTS (SELECT 1 FROM worlds.agent x WHERE x.name = arg_agent_name) THEN
+        RAISE EXCEPTION 'agent "%" already exists', arg_agent_name USING ERRCODE = 'duplicate_object';
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = create_agent.agent_name) THEN
-        RAISE EXCEPTION 'role "%" already exists', create_agent.agent_name USING ERRCODE = 'duplicate_object',
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = arg_agent_name) THEN
+        RAISE EXCEPTION 'role "%" already exists', arg_agent_name USING ERRCODE = 'duplicate_object',
             HINT = 'An agent is a login role of its name: choose another name.';
     END IF;
     a.name := agent_name;
@@ -344,13 +345,14 @@ END $$;
 CREATE FUNCTION worlds.alter_agent(name text, settings jsonb) RETURNS SETOF worlds.agent_row
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_name ALIAS FOR $1;  -- (not alter_agent.name: the body runs as alter_agent__body, catalog/definer.rs)
     a worlds.agent;
 BEGIN
     PERFORM worlds._refuse_in_transaction('ALTER AGENT');
     PERFORM worlds._require('admin');
-    SELECT * INTO a FROM worlds.agent x WHERE x.name = alter_agent.name FOR UPDATE;
+    SELECT * INTO a FROM worlds.agent x WHERE x.name = arg_name FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'agent "%" does not exist', alter_agent.name USING ERRCODE = 'undefined_object';
+        RAISE EXCEPTION 'agent "%" does not exist', arg_name USING ERRCODE = 'undefined_object';
     END IF;
     a := worlds._agent_settings(a, settings);
     UPDATE worlds.agent x SET can = a.can, max_worlds = a.max_worlds, writes_per_minute = a.writes_per_minute,
@@ -366,14 +368,15 @@ END $$;
 CREATE FUNCTION worlds.drop_agent(name text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+    arg_name ALIAS FOR $1;  -- (not drop_agent.name: the body runs as drop_agent__body, catalog/definer.rs)
     a worlds.agent;
     role_name text;
 BEGIN
     PERFORM worlds._refuse_in_transaction('DROP AGENT');
     PERFORM worlds._require('admin');
-    SELECT * INTO a FROM worlds.agent x WHERE x.name = drop_agent.name FOR UPDATE;
+    SELECT * INTO a FROM worlds.agent x WHERE x.name = arg_name FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'agent "%" does not exist', drop_agent.name USING ERRCODE = 'undefined_object';
+        RAISE EXCEPTION 'agent "%" does not exist', arg_name USING ERRCODE = 'undefined_object';
     END IF;
     IF a.role = (SELECT oid FROM pg_roles WHERE rolname = session_user) THEN
         RAISE EXCEPTION 'agent "%" can''t drop itself', a.name USING ERRCODE = 'object_in_use';
@@ -400,12 +403,14 @@ $$;
 CREATE FUNCTION worlds.show_audit(agent_name text DEFAULT NULL, "limit" bigint DEFAULT 100)
 RETURNS TABLE (at timestamptz, agent text, world text, action text, rows bigint, run jsonb)
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    arg_agent_name ALIAS FOR $1;  -- (not show_audit.agent_name: the body runs as show_audit__body, catalog/definer.rs)
 BEGIN
     PERFORM worlds._require('read');
     IF "limit" < 0 THEN
         RAISE EXCEPTION 'LIMIT must not be negative' USING ERRCODE = 'invalid_row_count_in_limit_clause';
     END IF;
     RETURN QUERY SELECT x.at, x.agent, x.world, x.action, x.rows, x.run FROM worlds.audit x
-    WHERE show_audit.agent_name IS NULL OR x.agent = show_audit.agent_name
+    WHERE arg_agent_name IS NULL OR x.agent = arg_agent_name
     ORDER BY x.seq DESC LIMIT "limit";
 END $$;

@@ -38,12 +38,12 @@ CREATE TABLE worlds.review (
 
 -- A limit: null (none), or a whole number >= 0.
 CREATE FUNCTION worlds._limit_setting(key text, v jsonb) RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN v IS NULL OR jsonb_typeof(v) = 'null' THEN NULL ELSE worlds._count_setting(key, v, 9223372036854775807) END
 $$;
 
 CREATE FUNCTION worlds._bool_setting(key text, v jsonb) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     IF jsonb_typeof(v) = 'boolean' THEN RETURN v::text::boolean; END IF;
     IF jsonb_typeof(v) = 'string' AND lower(v #>> '{}') IN ('true', 'false', 'on', 'off') THEN RETURN (v #>> '{}')::boolean; END IF;
