@@ -34,10 +34,14 @@ INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main
 CREATE TABLE worlds.tables (
     relid            regclass PRIMARY KEY,
     tabno            integer NOT NULL UNIQUE,
-    key_columns      text[] NOT NULL,        -- primary key columns; empty: the whole row is the key
-    key_kind         "char" NOT NULL,        -- 'i' one integer column, 't' anything else, 'r' whole row
-    history          regclass NOT NULL,      -- before-images of main's updates and deletes (the overlay reads it)
-    inserts          regclass NOT NULL,      -- main's inserts (key and new row only; same columns as history)
+    key_columns      text[],                 -- primary key columns; empty: the whole row is the key
+    key_kind         "char",                 -- 'i' one integer column, 't' anything else, 'r' whole row
+                                             -- (both null, like history, until the storage is made)
+    -- (history, inserts and the views are made at the table's first captured write, or with the database's
+    -- first world, whichever comes first: null until then, the table then has no change to keep; see
+    -- worlds._make_history)
+    history          regclass,               -- before-images of main's updates and deletes (the overlay reads it)
+    inserts          regclass,               -- main's inserts (key and new row only; same columns as history)
     changes          regclass,      -- a view: history and inserts together, in one order
     delta            regclass,               -- worlds' own rows; made once the database has a world (storage/world_storage.rs)
     overlay          regclass,               -- (both set by worlds._build_overlay, which track() runs)

@@ -10,8 +10,6 @@
 //! The owner is given back when the body returns or fails; an error also restores it through the
 //! (sub)transaction's abort, as for SECURITY DEFINER. install.sql makes the pairs.
 use pgrx::pg_sys;
-use pgrx::pg_sys::ffi::pg_guard_ffi_boundary;
-use pgrx::prelude::*;
 
 /// A call site's body: its FmgrInfo (lives in the call site's memory context) and its owner.
 #[repr(C)]
@@ -65,36 +63,53 @@ unsafe fn find_body(flinfo: pg_sys::FmgrInfo) -> (pg_sys::Oid, pg_sys::Oid) {
     }
 }
 
-#[pg_guard]
+/// The body of this call site, found once (an error here is pg_worlds' own: raised through pgrx's guard).
+unsafe fn body_of(flinfo: *mut pg_sys::FmgrInfo) -> *mut Body {
+    unsafe {
+        let mut body = (*flinfo).fn_extra as *mut Body;
+        if body.is_null() {
+            body = pgrx::pg_sys::submodules::panic::pgrx_extern_c_guard(|| {
+                let (oid, owner) = find_body(*flinfo);
+                let b = pg_sys::MemoryContextAllocZero((*flinfo).fn_mcxt, std::mem::size_of::<Body>()) as *mut Body;
+                pg_sys::fmgr_info_cxt(oid, &raw mut (*b).finfo, (*flinfo).fn_mcxt);
+                // the call's expression: a polymorphic body resolves its argument types from it
+                (*b).finfo.fn_expr = (*flinfo).fn_expr;
+                (*b).owner = owner;
+                b
+            });
+            (*flinfo).fn_extra = body as *mut std::ffi::c_void;
+        }
+        body
+    }
+}
+
+/// A thin frame, holding nothing to drop: the body is called directly, not through pgrx's guard, so an
+/// error it raises reaches the caller as raised (its CONTEXT lines, position and fields), as through
+/// `fmgr_security_definer`. The body gets a call frame of its own (the caller's arguments, collation,
+/// result info and context): the caller's is never changed, so nothing needs restoring when the body
+/// fails. The user is switched back after it returns; after an error the (sub)transaction's abort restores
+/// it, as for SECURITY DEFINER.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn worlds_definer(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     unsafe {
-        let flinfo = (*fcinfo).flinfo;
-        let mut body = (*flinfo).fn_extra as *mut Body;
-        if body.is_null() {
-            let (oid, owner) = find_body(*flinfo);
-            body = pg_sys::MemoryContextAllocZero((*flinfo).fn_mcxt, std::mem::size_of::<Body>()) as *mut Body;
-            pg_sys::fmgr_info_cxt(oid, &raw mut (*body).finfo, (*flinfo).fn_mcxt);
-            // the call's expression: a polymorphic body resolves its argument types from it
-            (*body).finfo.fn_expr = (*flinfo).fn_expr;
-            (*body).owner = owner;
-            (*flinfo).fn_extra = body as *mut std::ffi::c_void;
-        }
-        struct Restore(pg_sys::FunctionCallInfo, *mut pg_sys::FmgrInfo, pg_sys::Oid, i32);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                unsafe {
-                    (*self.0).flinfo = self.1;
-                    pg_sys::SetUserIdAndSecContext(self.2, self.3);
-                }
-            }
-        }
+        let body = body_of((*fcinfo).flinfo);
+        let nargs = (*fcinfo).nargs as usize;
+        let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>() + nargs * std::mem::size_of::<pg_sys::NullableDatum>();
+        let callee = pg_sys::palloc0(size) as pg_sys::FunctionCallInfo;
+        (*callee).flinfo = &raw mut (*body).finfo;
+        (*callee).context = (*fcinfo).context;
+        (*callee).resultinfo = (*fcinfo).resultinfo;
+        (*callee).fncollation = (*fcinfo).fncollation;
+        (*callee).nargs = (*fcinfo).nargs;
+        std::ptr::copy_nonoverlapping((*fcinfo).args.as_ptr(), (*callee).args.as_mut_ptr(), nargs);
         let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
         pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
-        let _restore = Restore(fcinfo, flinfo, user, sec);
         pg_sys::SetUserIdAndSecContext((*body).owner, sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
-        (*fcinfo).flinfo = &raw mut (*body).finfo;
-        let call = (*body).finfo.fn_addr.expect("a function's address");
-        pg_guard_ffi_boundary(|| call(fcinfo))
+        let call = (*body).finfo.fn_addr.unwrap_unchecked();
+        let result = call(callee);
+        pg_sys::SetUserIdAndSecContext(user, sec);
+        (*fcinfo).isnull = (*callee).isnull;
+        pg_sys::pfree(callee as *mut std::ffi::c_void);
+        result
     }
 }

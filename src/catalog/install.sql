@@ -67,8 +67,9 @@ ORDER BY c.oid;
 -- events are numbered without a sequence (see worlds._next_seq)
 ALTER TABLE worlds.event ALTER COLUMN seq SET DEFAULT worlds._next_seq();
 
+-- (CREATE TABLE is tracked by the utility hook: route/hooks/utility.rs, track_created)
 CREATE EVENT TRIGGER worlds_ddl ON ddl_command_end
-    WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE')
+    WHEN TAG IN ('CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE')
     EXECUTE FUNCTION worlds._on_ddl();
 CREATE EVENT TRIGGER worlds_drop ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')

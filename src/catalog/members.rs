@@ -140,6 +140,59 @@ fn _made_now(xid: i64) -> bool {
     u32::try_from(xid).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(x)) })
 }
 
+/// Lets go of the locks this transaction holds on storage relations it made itself: these relations, their
+/// indexes, toast tables and toast indexes, each only if its pg_class row is this (sub)transaction's (made now,
+/// not yet committed: no other session can see it, so none can lock or use it before the commit, and a
+/// rollback removes it without a lock). Postgres would hold each creation's ACCESS EXCLUSIVE lock to the
+/// end, one shared lock-table entry per relation: the database's first world making the storage of 1,000
+/// tables in one transaction would run out of max_locks_per_transaction (as would any migration after it).
+/// A relation made and dropped again in this transaction keeps its lock (it isn't found any more).
+#[pg_extern(volatile, parallel_unsafe)]
+fn _release_made_now(rels: Vec<Option<pg_sys::Oid>>) {
+    let rels: Vec<pg_sys::Oid> = rels.into_iter().flatten().filter(|r| *r != pg_sys::Oid::INVALID).collect();
+    if rels.is_empty() {
+        return;
+    }
+    let all: Vec<pg_sys::Oid> = crate::spi_calls::get_one_with_args::<Vec<pg_sys::Oid>>(
+        "WITH r AS (SELECT unnest($1::oid[]) AS oid),
+              b AS (SELECT oid FROM r UNION ALL SELECT c.reltoastrelid FROM pg_catalog.pg_class c JOIN r ON c.oid = r.oid WHERE c.reltoastrelid <> 0)
+         SELECT array_agg(x.oid) FROM (SELECT oid FROM b UNION ALL SELECT i.indexrelid FROM pg_catalog.pg_index i JOIN b ON i.indrelid = b.oid) x",
+        &[rels.into()],
+    )
+    .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
+    .unwrap_or_default();
+    unsafe {
+        for relid in all {
+            let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid));
+            if tuple.is_null() {
+                continue;
+            }
+            let xmin = (*(*tuple).t_data).t_choice.t_heap.t_xmin;
+            pg_sys::ReleaseSysCache(tuple);
+            // made by this very (sub)transaction: its locks are the current resource owner's (one made by
+            // an enclosing transaction keeps its lock: releasing it here isn't this owner's to do)
+            if xmin != pg_sys::GetCurrentTransactionIdIfAny() {
+                continue;
+            }
+            let tag = pg_sys::LOCKTAG {
+                locktag_field1: pg_sys::MyDatabaseId.to_u32(),
+                locktag_field2: relid.to_u32(),
+                locktag_field3: 0,
+                locktag_field4: 0,
+                locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+                locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+            };
+            for mode in 1..=pg_sys::MaxLockMode as pg_sys::LOCKMODE {
+                while pg_sys::LockHeldByMe(&tag, mode) {
+                    if !pg_sys::LockRelease(&tag, mode, false) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Removes what ties pg_worlds' storage (its tables, their indexes, defaults and constraints, its views and
 /// their rules) to the user's types and collations. With those ties Postgres walks from a DROP TYPE,
 /// DOMAIN, COLLATION or SCHEMA into the extension: it locks every member (deadlocks with other sessions'

@@ -216,6 +216,10 @@ BEGIN
     IF cardinality(outs) = 0 THEN
         RAISE EXCEPTION 'table % had no columns at %', source, at USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF rel IS NOT NULL AND changes IS NULL THEN
+        -- no storage yet (worlds._make_history): no change kept since it was tracked, it is as it was
+        RETURN format('SELECT %s FROM (SELECT %s FROM ONLY %s _w_main) x', array_to_string(outs, ', '), array_to_string(bcols, ', '), rel);
+    END IF;
     RETURN format(
         'SELECT %s FROM (%s SELECT %s FROM (SELECT DISTINCT ON (h._w_old_tid) * FROM %s h WHERE h._w_at > %s AND h._w_old_tid IS NOT NULL ORDER BY h._w_old_tid, h._w_hseq) h
            WHERE NOT EXISTS (SELECT 1 FROM %s c WHERE c._w_at > %s AND c._w_new_tid = h._w_old_tid AND c._w_hseq < h._w_hseq)) x',
@@ -304,7 +308,7 @@ DECLARE
 BEGIN
     SELECT array_agg(format('SELECT _w_xid, _w_at FROM %s WHERE _w_at >= $1 AND _w_src IS NULL', c))
     INTO parts
-    FROM (SELECT changes AS c FROM worlds.tables UNION ALL SELECT changes FROM worlds.dropped_table) t;
+    FROM (SELECT changes AS c FROM worlds.tables WHERE changes IS NOT NULL UNION ALL SELECT changes FROM worlds.dropped_table) t;
     IF parts IS NULL THEN
         RETURN;
     END IF;
@@ -343,7 +347,7 @@ BEGIN
     END LOOP;
     DELETE FROM worlds.column_log l WHERE l.dropped < cutoff;
     PERFORM worlds._purge_as_of_cache(cutoff);
-    FOR t IN SELECT * FROM worlds.tables LOOP
+    FOR t IN SELECT * FROM worlds.tables WHERE history IS NOT NULL LOOP
         FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
             EXECUTE format($q$
                 DELETE FROM %1$s WHERE ctid = ANY (ARRAY(
@@ -394,7 +398,7 @@ BEGIN
         RETURN NULL;
     END IF;
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
-    IF NOT FOUND OR (SELECT relrowsecurity FROM pg_class WHERE oid = rel) THEN
+    IF NOT FOUND OR t.history IS NULL OR (SELECT relrowsecurity FROM pg_class WHERE oid = rel) THEN
         RETURN NULL;
     END IF;
     SELECT relation INTO found_copy FROM worlds.as_of_cache c WHERE c.tabno = t.tabno AND c.at = arg_at;

@@ -6,14 +6,23 @@
 -- Dropped columns are left out; the overlay view fills their attnums with placeholders instead.
 CREATE FUNCTION worlds._column_defs(rel regclass) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce(string_agg(format('%I %s', attname, format_type(atttypid, atttypmod)), ', ' ORDER BY attnum), '')
-    FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
+    SELECT coalesce(string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)) || worlds._collate_clause(a.attcollation, a.atttypid),
+                               ', ' ORDER BY a.attnum), '')
+    FROM pg_attribute a WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+$$;
+
+-- ' COLLATE x' when a column's collation isn't its type's (a domain's column declared COLLATE "C"): the
+-- overlay's branches (the table's column, history's, the delta's) must agree on it.
+CREATE FUNCTION worlds._collate_clause(coll oid, typ oid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN coll <> 0 AND coll IS DISTINCT FROM (SELECT typcollation FROM pg_type WHERE oid = typ)
+                THEN ' COLLATE ' || coll::regcollation::text ELSE '' END
 $$;
 
 -- The same for a delta: generated columns stay generated, so a world's rows compute them as the table does.
 CREATE FUNCTION worlds._delta_column_defs(rel regclass) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce(string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod))
+    SELECT coalesce(string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)) || worlds._collate_clause(a.attcollation, a.atttypid)
                                || CASE WHEN a.attgenerated = 's' THEN format(' GENERATED ALWAYS AS (%s) STORED', pg_get_expr(d.adbin, d.adrelid)) ELSE '' END,
                                ', ' ORDER BY a.attnum), '')
     FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -161,7 +170,7 @@ BEGIN
                -- per scan: an InitPlan)
                OR (u._w_src = 2 AND u._w_row = ANY ((SELECT worlds._history_tids(%s))::tid[]) AND worlds._history_visible(%s, u._w_seq, u._w_k))
             $v$,
-            twin, outer_cols, CASE WHEN twin = vname THEN '' ELSE ', u._w_src, u._w_tid, u._w_seq' END,
+            twin, outer_cols, CASE WHEN twin = vname THEN '' WHEN outer_cols = '' THEN 'u._w_src, u._w_tid, u._w_seq' ELSE ', u._w_src, u._w_tid, u._w_seq' END,
             base_cols, worlds._view_key(t, 'b'), t.relid::text,
             -- (no delta yet, no world: a past moment of main reads main and its history only)
             CASE WHEN t.delta IS NULL THEN '' ELSE
@@ -210,7 +219,7 @@ $$;
 -- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
 CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
 LANGUAGE sql AS $$
-    SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2))
+    SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2)) WHERE t.history IS NOT NULL
 $$;
 
 -- Defaults (serial, identity, expressions) and the write trigger of an overlay view.
@@ -315,6 +324,11 @@ BEGIN
     IF t.delta IS NOT NULL THEN
         RETURN t;
     END IF;
+    IF t.history IS NULL THEN
+        -- (its history first, without the views: they are built below, once, with the delta)
+        t := worlds._make_history(t, false);
+        dname := 'd' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2);
+    END IF;
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_world int4 NOT NULL, _w_dseq int8 NOT NULL, _w_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), _w_at timestamptz NOT NULL DEFAULT clock_timestamp(), _w_del bool NOT NULL DEFAULT false, _w_base_tid tid, _w_of int8%s)',
                    dname, CASE WHEN worlds._delta_column_defs(t.relid) = '' THEN '' ELSE ', ' || worlds._delta_column_defs(t.relid) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_world, _w_xid)', dname);
@@ -331,6 +345,9 @@ BEGIN
     PERFORM worlds._sync_checks(t);
     PERFORM worlds._sync_owner(t);
     PERFORM worlds._tracking_changed(t.relid);
+    -- (no lock of this transaction's is needed on what it made: catalog/members.rs)
+    PERFORM worlds._release_made_now(ARRAY[t.history, t.inserts, t.delta, t.changes, t.overlay, t.overlay_nothing,
+                                           to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))]::oid[]);
     RETURN t;
 END $$;
 
@@ -356,16 +373,17 @@ BEGIN
     END LOOP;
 END $$;
 
--- Starts tracking a table: generates its storage and the capture trigger. Idempotent.
-CREATE FUNCTION worlds.track(rel regclass) RETURNS worlds.tables
+-- Starts tracking a table: its row in worlds.tables and the capture triggers; its storage (history and
+-- the views; the delta too once the database has a world) comes with its first captured write
+-- (worlds._make_history), or now when the database has a world. CREATE TABLE tracks this way: a table
+-- costs its catalog row and two internal triggers until it is written (a migration that creates 1,000
+-- tables takes no lock of pg_worlds' per table, and runs at close to stock speed). Idempotent.
+CREATE FUNCTION worlds._track_lazy(rel regclass) RETURNS worlds.tables
 LANGUAGE plpgsql
     -- (its DDL on storage is pg_worlds' own: a subcommand, which event triggers don't see; route/hooks.rs)
     SET worlds.internal_ddl = on AS $$
 DECLARE
     t worlds.tables;
-    pk text[];
-    kind "char";
-    base text;
     n integer;
 BEGIN
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
@@ -374,11 +392,41 @@ BEGIN
         RAISE EXCEPTION 'only ordinary tables can be tracked: % is not one', rel
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    pk := worlds._primary_key(rel);
-    kind := worlds._key_kind(rel, pk);
     n := nextval('worlds.tables_tabno_seq');
-    base := left((SELECT relname FROM pg_class WHERE oid = rel), 40) || '_' || n;
+    -- (its key, columns and shape are read when its storage is made)
+    INSERT INTO worlds.tables (relid, tabno) VALUES (rel, n) RETURNING * INTO t;
+    -- internal triggers (catalog/members.rs): not the user's, so \d, pg_dump and DISABLE TRIGGER USER don't see them
+    PERFORM worlds._create_capture_triggers(rel, n, 'worlds._capture()'::regprocedure, 'worlds._capture_truncate()'::regprocedure);
+    PERFORM worlds._tracking_changed(rel);
+    -- a database that has had a world: the storage now (the lock orders this with the first CREATE WORLD)
+    PERFORM worlds._lock_tracking(false);
+    IF worlds._world_storage_on() THEN
+        t := worlds._make_history(t);
+    END IF;
+    RETURN t;
+END $$;
 
+-- A tracked table's history, inserts and views (and its delta, once the database has a world), made once:
+-- at its first captured write (storage/capture.rs), by TRUNCATE or DROP TABLE of rows never captured, by
+-- the database's first world, or by track(). The row lock orders two first writers of the table: the
+-- second waits for the first's storage (READ COMMITTED; under REPEATABLE READ it is 40001). Columns, key
+-- and shape are read now: the table may have changed since it was tracked (pgbench -i adds its keys after
+-- loading). views = false: history and inserts only (worlds._add_delta builds the views once, with the
+-- delta). Returns the table's row.
+CREATE FUNCTION worlds._make_history(t worlds.tables, views boolean DEFAULT true) RETURNS worlds.tables
+LANGUAGE plpgsql SET client_min_messages = warning
+    SET worlds.internal_ddl = on AS $$
+DECLARE
+    base text;
+    pk text[];
+    rel regclass;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno FOR UPDATE;
+    IF NOT FOUND OR t.history IS NOT NULL THEN
+        RETURN t;
+    END IF;
+    rel := t.relid;
+    base := left((SELECT relname FROM pg_class WHERE oid = rel), 40) || '_' || t.tabno;
     EXECUTE format('CREATE TABLE worlds_data.%I (_w_hseq int8 NOT NULL, _w_xid xid8 NOT NULL, _w_at timestamptz NOT NULL, _w_op "char" NOT NULL, _w_old_tid tid, _w_new_tid tid, _w_src text%s)',
                    'h_' || base, CASE WHEN worlds._column_defs(rel) = '' THEN '' ELSE ', ' || worlds._column_defs(rel) END);
     EXECUTE format('CREATE INDEX ON worlds_data.%I (_w_xid)', 'h_' || base);
@@ -386,25 +434,41 @@ BEGIN
     EXECUTE format('CREATE TABLE worlds_data.%I (LIKE worlds_data.%I INCLUDING INDEXES)', 'i_' || base, 'h_' || base);
     -- (the delta, where worlds keep their rows, comes with the database's first world: worlds._add_delta)
     -- (the views, v_ and the others, are made by _build_overlay below)
-
-    INSERT INTO worlds.tables (relid, tabno, key_columns, key_kind, history, inserts, unsupported, columns, filenode)
-    VALUES (rel, n, pk, kind, format('worlds_data.%I', 'h_' || base)::regclass, format('worlds_data.%I', 'i_' || base)::regclass,
-            worlds._unsupported_reason(rel), worlds._column_names(rel), (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel))
-    RETURNING * INTO t;
-    -- a database that has had a world: the delta now (the lock orders this with the first CREATE WORLD)
-    PERFORM worlds._lock_tracking(false);
-    IF worlds._world_storage_on() THEN
+    pk := worlds._primary_key(rel);
+    UPDATE worlds.tables SET history = format('worlds_data.%I', 'h_' || base)::regclass, inserts = format('worlds_data.%I', 'i_' || base)::regclass,
+                             key_columns = pk, key_kind = worlds._key_kind(rel, pk), unsupported = worlds._unsupported_reason(rel),
+                             columns = coalesce(worlds._column_names(rel), '{}'), filenode = (SELECT c.relfilenode FROM pg_class c WHERE c.oid = rel)
+    WHERE tabno = t.tabno RETURNING * INTO t;
+    IF NOT views THEN
+        UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno RETURNING * INTO t;
+        PERFORM worlds._release_made_now(ARRAY[t.history, t.inserts]::oid[]);
+        RETURN t;
+    ELSIF worlds._world_storage_on() THEN
         t := worlds._add_delta(t);
     ELSE
         PERFORM worlds._build_overlay(t);
-        SELECT * INTO t FROM worlds.tables WHERE relid = rel;
+        SELECT * INTO t FROM worlds.tables WHERE tabno = t.tabno;
         PERFORM worlds._sync_owner(t);
     END IF;
-    UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno;
-
-    -- internal triggers (catalog/members.rs): not the user's, so \d, pg_dump and DISABLE TRIGGER USER don't see them
-    PERFORM worlds._create_capture_triggers(rel, n, 'worlds._capture()'::regprocedure, 'worlds._capture_truncate()'::regprocedure);
+    UPDATE worlds.tables SET shape = worlds._shape(relid) WHERE tabno = t.tabno RETURNING * INTO t;
     PERFORM worlds._tracking_changed(rel);
+    -- (no lock of this transaction's is needed on what it made: catalog/members.rs)
+    PERFORM worlds._release_made_now(ARRAY[t.history, t.inserts, t.changes, t.overlay, t.overlay_nothing,
+                                           to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))]::oid[]);
+    RETURN t;
+END $$;
+
+-- Starts tracking a table, its storage made now (the API; CREATE EXTENSION for the tables it finds, CREATE
+-- TABLE AS / SELECT INTO, whose rows are kept as inserted). Idempotent.
+CREATE FUNCTION worlds.track(rel regclass) RETURNS worlds.tables
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    t := worlds._track_lazy(rel);
+    IF t.history IS NULL THEN
+        t := worlds._make_history(t);
+    END IF;
     RETURN t;
 END $$;
 
@@ -460,7 +524,7 @@ END $$;
 
 CREATE FUNCTION worlds._drop_changes_view(t worlds.tables) RETURNS void
 LANGUAGE sql AS $$
-    SELECT worlds._drop_generated_view('a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2))
+    SELECT worlds._drop_generated_view('a' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2)) WHERE t.history IS NOT NULL
 $$;
 
 -- Storage made while CREATE EXTENSION ran is an extension member: release it before dropping it.
@@ -569,14 +633,18 @@ END $$;
 -- Is this table one pg_worlds should track automatically? User tables only: not system, extension-owned,
 -- temporary or unlogged-into-worlds_data tables.
 CREATE FUNCTION worlds._trackable(rel regclass) RETURNS boolean
-LANGUAGE sql STABLE AS $$
+-- (plpgsql, not sql: its plan is kept for the session; CREATE TABLE asks it once per table)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((
     SELECT c.relkind = 'r' AND c.relpersistence = 'p' AND NOT c.relispartition
        AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'worlds', 'worlds_data', 'pg_toast')
        AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%'
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_namespace'::regclass AND d.objid = n.oid AND d.deptype = 'e')
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
-$$;
+    ), false);
+END $$;
 
 -- A tracked table's rows moved to new positions: VACUUM FULL, CLUSTER, an ALTER TABLE that rewrites it,
 -- TRUNCATE, or pg_repack's swap of files. History and worlds' rows point at main's rows by position, so
@@ -598,7 +666,8 @@ DECLARE
     live bigint;
 BEGIN
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR t.history IS NULL THEN
+        -- (no storage yet: no position kept anywhere)
         RETURN;
     END IF;
     IF t.key_kind = 'r' THEN
@@ -664,6 +733,10 @@ DECLARE
     released boolean := false;
     pk text[];
 BEGIN
+    -- no storage yet: it is made from the table as it is then
+    IF t.history IS NULL THEN
+        RETURN;
+    END IF;
     -- nothing the storage is built from changed, and the overlay views are in place: nothing to do
     IF t.shape IS NOT DISTINCT FROM worlds._shape(t.relid)
        AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = t.overlay AND x.attname = 'placeholder') THEN
@@ -784,7 +857,11 @@ BEGIN
             IF worlds._trackable(cmd.objid::regclass) THEN
                 -- tracking must never fail the user's own DDL
                 BEGIN
-                    PERFORM worlds.track(cmd.objid::regclass);
+                    IF cmd.command_tag = 'CREATE TABLE' THEN
+                        PERFORM worlds._track_lazy(cmd.objid::regclass);
+                    ELSE
+                        PERFORM worlds.track(cmd.objid::regclass);
+                    END IF;
                     IF cmd.command_tag IN ('CREATE TABLE AS', 'SELECT INTO') THEN
                         PERFORM worlds._capture_all_rows(wt, 'I') FROM worlds.tables wt WHERE wt.relid = cmd.objid;
                     END IF;
@@ -819,7 +896,7 @@ DECLARE
     n text;
 BEGIN
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
-    IF FOUND THEN
+    IF FOUND AND t.overlay IS NOT NULL THEN
         v := t.overlay::text;
         n := t.overlay_nothing::text;
         PERFORM worlds._drop_rows_twin(t);
@@ -1015,6 +1092,11 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table' AND objsubid = 0 LOOP
         SELECT * INTO t FROM worlds.tables WHERE relid = obj.objid;
         CONTINUE WHEN NOT FOUND;
+        IF t.history IS NULL THEN
+            -- never written (nor had rows when dropped: _capture_drop): no change to keep
+            DELETE FROM worlds.tables WHERE tabno = t.tabno;
+            CONTINUE;
+        END IF;
         PERFORM worlds._drop_rows_twin(t);
         PERFORM worlds._drop_relation(t.overlay_nothing);
         PERFORM worlds._drop_relation(t.overlay);
@@ -1029,7 +1111,7 @@ BEGIN
         -- and the changes view reads that table alone
         t := worlds._fold_history(t);
         INSERT INTO worlds.dropped_table (schema_name, table_name, tabno, changes, history, inserts, columns, dropped)
-        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, t.columns, clock_timestamp());
+        VALUES (obj.schema_name, obj.object_name, t.tabno, t.changes, t.history, t.inserts, coalesce(t.columns, '{}'), clock_timestamp());
         -- (no invalidation of every relation: the table's own drop invalidates it, and that drops its
         -- layout and the tracked-table maps in every backend)
         DELETE FROM worlds.tables WHERE tabno = t.tabno;

@@ -56,7 +56,7 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
 /// Every tracked table, with its layout.
 pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
     let tabnos: Vec<i32> = Spi::connect(|c| {
-        c.select("SELECT tabno FROM worlds.tables ORDER BY relid::oid", None, &[])
+        c.select("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
             .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
             .unwrap_or_default()
     });

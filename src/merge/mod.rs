@@ -42,7 +42,7 @@ mod apply;
 mod diff;
 pub use apply::*;
 pub use diff::*;
-mod subxact;
+pub(crate) mod subxact;
 pub(crate) use subxact::{in_subtransaction_keep, rolled_back, rolled_back_with_state};
 use subxact::{in_subtransaction, trial};
 mod rebase;

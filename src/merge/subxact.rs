@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 /// Runs f in a subtransaction: kept when it succeeds, rolled back (and the error returned, not raised)
 /// when it fails, so the caller may still query before it decides what to raise.
-pub(super) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, Box<pgrx::pg_sys::panic::CaughtError>> {
+pub(crate) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, Box<pgrx::pg_sys::panic::CaughtError>> {
     subtransaction(f, |_| true)
 }
 

@@ -43,7 +43,7 @@ unsafe fn storage_of(relid: pg_sys::Oid) -> Option<(i32, i32)> {
             return None;
         }
     }
-    storage::tracked_tables().values().copied().find_map(|tabno| {
+    storage::routed_tables().values().copied().find_map(|tabno| {
         let l = storage::relation_layout(tabno);
         if !crate::route::world_scan::supports(&l) && !overlay::text_keyed(&l) {
             return None;

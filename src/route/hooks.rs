@@ -121,7 +121,7 @@ unsafe fn capture_trigger_exists(t: *mut pg_sys::CreateTrigStmt) -> bool {
 /// check foreign keys until a merge, and sequences are main's.
 unsafe fn truncate_in_world(t: *mut pg_sys::TruncateStmt, world: overlay::World) -> bool {
     unsafe {
-        let tracked = storage::tracked_tables();
+        let tracked = storage::routed_tables();
         let rels = (*t).relations;
         let mut statements = Vec::new();
         let mut any_tracked = false;

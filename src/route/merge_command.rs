@@ -119,7 +119,7 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
             return None;
         }
         let rte = pg_sys::list_nth((*stmt).rtable, pg_sys::list_nth_int(results, 0) - 1) as *mut pg_sys::RangeTblEntry;
-        let tabno = *storage::tracked_tables().get(&(*rte).relid)?;
+        let tabno = *storage::routed_tables().get(&(*rte).relid)?;
         let layout = storage::relation_layout(tabno);
         check_target(&layout);
         let world = overlay::session_world()?;

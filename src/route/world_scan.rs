@@ -81,7 +81,7 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
         if !marked(rte) || (*rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL || pg_sys::is_dummy_rel(rel) {
             return;
         }
-        let Some(&tabno) = storage::tracked_tables().get(&(*rte).relid) else { return };
+        let Some(&tabno) = storage::routed_tables().get(&(*rte).relid) else { return };
         let key_attno = storage::relation_layout(tabno).key_attnos[0];
         let paths = (*rel).pathlist;
         let partial = (*rel).partial_pathlist;

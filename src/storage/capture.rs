@@ -72,7 +72,7 @@ unsafe fn capture(td: &pg_sys::TriggerData) {
             0
         };
         let source_rel = td.tg_relation;
-        let layout = relation_layout(tabno);
+        let Some(layout) = super::ensure_history(tabno) else { return };
         let event = td.tg_event & pg_sys::TRIGGER_EVENT_OPMASK;
         let old = td.tg_trigtuple;
         match event {
@@ -104,7 +104,8 @@ fn _capture_rows(tabno: i32, op: i8) {
     if op != b'D' && op != b'I' {
         crate::api::raise("22023", format!("pg_worlds: no such capture operation: {}", op as char));
     }
-    let layout = relation_layout(tabno);
+    // (a table without storage yet gets it at its first row: one never written and empty keeps none)
+    let mut layout = relation_layout(tabno);
     unsafe {
         let rel = pg_sys::table_open(layout.relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
@@ -115,6 +116,12 @@ fn _capture_rows(tabno: i32, op: i8) {
         // each row's history tuple in a context of its own, reset after it is written
         let row_cxt = pg_sys::AllocSetContextCreateInternal(pg_sys::CurrentMemoryContext, c"pg_worlds capture rows".as_ptr(), 0, 8 * 1024, 8 * 1024 * 1024);
         while (*am).scan_getnextslot.unwrap()(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            if layout.history == pg_sys::Oid::INVALID {
+                match super::ensure_history(tabno) {
+                    Some(l) => layout = l,
+                    None => break, // (its storage can't be made: logged, nothing to keep the rows in)
+                }
+            }
             let old = pg_sys::MemoryContextSwitchTo(row_cxt);
             let mut should_free = false;
             let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);

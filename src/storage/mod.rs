@@ -107,6 +107,8 @@ thread_local! {
     static LAYOUTS: RefCell<HashMap<i32, Rc<Layout>>> = RefCell::new(HashMap::new());
     /// relid -> tabno of every tracked table, for the router; None until loaded.
     static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
+    /// the tracked tables that have their storage (the others route as main has them)
+    static ROUTED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
     /// the overlay views of every tracked table (the router leaves them alone); None until made
     static OVERLAYS: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
 }
@@ -331,6 +333,73 @@ pub fn relation_layout(tabno: i32) -> Rc<Layout> {
     layout
 }
 
+/// Why a table's storage could not be made, as its worlds.tables `unsupported` says (worlds' statements
+/// name it; capture skips the table rather than fail the user's write).
+const NO_STORAGE: &str = "its storage could not be made: ";
+
+/// The layout of a table whose change is about to be kept: its storage made first if it has none yet (a
+/// table is tracked at CREATE TABLE, its history made at its first captured write: worlds._make_history,
+/// in this transaction, the table's worlds.tables row locked until it ends). None: its storage can't be
+/// made (the reason logged and kept in worlds.tables.unsupported): the write goes on uncaptured, as for a
+/// table that could not be tracked, rather than fail. Made in a subtransaction, with the backend's
+/// progress report (a COPY's, pg_stat_progress_copy) kept across the DDL (CREATE INDEX reports its own).
+pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
+    let layout = relation_layout(tabno);
+    if layout.history != pg_sys::Oid::INVALID {
+        return Some(layout);
+    }
+    if layout.unsupported.as_deref().is_some_and(|u| u.starts_with(NO_STORAGE)) {
+        return None;
+    }
+    let made = progress_kept(|| {
+        crate::merge::subxact::in_subtransaction(|| {
+            as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._make_history(t) FROM worlds.tables t WHERE t.tabno = $1", &[tabno.into()]))
+        })
+    });
+    let failed = match made {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => Some(match *e {
+            pg_sys::panic::CaughtError::PostgresError(r) | pg_sys::panic::CaughtError::ErrorReport(r) => r.message().to_string(),
+            other => format!("{other:?}"),
+        }),
+    };
+    LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+    if let Some(reason) = failed {
+        pgrx::log!("pg_worlds could not make the storage of table {}: {reason}", layout.table_name);
+        let _ = crate::merge::subxact::in_subtransaction(|| {
+            as_internal(|| {
+                crate::spi_calls::run_with_args(
+                    "UPDATE worlds.tables SET unsupported = $2 WHERE tabno = $1 AND history IS NULL",
+                    &[tabno.into(), format!("{NO_STORAGE}{reason}").into()],
+                )
+            })
+        });
+        LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+        return None;
+    }
+    let layout = relation_layout(tabno);
+    (layout.history != pg_sys::Oid::INVALID).then_some(layout)
+}
+
+/// Runs f, then puts the backend's progress report back as it was (a command's, with its parameters).
+fn progress_kept<R>(f: impl FnOnce() -> R) -> R {
+    let saved = unsafe {
+        let be = pg_sys::MyBEEntry;
+        (!be.is_null() && (*be).st_progress_command != pg_sys::ProgressCommandType::PROGRESS_COMMAND_INVALID)
+            .then(|| ((*be).st_progress_command, (*be).st_progress_command_target, (*be).st_progress_param))
+    };
+    let r = f();
+    if let Some((command, target, params)) = saved {
+        unsafe {
+            pg_sys::pgstat_progress_start_command(command, target);
+            let index: Vec<i32> = (0..params.len() as i32).collect();
+            pg_sys::pgstat_progress_update_multi_param(params.len() as i32, index.as_ptr(), params.as_ptr());
+        }
+    }
+    r
+}
+
 fn load_layout(tabno: i32) -> Layout {
     as_internal(|| {
         Spi::connect(|client| {
@@ -354,7 +423,7 @@ fn load_layout(tabno: i32) -> Layout {
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
                             ARRAY[worlds._qualified(relid), coalesce(worlds._qualified(changes), ''), coalesce(worlds._qualified(delta), ''), coalesce(worlds._qualified(overlay), ''), '',
-                                  worlds._qualified(history), worlds._qualified(inserts)],
+                                  coalesce(worlds._qualified(history), ''), coalesce(worlds._qualified(inserts), '')],
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord) FROM unnest(i.indkey) WITH ORDINALITY k(n, ord)
@@ -365,7 +434,7 @@ fn load_layout(tabno: i32) -> Layout {
                                 AND i.indpred IS NULL AND i.indexprs IS NULL AND NOT i.indnullsnotdistinct) AS uniques,
                             (SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
                               WHERE attrelid = t.relid AND attnum > 0 AND NOT attisdropped AND attgenerated <> '') AS generated,
-                            to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))::oid AS overlay_rows,
+                            CASE WHEN t.overlay IS NOT NULL THEN to_regclass(format('worlds_data.%I', 'k' || substr((SELECT relname FROM pg_class WHERE oid = t.overlay), 2)))::oid END AS overlay_rows,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,
                                         'keys', (SELECT jsonb_agg(pg_get_indexdef(i.indexrelid, k, true) ORDER BY k) FROM generate_series(1, i.indnkeyatts) k),
                                         'pred', pg_get_expr(i.indpred, i.indrelid, true), 'nnd', i.indnullsnotdistinct)), '[]')
@@ -398,7 +467,8 @@ fn load_layout(tabno: i32) -> Layout {
                 before_images_name: name(5),
                 inserts_name: name(6),
                 relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
-                history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap(),
+                // (none before the table's first captured write: worlds._make_history, ensure_history)
+                history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 // (none before the database's first world: storage/world_storage.rs)
                 delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
@@ -408,7 +478,7 @@ fn load_layout(tabno: i32) -> Layout {
                 history_map: hmap,
                 key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
                 overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                inserts: row.get::<pg_sys::Oid>(13).ok().flatten().unwrap(),
+                inserts: row.get::<pg_sys::Oid>(13).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                 uniques: row
                     .get::<pgrx::JsonB>(14)
                     .ok()
@@ -455,7 +525,24 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
     if let Some(t) = TRACKED.with(|t| t.borrow().clone()) {
         return t;
     }
-    let map: HashMap<pg_sys::Oid, i32> = as_internal(|| {
+    load_tracked().0
+}
+
+/// relid -> tabno of the tracked tables a world's statement is routed for: those with storage. A table
+/// tracked at CREATE TABLE gets it at its first captured write (worlds._make_history) or with the
+/// database's first world; until then nothing changed it since it was tracked, and a moment of main's
+/// past reads it as main has it. (Once the database has a world, every tracked table has its storage.)
+pub fn routed_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
+    if let Some(t) = ROUTED.with(|t| t.borrow().clone()) {
+        return t;
+    }
+    load_tracked().1
+}
+
+type TableMap = Rc<HashMap<pg_sys::Oid, i32>>;
+
+fn load_tracked() -> (TableMap, TableMap) {
+    let rows: Vec<(pg_sys::Oid, i32, bool)> = as_internal(|| {
         Spi::connect(|client| {
             // the extension may not be installed in this database: then nothing is tracked
             let installed = client
@@ -463,21 +550,23 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
                 .map(|r| !r.is_empty())
                 .unwrap_or(false);
             if !installed {
-                return HashMap::new();
+                return Vec::new();
             }
             client
-                .select("SELECT relid::oid, tabno FROM worlds.tables", None, &[])
+                .select("SELECT relid::oid, tabno, history IS NOT NULL FROM worlds.tables", None, &[])
                 .map(|rows| {
                     rows.into_iter()
-                        .filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok()??, r.get::<i32>(2).ok()??)))
+                        .filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok()??, r.get::<i32>(2).ok()??, r.get::<bool>(3).ok()??)))
                         .collect()
                 })
                 .unwrap_or_default()
         })
     });
-    let map = Rc::new(map);
-    TRACKED.with(|t| *t.borrow_mut() = Some(map.clone()));
-    map
+    let all: TableMap = Rc::new(rows.iter().map(|&(r, t, _)| (r, t)).collect());
+    let routed: TableMap = Rc::new(rows.iter().filter(|(_, _, stored)| *stored).map(|&(r, t, _)| (r, t)).collect());
+    TRACKED.with(|t| *t.borrow_mut() = Some(all.clone()));
+    ROUTED.with(|t| *t.borrow_mut() = Some(routed.clone()));
+    (all, routed)
 }
 
 /// The overlay views of every tracked table (each table's three), kept until a relcache invalidation: the
@@ -517,6 +606,11 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
         }
     });
     TRACKED.with(|t| {
+        if let Ok(mut t) = t.try_borrow_mut() {
+            *t = None;
+        }
+    });
+    ROUTED.with(|t| {
         if let Ok(mut t) = t.try_borrow_mut() {
             *t = None;
         }

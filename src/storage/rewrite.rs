@@ -112,13 +112,14 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     }
     let _snap = Snap(pushed);
-    let tracked = super::tracked_tables();
+    // (a relation this transaction didn't change isn't its to follow; of the others, moved_of reads the
+    // recorded file of each: not the whole list of tracked tables, which each DDL invalidates)
     let candidates: Vec<pg_sys::Oid> = match candidates {
         // every relation was invalidated (DDL elsewhere, a full sinval queue): every tracked table
-        None => tracked.keys().copied().collect(),
+        None => super::tracked_tables().keys().copied().collect(),
         Some(v) => v,
     };
-    let moved = moved_of(candidates.into_iter().filter(|r| tracked.contains_key(r) && changed_here(*r)).collect());
+    let moved = moved_of(candidates.into_iter().filter(|r| changed_here(*r)).collect());
     for r in moved {
         super::as_internal(|| {
             crate::spi_calls::run_with_args("SELECT worlds._after_rewrite($1::oid::regclass)", &[r.into()])
@@ -164,10 +165,10 @@ fn moved_of(relids: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
             .ok()
             .flatten()
             .map(|o| o.to_u32());
-            if let Some(f) = recorded {
-                RECORDED.with(|m| m.borrow_mut().insert(*r, f));
-            }
-            recorded != Some(now)
+            // (none recorded: the table has no storage yet, nothing holds a position of its rows)
+            let Some(f) = recorded else { return false };
+            RECORDED.with(|m| m.borrow_mut().insert(*r, f));
+            f != now
         })
         .collect()
 }

@@ -319,7 +319,7 @@ pub(super) unsafe fn utility_query(stmt: *mut pg_sys::Node) -> Option<*mut pg_sy
 pub(super) unsafe fn merge_into_tracked(query: *mut pg_sys::Query) -> bool {
     unsafe {
         let rte = pg_sys::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
-        storage::tracked_tables().contains_key(&(*rte).relid)
+        storage::routed_tables().contains_key(&(*rte).relid)
     }
 }
 
@@ -339,7 +339,7 @@ pub(super) unsafe fn route_query(query: *mut pg_sys::Query) {
         }
     }
     let _reset = Reset;
-    let tracked = storage::tracked_tables();
+    let tracked = storage::routed_tables();
     if tracked.is_empty() {
         return;
     }

@@ -62,7 +62,7 @@ unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
         if routing_active() {
             // a write the router sent to a world (the overlay views and twins in worlds_data; a MERGE
             // names the table itself), not pg_worlds' own catalog writes
-            let tracked = storage::tracked_tables();
+            let tracked = storage::routed_tables();
             let storage_schema = storage_namespace();
             let routed = relations.iter().any(|r| tracked.contains_key(r) || pg_sys::get_rel_namespace(*r) == storage_schema);
             if routed {
@@ -86,7 +86,7 @@ pub(super) unsafe fn executor_start_after(query_desc: *mut pg_sys::QueryDesc) {
     unsafe {
         if !(*query_desc).estate.is_null() {
             let rtable = (*(*query_desc).plannedstmt).rtable;
-            let tracked = storage::tracked_tables();
+            let tracked = storage::routed_tables();
             let tabnos: Vec<i32> = (0..if rtable.is_null() { 0 } else { (*rtable).length })
                 .map(|i| pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry)
                 .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)

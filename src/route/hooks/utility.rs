@@ -219,6 +219,15 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
         if guards_extension && !this_extension_exists() {
             refuse_storage_drop();
         }
+        if !stmt.is_null()
+            && (*stmt).type_ == pg_sys::NodeTag::T_CreateStmt
+            && !pg_sys::creating_extension
+            && !crate::guc::INTERNAL_DDL.get()
+            && !storage::internal()
+            && this_extension_exists()
+        {
+            track_created((*(stmt as *mut pg_sys::CreateStmt)).relation);
+        }
         if !synced_after.is_null() {
             let tables = *Box::from_raw(synced_after);
             storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._after_drop($1)", &[tables.into()]))
@@ -248,6 +257,41 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
             })
             .ok();
         }
+    }
+}
+
+/// After CREATE TABLE (of any context: a function's, CREATE SCHEMA's elements): the new table is tracked
+/// without storage yet (`worlds._track_lazy`: its row and its capture triggers; the storage comes with its
+/// first captured write). Here rather than in the event trigger, which runs a plpgsql function and lists
+/// the command's objects for every CREATE TABLE: a migration creating hundreds of tables pays little more
+/// than stock (bench P10). In a subtransaction: tracking never fails the user's own DDL (the reason is
+/// logged, as `worlds._on_ddl` does for CREATE TABLE AS).
+unsafe fn track_created(relation: *mut pg_sys::RangeVar) {
+    unsafe {
+        if relation.is_null() {
+            return;
+        }
+        let relid = pg_sys::RangeVarGetRelidExtended(relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+        if relid == pg_sys::Oid::INVALID {
+            return;
+        }
+        let tracked = crate::merge::subxact::in_subtransaction(|| {
+            storage::as_internal(|| {
+                crate::spi_calls::run_with_args(
+                    "SELECT worlds._track_lazy(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)",
+                    &[relid.into()],
+                )
+            })
+        });
+        let failed = match tracked {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => match *e {
+                pg_sys::panic::CaughtError::PostgresError(r) | pg_sys::panic::CaughtError::ErrorReport(r) => r.message().to_string(),
+                other => format!("{other:?}"),
+            },
+        };
+        pgrx::log!("pg_worlds could not track table {}: {failed}", relid.to_u32());
     }
 }
 
@@ -534,7 +578,7 @@ pub(super) unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::O
             return None; // COPY (query) is analyzed, and so routed, like any query
         }
         let relid = pg_sys::RangeVarGetRelidExtended((*copy).relation, pg_sys::NoLock as i32, 0, None, std::ptr::null_mut());
-        if !storage::tracked_tables().contains_key(&relid) {
+        if !storage::routed_tables().contains_key(&relid) {
             if (*copy).is_from {
                 refuse_untracked_write(relid); // never into main from a world
             }
@@ -608,7 +652,7 @@ pub(super) unsafe fn copy_from_into_world(
             let ty = name(pg_sys::format_type_with_typemod(att.atttypid, att.atttypmod));
             all.push((name(att.attname.data.as_ptr()), ty));
         }
-        let table = storage::relation_layout(storage::tracked_tables()[&relid]).table_name.clone();
+        let table = storage::relation_layout(storage::routed_tables()[&relid]).table_name.clone();
         pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
         let cols: Vec<(String, String)> = if (*copy).attlist.is_null() {
             all

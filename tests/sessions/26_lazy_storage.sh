@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# A table is tracked at CREATE TABLE without storage: its worlds.tables row and its two internal capture
+# triggers. Its history, inserts and views come with its first captured write (worlds._make_history), or
+# with the database's first world. Checked here:
+#   - a migration of 1,000 CREATE TABLEs in one transaction, with the default max_locks_per_transaction:
+#     it commits, every table is tracked, none has storage, pg_class gained what stock gains;
+#   - the first write makes the storage, keeps the change, and a moment of main before it reads the table
+#     as it was; AS OF of a table never written reads it as it is;
+#   - two sessions write a new table for the first time at once (one waits for the other's storage): both
+#     writes land, both are kept in history, no error;
+#   - DROP TABLE of a never-written table leaves nothing in worlds_data; TRUNCATE and DROP of one written
+#     keep its rows (history);
+#   - CREATE TABLE AS has storage at once (its rows are kept as inserted);
+#   - the first world gives every tracked table its storage: a world reads and writes a table that had
+#     none, and merges it;
+#   - kill -9 of a session in the middle of making a table's storage: nothing half made, the next write
+#     makes it.
+source "$(dirname "$0")/common.sh"
+start_cluster $CL yes
+DB=s26_lazy
+OUT=$RUN_DIR/s26_lazy; rm -rf "$OUT"; mkdir -p "$OUT"
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+M() { psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 "$@" 2>&1; }
+M -c "create extension pg_worlds" >/dev/null
+expect "max_locks_per_transaction" "$(M -c "show max_locks_per_transaction")" "64"
+
+echo "check: 1,000 CREATE TABLEs in one transaction"
+classes_before=$(M -c "select count(*) from pg_class")
+{ echo "begin;"; seq 1 1000 | sed 's/.*/create table mig_& (id int primary key, name text, n int);/'; echo "commit;"; } >"$OUT/migration.sql"
+psql_in $CL -d $DB -q -v ON_ERROR_STOP=1 -f "$OUT/migration.sql" >"$OUT/migration.log" 2>&1
+expect "the migration's errors" "$(grep -c ERROR "$OUT/migration.log")" "0"
+expect "tables tracked" "$(M -c "select count(*) from worlds.tables where relid::text like 'mig\_%'")" "1000"
+expect "of them with storage" "$(M -c "select count(*) from worlds.tables where relid::text like 'mig\_%' and history is not null")" "0"
+# stock: per table its heap, toast, toast index and primary key index
+expect "relations the migration added" "$(M -c "select count(*) - $classes_before from pg_class")" "4000"
+expect "relations in worlds_data" "$(M -c "select count(*) from pg_class where relnamespace = 'worlds_data'::regnamespace")" "0"
+
+echo "check: the first write makes the storage"
+before=$(M -c "select clock_timestamp()")
+sleep 0.2
+expect "insert" "$(M -c "insert into mig_1 values (1, 'one', 1), (2, 'two', 2)")" ""
+expect "mig_1 has storage" "$(M -c "select history is not null and changes is not null and key_columns = '{id}' from worlds.tables where relid = 'mig_1'::regclass")" "t"
+expect "its inserts are kept" "$(M -c "select count(*) from worlds_data.a_mig_1_$(M -c "select tabno from worlds.tables where relid = 'mig_1'::regclass")")" "2"
+expect "main@(before the first write) reads it empty" "$(M -c "set worlds.world = 'main@$before'" -c "select count(*) from mig_1")" "0"
+expect "main@(now) reads a table never written" "$(M -c "set worlds.world = 'main@$(M -c "select clock_timestamp()")'" -c "select count(*) from mig_2")" "0"
+expect "AS OF a table never written" "$(M -c "select count(*) from worlds.as_of(null::mig_3, clock_timestamp())")" "0"
+expect "mig_2, mig_3 still without storage" "$(M -c "select count(*) from worlds.tables where relid in ('mig_2'::regclass, 'mig_3'::regclass) and history is null")" "2"
+
+echo "check: two first writers of a new table at once"
+M -c "create table pair (id int primary key, who text)" >/dev/null
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into pair values (1, 'a')" -c "select pg_sleep(2)" -c "commit" >"$OUT/pair_a.log" 2>&1 &
+A=$!
+for _ in $(seq 1 50); do
+  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(2)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
+  sleep 0.1
+done
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "insert into pair values (2, 'b')" >"$OUT/pair_b.log" 2>&1 &
+B=$!
+wait $A; wait $B
+expect "errors of the two writers" "$(cat "$OUT/pair_a.log" "$OUT/pair_b.log" | grep -c ERROR)" "0"
+expect "both rows" "$(M -c "select string_agg(who, ',' order by id) from pair")" "a,b"
+expect "both kept as inserted" "$(M -c "select count(*) from worlds_data.a_pair_$(M -c "select tabno from worlds.tables where relid = 'pair'::regclass") where _w_op = 'I'")" "2"
+
+echo "check: DROP and TRUNCATE"
+M -c "drop table mig_4" >/dev/null
+expect "mig_4 left nothing" "$(M -c "select count(*) from worlds.tables where relid::text = 'mig_4'")$(M -c "select count(*) from worlds.dropped_table where table_name = 'mig_4'")" "00"
+M -c "insert into mig_5 values (1, 'x', 1)" -c "truncate mig_5" >/dev/null
+expect "mig_5's truncated row kept as deleted" "$(M -c "select count(*) from worlds_data.a_mig_5_$(M -c "select tabno from worlds.tables where relid = 'mig_5'::regclass") where _w_op = 'D'")" "1"
+M -c "insert into mig_6 values (1, 'x', 1)" -c "drop table mig_6" >/dev/null
+expect "mig_6's history kept after the drop" "$(M -c "select count(*) from worlds.dropped_table where table_name = 'mig_6'")" "1"
+
+echo "check: CREATE TABLE AS has storage at once"
+M -c "create table copied as select g as id from generate_series(1, 3) g" >/dev/null
+expect "copied's storage" "$(M -c "select history is not null from worlds.tables where relid = 'copied'::regclass")" "t"
+
+echo "check: kill -9 while a table's storage is being made"
+M -c "create table crashy (id int primary key)" >/dev/null
+# the first write's transaction holds; kill it before it commits
+psql_in $CL -d $DB -qAt -c "begin" -c "insert into crashy values (1)" -c "select pg_sleep(30)" -c "commit" >"$OUT/crashy.log" 2>&1 &
+C=$!
+for _ in $(seq 1 50); do
+  victim=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()")
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+kill -9 "$victim"; wait $C 2>/dev/null || true
+for _ in $(seq 1 60); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
+expect "crashy after the crash: tracked, no storage" "$(M -c "select history is null from worlds.tables where relid = 'crashy'::regclass")" "t"
+expect "no h_crashy left" "$(M -c "select count(*) from pg_class where relname like 'h\_crashy%'")" "0"
+expect "the next write makes it" "$(M -c "insert into crashy values (2)" -c "select history is not null from worlds.tables where relid = 'crashy'::regclass")" "t"
+
+echo "check: the first world gives every table its storage"
+expect "CREATE WORLD w" "$(M -c "select * from worlds.sql('create world w')")" '{"tag": "CREATE WORLD"}'
+expect "tables without storage" "$(M -c "select count(*) from worlds.tables where history is null or delta is null")" "0"
+expect "w writes a table never written before" "$(M -c "set worlds.world = w" -c "insert into mig_7 values (7, 'seven', 7)" -c "select name from mig_7")" "seven"
+expect "main doesn't see it" "$(M -c "select count(*) from mig_7")" "0"
+expect "MERGE WORLD w" "$(M -c "select * from worlds.sql('merge world w')")" '{"tag": "MERGE 1"}'
+expect "main after the merge" "$(M -c "select name from mig_7")" "seven"
+M -c "create table after_world (id int primary key)" >/dev/null
+expect "a table created after the first world: storage at once" "$(M -c "select history is not null and delta is not null from worlds.tables where relid = 'after_world'::regclass")" "t"
+
+[ $failures -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
+echo "session 26: lazy storage ok"
