@@ -369,6 +369,17 @@ BEGIN
             RAISE EXCEPTION 'could not serialize access due to a table tracked concurrently'
                 USING ERRCODE = 'serialization_failure';
         END IF;
+        IF t.history IS NULL THEN
+            -- a table never written: its whole storage now; one whose storage can't be made is left out
+            -- (logged, its reason in unsupported), as a table that can't be tracked is, not the world
+            BEGIN
+                PERFORM worlds._add_delta(t);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE LOG 'pg_worlds could not make the storage of table %: %', t.relid, sqlerrm;
+                UPDATE worlds.tables SET unsupported = 'its storage could not be made: ' || sqlerrm WHERE tabno = t.tabno;
+            END;
+            CONTINUE;
+        END IF;
         PERFORM worlds._add_delta(t);
     END LOOP;
 END $$;
