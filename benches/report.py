@@ -73,6 +73,8 @@ FIGURES = [
      [("merging", "merging", "tps"), ("direct", "direct", "tps")]),
     ("P10", "P10 CREATE TABLE of many tables (one transaction each) in a tracked database / in a plain one", ("<=", 2.0), "x",
      [("tracked", "tracked", "ms"), ("plain", "plain", "ms")]),
+    ("P10L", "P10 the same with worlds.lazy_storage = on (each table's storage made at its first write) / plain", ("<=", 2.0), "x",
+     [("lazy", "lazy", "ms"), ("plain", "plain", "ms")]),
     ("P11", "P11 merge of a world's changed rows with three indexed merge checks on its table / with none", ("<=", 1.3), "x",
      [("checks", "checks", "ms"), ("none", "none", "ms")]),
     ("P12S", "P12 select-only (-S) tps in a world that checks its reads / in one that doesn't", (">=", 0.9), "x",

@@ -3,7 +3,7 @@ CREATE TABLE before_install (id int PRIMARY KEY, v text);
 CREATE TABLE no_key (a int, b text);
 CREATE EXTENSION pg_worlds;
 SELECT extname, extversion FROM pg_extension WHERE extname = 'pg_worlds';
--- every user table is tracked; tables created later too, their storage made at their first write
+-- every user table is tracked; tables created later too (their storage made at once; with worlds.lazy_storage at their first write)
 CREATE TABLE after_install (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text);
 SELECT relid, key_columns, key_kind, unsupported, history IS NOT NULL AS stored FROM worlds.tables ORDER BY relid::text;
 -- the session's world: main by default, settable per session

@@ -11,6 +11,10 @@ pub static WORLD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::n
 /// On while pg_worlds' own plpgsql changes its storage (set on those functions): see route/hooks.rs.
 pub static INTERNAL_DDL: GucSetting<bool> = GucSetting::<bool>::new(false);
 
+/// `worlds.lazy_storage`: CREATE TABLE tracks a table without making its storage; its first write makes it
+/// (docs/architecture.md, "A table's storage is made at its first write"). Off by default.
+pub static LAZY_STORAGE: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 thread_local! {
     /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
     static WORLD_GENERATION: Cell<u64> = const { Cell::new(0) };
@@ -85,6 +89,14 @@ pub fn register() {
         &INTERNAL_DDL,
         GucContext::Suset,
         GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_bool_guc(
+        c"worlds.lazy_storage",
+        c"CREATE TABLE tracks a new table without making its storage: its first write makes it.",
+        c"Makes CREATE TABLE cost close to stock (no relation of pg_worlds' per table until it is written); the first write of each table then makes its history in that write's transaction.",
+        &LAZY_STORAGE,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

@@ -182,11 +182,31 @@ fn _release_made_now(rels: Vec<Option<pg_sys::Oid>>) {
                 locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
                 locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
             };
-            for mode in 1..=pg_sys::MaxLockMode as pg_sys::LOCKMODE {
-                while pg_sys::LockHeldByMe(&tag, mode) {
-                    if !pg_sys::LockRelease(&tag, mode, false) {
-                        break;
-                    }
+            release_all_modes(&tag);
+            // its row type, which making it (a view's rules, a table's columns) also locked
+            let reltype = pg_sys::get_rel_type_id(relid);
+            if reltype != pg_sys::Oid::INVALID {
+                let tag = pg_sys::LOCKTAG {
+                    locktag_field1: pg_sys::MyDatabaseId.to_u32(),
+                    locktag_field2: pg_sys::TypeRelationId.to_u32(),
+                    locktag_field3: reltype.to_u32(),
+                    locktag_field4: 0,
+                    locktag_type: pg_sys::LockTagType::LOCKTAG_OBJECT as u8,
+                    locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+                };
+                release_all_modes(&tag);
+            }
+        }
+    }
+}
+
+/// Lets go of every mode of this lock the backend holds.
+unsafe fn release_all_modes(tag: &pg_sys::LOCKTAG) {
+    unsafe {
+        for mode in 1..=pg_sys::MaxLockMode as pg_sys::LOCKMODE {
+            while pg_sys::LockHeldByMe(tag, mode) {
+                if !pg_sys::LockRelease(tag, mode, false) {
+                    break;
                 }
             }
         }

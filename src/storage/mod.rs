@@ -359,10 +359,21 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
     let failed = match made {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),
-        Err(e) => Some(match *e {
-            pg_sys::panic::CaughtError::PostgresError(r) | pg_sys::panic::CaughtError::ErrorReport(r) => r.message().to_string(),
-            other => format!("{other:?}"),
-        }),
+        Err(e) => match *e {
+            pg_sys::panic::CaughtError::PostgresError(ref r) | pg_sys::panic::CaughtError::ErrorReport(ref r) => {
+                // a failure of the moment (a serialization failure, a deadlock, a lock or statement timeout,
+                // a cancel, no memory) is the write's: it fails as it would, and the next write tries again
+                let code = r.sql_error_code() as i32;
+                let class = (code & 0x3f, (code >> 6) & 0x3f);
+                let transient = [(4, 0), (5, 7), (5, 5), (5, 3)].contains(&class);
+                if transient {
+                    LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+                    e.rethrow();
+                }
+                Some(r.message().to_string())
+            }
+            other => Some(format!("{other:?}")),
+        },
     };
     LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
     if let Some(reason) = failed {

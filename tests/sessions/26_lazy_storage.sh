@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A table is tracked at CREATE TABLE without storage: its worlds.tables row and its two internal capture
+# With worlds.lazy_storage on, a table is tracked at CREATE TABLE without storage: its worlds.tables row and its two internal capture
 # triggers. Its history, inserts and views come with its first captured write (worlds._make_history), or
 # with the database's first world. Checked here:
-#   - a migration of 1,000 CREATE TABLEs in one transaction, with the default max_locks_per_transaction:
+#   - a migration of 1,000 CREATE TABLEs in one transaction, with the default max_locks_per_transaction
+#     (storage made at once, the default: its locks are let go as it is made; and lazily):
 #     it commits, every table is tracked, none has storage, pg_class gained what stock gains;
 #   - the first write makes the storage, keeps the change, and a moment of main before it reads the table
 #     as it was; AS OF of a table never written reads it as it is;
@@ -21,10 +22,19 @@ DB=s26_lazy
 OUT=$RUN_DIR/s26_lazy; rm -rf "$OUT"; mkdir -p "$OUT"
 psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
 M() { psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 "$@" 2>&1; }
-M -c "create extension pg_worlds" >/dev/null
+M -c "alter database $DB set worlds.lazy_storage = on" -c "create extension pg_worlds" >/dev/null
 expect "max_locks_per_transaction" "$(M -c "show max_locks_per_transaction")" "64"
+expect "worlds.lazy_storage" "$(M -c "show worlds.lazy_storage")" "on"
 
-echo "check: 1,000 CREATE TABLEs in one transaction"
+echo "check: 1,000 CREATE TABLEs in one transaction, storage made at once (the default)"
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists s26_eager" -c "create database s26_eager"
+psql_in $CL -d s26_eager -q -c "create extension pg_worlds"
+{ echo "begin;"; seq 1 1000 | sed 's/.*/create table eager_& (id int primary key, name text, n int);/'; echo "commit;"; } >"$OUT/eager.sql"
+psql_in $CL -d s26_eager -q -v ON_ERROR_STOP=1 -f "$OUT/eager.sql" >"$OUT/eager.log" 2>&1
+expect "the migration's errors" "$(grep -c ERROR "$OUT/eager.log")" "0"
+expect "tables tracked with storage" "$(psql_in $CL -d s26_eager -qAt -c "select count(*) from worlds.tables where relid::text like 'eager\_%' and history is not null")" "1000"
+
+echo "check: with worlds.lazy_storage, 1,000 CREATE TABLEs in one transaction"
 classes_before=$(M -c "select count(*) from pg_class")
 { echo "begin;"; seq 1 1000 | sed 's/.*/create table mig_& (id int primary key, name text, n int);/'; echo "commit;"; } >"$OUT/migration.sql"
 psql_in $CL -d $DB -q -v ON_ERROR_STOP=1 -f "$OUT/migration.sql" >"$OUT/migration.log" 2>&1

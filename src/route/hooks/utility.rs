@@ -261,8 +261,8 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
 }
 
 /// After CREATE TABLE (of any context: a function's, CREATE SCHEMA's elements): the new table is tracked
-/// without storage yet (`worlds._track_lazy`: its row and its capture triggers; the storage comes with its
-/// first captured write). Here rather than in the event trigger, which runs a plpgsql function and lists
+/// (`worlds.track`; with `worlds.lazy_storage`, `worlds._track_lazy`: its row and its capture triggers, the
+/// storage made by its first captured write). Here rather than in the event trigger, which runs a plpgsql function and lists
 /// the command's objects for every CREATE TABLE: a migration creating hundreds of tables pays little more
 /// than stock (bench P10). In a subtransaction: tracking never fails the user's own DDL (the reason is
 /// logged, as `worlds._on_ddl` does for CREATE TABLE AS).
@@ -278,7 +278,11 @@ unsafe fn track_created(relation: *mut pg_sys::RangeVar) {
         let tracked = crate::merge::subxact::in_subtransaction(|| {
             storage::as_internal(|| {
                 crate::spi_calls::run_with_args(
-                    "SELECT worlds._track_lazy(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)",
+                    if crate::guc::LAZY_STORAGE.get() {
+                        "SELECT worlds._track_lazy(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)"
+                    } else {
+                        "SELECT worlds.track(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)"
+                    },
                     &[relid.into()],
                 )
             })
