@@ -107,10 +107,16 @@ mod tests {
     #[pg_test]
     fn tables_are_tracked_with_their_key() {
         crate::spi_calls::run("CREATE TABLE t_tracked (a int, b text, PRIMARY KEY (a, b))").unwrap();
-        // tracked at once, its storage (and the key it is read by) made at its first write
         let stored = crate::spi_calls::get_one::<bool>("SELECT history IS NOT NULL FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
-        assert_eq!(stored, Some(false));
-        crate::spi_calls::run("INSERT INTO t_tracked VALUES (1, 'x')").unwrap();
+        assert_eq!(stored, Some(true));
+        // with worlds.lazy_storage: tracked at once, its storage (and the key it is read by) made at its first write
+        crate::spi_calls::run("SET LOCAL worlds.lazy_storage = on").unwrap();
+        crate::spi_calls::run("CREATE TABLE t_lazy (a int PRIMARY KEY)").unwrap();
+        let lazy = crate::spi_calls::get_one::<bool>("SELECT history IS NULL AND key_kind IS NULL FROM worlds.tables WHERE relid = 't_lazy'::regclass").unwrap();
+        assert_eq!(lazy, Some(true));
+        crate::spi_calls::run("INSERT INTO t_lazy VALUES (1)").unwrap();
+        let made = crate::spi_calls::get_one::<String>("SELECT key_kind::text FROM worlds.tables WHERE relid = 't_lazy'::regclass AND history IS NOT NULL").unwrap();
+        assert_eq!(made.as_deref(), Some("i"));
         let kind = crate::spi_calls::get_one::<String>("SELECT key_kind::text FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
         assert_eq!(kind.as_deref(), Some("t"));
         let cols = crate::spi_calls::get_one::<Vec<String>>("SELECT key_columns FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
