@@ -864,18 +864,13 @@ BEGIN
     FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
         CONTINUE WHEN cmd.classid <> 'pg_class'::regclass;
         CONTINUE WHEN cmd.schema_name IN ('worlds', 'worlds_data');
-        IF cmd.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO') THEN
+        -- (CREATE TABLE is tracked by the utility hook: route/hooks/utility.rs, track_created)
+        IF cmd.command_tag IN ('CREATE TABLE AS', 'SELECT INTO') THEN
             IF worlds._trackable(cmd.objid::regclass) THEN
                 -- tracking must never fail the user's own DDL
                 BEGIN
-                    IF cmd.command_tag = 'CREATE TABLE' THEN
-                        PERFORM worlds._track_lazy(cmd.objid::regclass);
-                    ELSE
-                        PERFORM worlds.track(cmd.objid::regclass);
-                    END IF;
-                    IF cmd.command_tag IN ('CREATE TABLE AS', 'SELECT INTO') THEN
-                        PERFORM worlds._capture_all_rows(wt, 'I') FROM worlds.tables wt WHERE wt.relid = cmd.objid;
-                    END IF;
+                    PERFORM worlds.track(cmd.objid::regclass);
+                    PERFORM worlds._capture_all_rows(wt, 'I') FROM worlds.tables wt WHERE wt.relid = cmd.objid;
                 EXCEPTION WHEN OTHERS THEN
                     -- (in the server log: main's DDL answers as stock Postgres's does)
                     RAISE LOG 'pg_worlds could not track table %: %', cmd.objid::regclass, sqlerrm

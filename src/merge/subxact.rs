@@ -25,17 +25,17 @@ pub(crate) fn rolled_back<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 
 /// `rolled_back`, with the error's SQLSTATE (a merge check past its timeout is 57014).
 pub(crate) fn rolled_back_with_state<R>(f: impl FnOnce() -> R) -> Result<R, (String, String)> {
-    subtransaction(f, |_| false).map_err(|e| match *e {
-        pgrx::pg_sys::panic::CaughtError::PostgresError(r) | pgrx::pg_sys::panic::CaughtError::ErrorReport(r) => {
-            (unpack_sqlstate(r.sql_error_code() as i32), r.message().to_string())
-        }
-        other => ("XX000".to_string(), format!("{other:?}")),
-    })
+    subtransaction(f, |_| false).map_err(|e| state_and_message(&e))
 }
 
-/// An errcode as its five characters (MAKE_SQLSTATE's packing, 6 bits a character).
-fn unpack_sqlstate(code: i32) -> String {
-    (0..5).map(|i| (((code >> (6 * i)) & 0x3f) as u8 + b'0') as char).collect()
+/// A caught error's SQLSTATE and message (XX000 and its description for a Rust panic).
+pub(crate) fn state_and_message(e: &pgrx::pg_sys::panic::CaughtError) -> (String, String) {
+    match e {
+        pgrx::pg_sys::panic::CaughtError::PostgresError(r) | pgrx::pg_sys::panic::CaughtError::ErrorReport(r) => {
+            (sqlstate_text(r.sql_error_code() as i32), r.message().to_string())
+        }
+        other => ("XX000".to_string(), format!("{other:?}")),
+    }
 }
 
 /// The subtransaction both run f in: released when f returns and `keep` agrees, rolled back otherwise;

@@ -356,41 +356,34 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
             as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._make_history(t) FROM worlds.tables t WHERE t.tabno = $1", &[tabno.into()]))
         })
     });
-    let failed = match made {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(e) => match *e {
-            pg_sys::panic::CaughtError::PostgresError(ref r) | pg_sys::panic::CaughtError::ErrorReport(ref r) => {
-                // a failure of the moment (a serialization failure, a deadlock, a lock or statement timeout,
-                // a cancel, no memory) is the write's: it fails as it would, and the next write tries again
-                let code = r.sql_error_code() as i32;
-                let class = (code & 0x3f, (code >> 6) & 0x3f);
-                let transient = [(4, 0), (5, 7), (5, 5), (5, 3)].contains(&class);
-                if transient {
-                    LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
-                    e.rethrow();
-                }
-                Some(r.message().to_string())
-            }
-            other => Some(format!("{other:?}")),
-        },
-    };
     LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
-    if let Some(reason) = failed {
-        pgrx::log!("pg_worlds could not make the storage of table {}: {reason}", layout.table_name);
-        let _ = crate::merge::subxact::in_subtransaction(|| {
-            as_internal(|| {
-                crate::spi_calls::run_with_args(
-                    "UPDATE worlds.tables SET unsupported = $2 WHERE tabno = $1 AND history IS NULL",
-                    &[tabno.into(), format!("{NO_STORAGE}{reason}").into()],
-                )
-            })
-        });
-        LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
-        return None;
-    }
-    let layout = relation_layout(tabno);
-    (layout.history != pg_sys::Oid::INVALID).then_some(layout)
+    let reason = match made {
+        Ok(Ok(())) => {
+            let layout = relation_layout(tabno);
+            return (layout.history != pg_sys::Oid::INVALID).then_some(layout);
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => {
+            let (state, message) = crate::merge::subxact::state_and_message(&e);
+            // a failure of the moment (a serialization failure, a deadlock, a lock or statement timeout, a
+            // cancel, no memory) is the write's: it fails as it would, and the next write tries again
+            if matches!(&state[..2], "40" | "53" | "55" | "57") {
+                e.rethrow();
+            }
+            message
+        }
+    };
+    pgrx::log!("pg_worlds could not make the storage of table {}: {reason}", layout.table_name);
+    let _ = crate::merge::subxact::in_subtransaction(|| {
+        as_internal(|| {
+            crate::spi_calls::run_with_args(
+                "UPDATE worlds.tables SET unsupported = $2 WHERE tabno = $1 AND history IS NULL",
+                &[tabno.into(), format!("{NO_STORAGE}{reason}").into()],
+            )
+        })
+    });
+    LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+    None
 }
 
 /// Runs f, then puts the backend's progress report back as it was (a command's, with its parameters).

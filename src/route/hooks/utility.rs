@@ -275,25 +275,13 @@ unsafe fn track_created(relation: *mut pg_sys::RangeVar) {
         if relid == pg_sys::Oid::INVALID {
             return;
         }
-        let tracked = crate::merge::subxact::in_subtransaction(|| {
-            storage::as_internal(|| {
-                crate::spi_calls::run_with_args(
-                    if crate::guc::LAZY_STORAGE.get() {
-                        "SELECT worlds._track_lazy(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)"
-                    } else {
-                        "SELECT worlds.track(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)"
-                    },
-                    &[relid.into()],
-                )
-            })
-        });
+        let track = if crate::guc::LAZY_STORAGE.get() { "_track_lazy" } else { "track" };
+        let sql = format!("SELECT worlds.{track}(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)");
+        let tracked = crate::merge::subxact::in_subtransaction(|| storage::as_internal(|| crate::spi_calls::run_with_args(&sql, &[relid.into()])));
         let failed = match tracked {
             Ok(Ok(())) => return,
             Ok(Err(e)) => e.to_string(),
-            Err(e) => match *e {
-                pg_sys::panic::CaughtError::PostgresError(r) | pg_sys::panic::CaughtError::ErrorReport(r) => r.message().to_string(),
-                other => format!("{other:?}"),
-            },
+            Err(e) => crate::merge::subxact::state_and_message(&e).1,
         };
         pgrx::log!("pg_worlds could not track table {}: {failed}", relid.to_u32());
     }
