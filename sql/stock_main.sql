@@ -45,3 +45,17 @@ SELECT count(*) AS main_rows FROM named;
 SET worlds.world = before_explain;
 SELECT * FROM named;
 RESET worlds.world;
+-- a transaction that writes nothing gets no transaction id, as in stock PostgreSQL (an xid would be
+-- consumed, committed asynchronously, and its CLOG group would keep VACUUM from setting hint bits)
+BEGIN;
+SELECT count(*) FROM named;
+SELECT pg_current_xact_id_if_assigned() IS NULL AS main_read_has_no_xid;
+COMMIT;
+SET worlds.world = before_explain;
+BEGIN;
+SELECT count(*) FROM named;
+SELECT count(*) > 0 AS listed FROM worlds.sql('show worlds');
+SELECT count(*) >= 0 AS diffed FROM worlds.sql('diff world before_explain');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS world_read_has_no_xid;
+COMMIT;
+RESET worlds.world;

@@ -1,8 +1,15 @@
-//! pgrx's `Spi::get_one` / `Spi::run` (and their `_with_args`) run read-write: they ask for the
-//! transaction's id first, which a hot standby can't give ("cannot assign TransactionIds during
-//! recovery"). pg_worlds calls these instead: the same calls on a primary, and during recovery a
-//! read-only SPI query (a SELECT reads as on the primary; anything else fails with 25006 as Postgres's
-//! own writes do there).
+//! pg_worlds' SPI calls. pgrx's `Spi::get_one` / `Spi::run` / `SpiClient::update` run a query read-write
+//! by first asking for the transaction's id (pgrx reads "has an xid" as "may write"). Asking costs what a
+//! stock read-only transaction never pays: an xid consumed (wraparound), a commit record, and, since such a
+//! transaction writes no WAL, an asynchronous commit whose CLOG group LSN keeps VACUUM from setting the
+//! hint bits of every other transaction in its group of 32 until the WAL writer flushes (PostgreSQL's
+//! create_index test lost its index-only scans that way). And a hot standby can't give an xid at all
+//! ("cannot assign TransactionIds during recovery").
+//!
+//! These calls run the query read-write (SPI's `read_only = false`: a fresh snapshot and command counter,
+//! as a plpgsql statement) without asking: an xid is assigned, as in stock PostgreSQL, by the first write.
+//! During recovery a SELECT reads as on the primary; anything else fails with 25006 as Postgres's own
+//! writes do there.
 use pgrx::datum::{DatumWithOid, FromDatum, IntoDatum};
 use pgrx::prelude::*;
 use pgrx::spi::SpiResult;
@@ -27,35 +34,53 @@ pub fn get_one<A: FromDatum + IntoDatum>(query: &str) -> SpiResult<Option<A>> {
 }
 
 pub fn get_one_with_args<A: FromDatum + IntoDatum>(query: &str, args: &[DatumWithOid]) -> SpiResult<Option<A>> {
-    if !in_recovery() {
-        return Spi::get_one_with_args(query, args);
-    }
-    if !reads(query) {
+    if in_recovery() && !reads(query) {
         refuse_write(query);
     }
-    Spi::connect(|c| c.select(query, Some(1), args)?.first().get_one())
+    rows(query, Some(1), args, |t| t.first().get_one()).and_then(|r| r)
 }
 
 pub fn run(query: &str) -> SpiResult<()> {
     run_with_args(query, &[])
 }
 
+/// Runs a query string (it may hold several statements, each parsed once the one before has run, as
+/// SPI_execute does) and drops its rows.
 pub fn run_with_args(query: &str, args: &[DatumWithOid]) -> SpiResult<()> {
-    if !in_recovery() {
-        return Spi::run_with_args(query, args);
+    if in_recovery() {
+        if !reads(query) {
+            refuse_write(query);
+        }
+        return Spi::connect(|c| c.select(query, None, args).map(|_| ()));
     }
-    if !reads(query) {
-        refuse_write(query);
-    }
-    Spi::connect(|c| c.select(query, None, args).map(|_| ()))
+    let cmd = std::ffi::CString::new(query).expect("query contained a null byte");
+    Spi::connect(|_c| {
+        let status = unsafe {
+            pg_sys::SPI_tuptable = std::ptr::null_mut();
+            if args.is_empty() {
+                pg_sys::SPI_execute(cmd.as_ptr(), false, 0)
+            } else {
+                let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+                let mut values: Vec<pg_sys::Datum> =
+                    args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()).unwrap_or(pg_sys::Datum::from(0usize))).collect();
+                let nulls: Vec<std::os::raw::c_char> =
+                    args.iter().map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::os::raw::c_char).collect();
+                pg_sys::SPI_execute_with_args(cmd.as_ptr(), args.len() as i32, types.as_mut_ptr(), values.as_mut_ptr(), nulls.as_ptr(), false, 0)
+            }
+        };
+        Spi::check_status(status).map(|_| ())
+    })
 }
 
-/// A query whose rows the caller reads: read-write on a primary (as `SpiClient::update`), read-only
-/// during recovery (as `select`).
+/// A query whose rows the caller reads: read-write on a primary (prepared and run with SPI's
+/// `read_only = false`, no xid asked for), read-only during recovery (as `select`).
 pub fn rows<R>(query: &str, limit: Option<std::ffi::c_long>, args: &[DatumWithOid], f: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -> R) -> SpiResult<R> {
     if in_recovery() {
-        Spi::connect(|c| c.select(query, limit, args).map(f))
-    } else {
-        Spi::connect_mut(|c| c.update(query, limit, args).map(f))
+        return Spi::connect(|c| c.select(query, limit, args).map(f));
     }
+    Spi::connect(|c| {
+        let types: Vec<pgrx::PgOid> = args.iter().map(|a| pgrx::PgOid::from(a.oid())).collect();
+        let statement = c.prepare_mut(query, &types)?;
+        c.select(&statement, limit, args).map(f)
+    })
 }
