@@ -41,7 +41,7 @@ if [ $MODE = smoke ]; then
 else
   SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 DDL_TABLES=500 REPS=${REPS:-3}
 fi
-DBS="bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_lazy"
+DBS="bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -486,19 +486,19 @@ p10_side() {  # p10_side DB: milliseconds for the CREATE TABLEs, the tables drop
   awk -v a="$s" -v b="$e" 'BEGIN { printf "%.1f", (b - a) / 1e6 }'
 }
 setup_ddl() {
-  fresh_db bench_ddl_tracked >/dev/null; fresh_db bench_ddl_plain >/dev/null; fresh_db bench_ddl_lazy >/dev/null
+  fresh_db bench_ddl_tracked >/dev/null; fresh_db bench_ddl_plain >/dev/null; fresh_db bench_ddl_eager >/dev/null
   sql bench_ddl_tracked -c "create extension pg_worlds"
-  # P10L: the same with worlds.lazy_storage (storage made at each table's first write)
-  sql bench_ddl_lazy -c "alter database bench_ddl_lazy set worlds.lazy_storage = on"
-  sql bench_ddl_lazy -c "create extension pg_worlds"
+  # P10E: the same with worlds.lazy_storage off (each table's storage made by its CREATE TABLE)
+  sql bench_ddl_eager -c "alter database bench_ddl_eager set worlds.lazy_storage = off"
+  sql bench_ddl_eager -c "create extension pg_worlds"
 }
 measure_p10() {
   local rep t p l
   for rep in $(seq $REPS); do
-    if [ $((rep % 2)) -eq 1 ]; then t=$(p10_side bench_ddl_tracked); p=$(p10_side bench_ddl_plain); l=$(p10_side bench_ddl_lazy)
-    else l=$(p10_side bench_ddl_lazy); p=$(p10_side bench_ddl_plain); t=$(p10_side bench_ddl_tracked); fi
+    if [ $((rep % 2)) -eq 1 ]; then t=$(p10_side bench_ddl_tracked); p=$(p10_side bench_ddl_plain); l=$(p10_side bench_ddl_eager)
+    else l=$(p10_side bench_ddl_eager); p=$(p10_side bench_ddl_plain); t=$(p10_side bench_ddl_tracked); fi
     pair P10 tracked "$t" plain "$p"
-    pair P10L lazy "$l" plain "$p"
+    pair P10E eager "$l" plain "$p"
   done
 }
 

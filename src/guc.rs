@@ -12,8 +12,8 @@ pub static WORLD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::n
 pub static INTERNAL_DDL: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// `worlds.lazy_storage`: CREATE TABLE tracks a table without making its storage; its first write makes it
-/// (docs/architecture.md, "A table's storage is made at its first write"). Off by default.
-pub static LAZY_STORAGE: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// (docs/architecture.md, "A table's storage is made at its first write"). On by default.
+pub static LAZY_STORAGE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 thread_local! {
     /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# With worlds.lazy_storage on, a table is tracked at CREATE TABLE without storage: its worlds.tables row and its two internal capture
+# With worlds.lazy_storage on (the default), a table is tracked at CREATE TABLE without storage: its worlds.tables row and its two internal capture
 # triggers. Its history, inserts and views come with its first captured write (worlds._make_history), or
 # with the database's first world. Checked here:
 #   - a migration of 1,000 CREATE TABLEs in one transaction, with the default max_locks_per_transaction
-#     (storage made at once, the default: its locks are let go as it is made; and lazily):
+#     (storage made at once with worlds.lazy_storage off: its locks are let go as it is made; and lazily, the default):
 #     it commits, every table is tracked, none has storage, pg_class gained what stock gains;
 #   - the first write makes the storage, keeps the change, and a moment of main before it reads the table
 #     as it was; AS OF of a table never written reads it as it is;
@@ -26,9 +26,9 @@ M -c "alter database $DB set worlds.lazy_storage = on" -c "create extension pg_w
 expect "max_locks_per_transaction" "$(M -c "show max_locks_per_transaction")" "64"
 expect "worlds.lazy_storage" "$(M -c "show worlds.lazy_storage")" "on"
 
-echo "check: 1,000 CREATE TABLEs in one transaction, storage made at once (the default)"
+echo "check: 1,000 CREATE TABLEs in one transaction, storage made at once (worlds.lazy_storage off)"
 psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists s26_eager" -c "create database s26_eager"
-psql_in $CL -d s26_eager -q -c "create extension pg_worlds"
+psql_in $CL -d s26_eager -q -c "alter database s26_eager set worlds.lazy_storage = off" -c "create extension pg_worlds"
 { echo "begin;"; seq 1 1000 | sed 's/.*/create table eager_& (id int primary key, name text, n int);/'; echo "commit;"; } >"$OUT/eager.sql"
 psql_in $CL -d s26_eager -q -v ON_ERROR_STOP=1 -f "$OUT/eager.sql" >"$OUT/eager.log" 2>&1
 expect "the migration's errors" "$(grep -c ERROR "$OUT/eager.log")" "0"
