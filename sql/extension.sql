@@ -3,7 +3,8 @@ CREATE TABLE before_install (id int PRIMARY KEY, v text);
 CREATE TABLE no_key (a int, b text);
 CREATE EXTENSION pg_worlds;
 SELECT extname, extversion FROM pg_extension WHERE extname = 'pg_worlds';
--- every user table is tracked; tables created later too (their storage made at once; with worlds.lazy_storage at their first write)
+-- every user table is tracked; tables created later too (their storage made at their first write, or at
+-- once with worlds.lazy_storage off)
 CREATE TABLE after_install (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text);
 SELECT relid, key_columns, key_kind, unsupported, history IS NOT NULL AS stored FROM worlds.tables ORDER BY relid::text;
 -- the session's world: main by default, settable per session
@@ -40,6 +41,10 @@ ALTER SYSTEM SET nosuch_setting = 1;
 -- the SQL API lives in schema worlds; generated storage in worlds_data
 SELECT count(*) > 10 AS has_api FROM pg_proc WHERE pronamespace = 'worlds'::regnamespace;
 SELECT relname FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relkind = 'v' ORDER BY relname;
+-- a table's first write makes its storage
+INSERT INTO after_install (note) VALUES ('its first write');
+SELECT key_columns, key_kind, history IS NOT NULL AS stored FROM worlds.tables WHERE relid = 'after_install'::regclass;
+SELECT relname FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relname LIKE '%after_install%' ORDER BY relname;
 -- untrack and track again
 SELECT worlds.untrack('no_key');
 SELECT relid FROM worlds.tables ORDER BY relid::text;

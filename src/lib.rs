@@ -106,11 +106,13 @@ mod tests {
 
     #[pg_test]
     fn tables_are_tracked_with_their_key() {
+        // with worlds.lazy_storage off: the storage made by CREATE TABLE
+        crate::spi_calls::run("SET LOCAL worlds.lazy_storage = off").unwrap();
         crate::spi_calls::run("CREATE TABLE t_tracked (a int, b text, PRIMARY KEY (a, b))").unwrap();
         let stored = crate::spi_calls::get_one::<bool>("SELECT history IS NOT NULL FROM worlds.tables WHERE relid = 't_tracked'::regclass").unwrap();
         assert_eq!(stored, Some(true));
-        // with worlds.lazy_storage: tracked at once, its storage (and the key it is read by) made at its first write
-        crate::spi_calls::run("SET LOCAL worlds.lazy_storage = on").unwrap();
+        // by default (worlds.lazy_storage on): tracked at once, its storage (and the key it is read by) made at its first write
+        crate::spi_calls::run("RESET worlds.lazy_storage").unwrap();
         crate::spi_calls::run("CREATE TABLE t_lazy (a int PRIMARY KEY)").unwrap();
         let lazy = crate::spi_calls::get_one::<bool>("SELECT history IS NULL AND key_kind IS NULL FROM worlds.tables WHERE relid = 't_lazy'::regclass").unwrap();
         assert_eq!(lazy, Some(true));

@@ -84,3 +84,24 @@ pub fn rows<R>(query: &str, limit: Option<std::ffi::c_long>, args: &[DatumWithOi
         c.select(&statement, limit, args).map(f)
     })
 }
+
+/// `SpiClient::select` as pg_worlds means it: on a primary the query runs read-write (a new snapshot for
+/// the command, as a plpgsql statement), without asking for a transaction id. pgrx's `select` runs
+/// read-only while the transaction has no xid, reading with the snapshot the outer statement began with: a
+/// merge that waited for a world's lock would then read the world as it was before the lock's holder
+/// committed. During recovery it is `select` itself.
+pub trait Fresh<'conn> {
+    fn fresh<Q: AsRef<str>>(&self, query: Q, limit: Option<std::ffi::c_long>, args: &[DatumWithOid]) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>>;
+}
+
+impl<'conn> Fresh<'conn> for pgrx::spi::SpiClient<'conn> {
+    fn fresh<Q: AsRef<str>>(&self, query: Q, limit: Option<std::ffi::c_long>, args: &[DatumWithOid]) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
+        let query = query.as_ref();
+        if in_recovery() {
+            return self.select(query, limit, args);
+        }
+        let types: Vec<pgrx::PgOid> = args.iter().map(|a| pgrx::PgOid::from(a.oid())).collect();
+        let statement = self.prepare_mut(query, &types)?;
+        self.select(&statement, limit, args)
+    }
+}

@@ -9,6 +9,7 @@
 //! restore loads them into those tables; `worlds.restore_worlds()` (run by the first worlds statement or
 //! SHOW WORLDS after the restore, or by hand) makes each world again, forked from what was restored, and
 //! writes its changes into it.
+use crate::spi_calls::Fresh;
 use crate::api::raise;
 use crate::merge::{self, resolve_world};
 use crate::storage::{as_internal, overlay};
@@ -26,7 +27,7 @@ fn _portable_rows() -> TableIterator<
     (name!(world, String), name!(table_name, String), name!(change, String), name!(before, Option<JsonB>), name!(after, Option<JsonB>)),
 > {
     let names: Vec<String> = Spi::connect(|c| {
-        c.select("SELECT name FROM worlds.world WHERE dropped IS NULL AND num <> 0 ORDER BY depth, num", None, &[])
+        c.fresh("SELECT name FROM worlds.world WHERE dropped IS NULL AND num <> 0 ORDER BY depth, num", None, &[])
             .map(|r| r.into_iter().filter_map(|r| r.get::<String>(1).ok().flatten()).collect())
             .unwrap_or_default()
     });
@@ -85,7 +86,7 @@ fn restore_worlds() -> i64 {
     let worlds: Vec<(String, Option<String>, Option<String>)> = as_internal(|| {
         Spi::connect_mut(|c| {
             c.update("LOCK TABLE worlds.dumped_world IN EXCLUSIVE MODE", None, &[]).ok();
-            c.select("SELECT name, id, parent FROM worlds.dumped_world ORDER BY depth, name", None, &[])
+            c.fresh("SELECT name, id, parent FROM worlds.dumped_world ORDER BY depth, name", None, &[])
                 .map(|r| {
                     r.into_iter()
                         .filter_map(|r| Some((r.get::<String>(1).ok().flatten()?, r.get::<String>(2).ok().flatten(), r.get::<String>(3).ok().flatten())))
@@ -143,7 +144,7 @@ type Change = (String, Option<Value>, Option<Value>);
 fn changes_of(world: &str) -> Vec<(String, Vec<Change>)> {
     let rows: Vec<(String, Change)> = as_internal(|| {
         Spi::connect(|c| {
-            c.select(
+            c.fresh(
                 "SELECT table_name, change, before, after FROM worlds.dumped_row WHERE world = $1 ORDER BY table_name",
                 None,
                 &[world.into()],

@@ -7,6 +7,7 @@
 //!   queued on one lock and deadlocked with the locks the DDL itself held.
 //! - Capture triggers are internal triggers (as foreign keys' are): psql's \d, pg_dump and
 //!   information_schema leave them out, and ALTER TABLE ... DISABLE TRIGGER USER doesn't reach them.
+use crate::spi_calls::Fresh;
 use pgrx::prelude::*;
 
 fn extension_oid() -> pg_sys::Oid {
@@ -100,7 +101,7 @@ fn _forget_reads_of(view: pg_sys::Oid, rel: pg_sys::Oid) {
     let _ = rel;
     // (class of the depending object, its oid, the user's relation it depends on)
     let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
-        c.select(
+        c.fresh(
             // (the view's rules and defaults first, then their entries by pg_depend's depender index)
             "WITH objects(classid, objid) AS (
                  SELECT 'pg_catalog.pg_rewrite'::regclass::oid, oid FROM pg_catalog.pg_rewrite WHERE ev_class = $1
@@ -271,7 +272,7 @@ fn _forget_user_types(rels: default!(Option<Vec<pg_sys::Oid>>, "NULL")) {
     };
     // (class of the depending object, its oid, class of the type or collation, its oid)
     let deps: Vec<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> = Spi::connect(|c| {
-        c.select(
+        c.fresh(
             sql,
             None,
             &args,

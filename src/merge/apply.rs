@@ -1,11 +1,12 @@
 //! The merge's apply step: set-based DELETE / INSERT / UPDATE in foreign-key order, into main (as the
 //! session's role, capture recording the world as source) or into another world (through its overlay).
+use crate::spi_calls::Fresh;
 use super::*;
 
 /// Foreign-key depth of each table among the tracked ones: referenced tables first.
 pub(super) fn fk_depth() -> HashMap<pg_sys::Oid, i32> {
     Spi::connect(|c| {
-        c.select(
+        c.fresh(
             "WITH RECURSIVE d(rel, depth) AS (
                  SELECT relid::oid, 0 FROM worlds.tables
                  UNION ALL
@@ -172,7 +173,7 @@ pub(super) fn check_foreign_keys(plan: &[Planned]) {
     // (conname, child, parent, child columns, parent columns) of every foreign key the tables take part in
     type ForeignKey = (String, pg_sys::Oid, pg_sys::Oid, Vec<String>, Vec<String>);
     let keys: Vec<ForeignKey> = Spi::connect(|c| {
-        c.select(
+        c.fresh(
             "SELECT c.conname::text, c.conrelid, c.confrelid,
                     (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(n, ord)
                        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n),

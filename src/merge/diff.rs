@@ -1,5 +1,6 @@
 //! DIFF WORLD and DIFF ... TO ...: the rows two sides differ in, shown (or AS SQL), from the same gathering
 //! step the merge reads.
+use crate::spi_calls::Fresh;
 use super::*;
 
 pub(super) fn counts(rows: &[(String, Option<Value>, Option<Value>)]) -> (usize, usize, usize) {
@@ -82,7 +83,7 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
 pub(super) fn require_read(layout: &Layout) {
     let (select, rls) = crate::storage::as_session_user(|| {
         Spi::connect(|c| {
-            c.select("SELECT has_table_privilege($1, 'SELECT'), row_security_active($1)", None, &[layout.relid.into()])
+            c.fresh("SELECT has_table_privilege($1, 'SELECT'), row_security_active($1)", None, &[layout.relid.into()])
                 .ok()
                 .and_then(|r| r.into_iter().next().map(|r| (r.get::<bool>(1).ok().flatten(), r.get::<bool>(2).ok().flatten())))
         })
@@ -256,7 +257,7 @@ pub(super) fn keyless_difference(l: &Layout, a: &Option<World>, b: &Option<World
     let count = |side: &Option<World>| -> HashMap<String, (Value, i64)> {
         with_world(side.clone(), || {
             Spi::connect(|c| {
-                c.select(&sql, None, &[])
+                c.fresh(&sql, None, &[])
                     .map(|rows| {
                         rows.filter_map(|r| {
                             let text = r.get::<String>(1).ok().flatten()?;
@@ -295,7 +296,7 @@ pub(super) fn schema_changes(from: &str, to: &str, as_sql_out: bool) -> Vec<Valu
         return Vec::new();
     }
     Spi::connect(|c| {
-        c.select(
+        c.fresh(
             "SELECT \"table\", change, columns, sql FROM worlds._schema_changes(coalesce($1::timestamptz, now()), coalesce($2::timestamptz, now()))",
             None,
             &[a.into(), b.into()],
@@ -334,7 +335,7 @@ pub(super) fn candidate_keys(l: &Layout, worlds: &[i32], snapshots: &[String]) -
         l.delta_name, l.history_name
     );
     Spi::connect(|c| {
-        c.select(&sql, None, &[worlds.to_vec().into(), snapshots.to_vec().into()])
+        c.fresh(&sql, None, &[worlds.to_vec().into(), snapshots.to_vec().into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0))
             .collect()
@@ -365,7 +366,7 @@ pub(super) fn key_texts(layout: &Layout, keys: &[Value]) -> Vec<String> {
         layout.table_name
     );
     Spi::connect(|c| {
-        c.select(&sql, None, &[pgrx::JsonB(Value::Array(keys.to_vec())).into()])
+        c.fresh(&sql, None, &[pgrx::JsonB(Value::Array(keys.to_vec())).into()])
             .map(|rows| rows.map(|r| r.get::<String>(1).ok().flatten().unwrap_or_default()).collect())
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
     })
@@ -394,7 +395,7 @@ pub(super) type ColumnTypes = HashMap<String, (String, bool)>;
 
 pub(super) fn column_types(relid: pg_sys::Oid) -> ColumnTypes {
     Spi::connect(|c| {
-        c.select(
+        c.fresh(
             "SELECT attname::text, format_type(atttypid, atttypmod), attidentity = 'a' FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
             None,
@@ -502,7 +503,7 @@ pub fn parent_changes(l: &Layout, world: &World) -> Vec<(String, Option<Value>, 
         return Vec::new();
     }
     let own: std::collections::HashSet<String> = Spi::connect(|c| {
-        c.select(
+        c.fresh(
             &format!("SELECT DISTINCT {} FROM {} d WHERE d._w_world = $1", json_object_expr("d", &l.key_columns), l.delta_name),
             None,
             &[world.num.into()],

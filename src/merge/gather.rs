@@ -1,6 +1,7 @@
 //! Step 3: the three sides of every row a world changed. For each table the world wrote (its own delta
 //! layer, O(rows changed)): `ours` (the world's row), `theirs` (the target's row now) and `base` (the row
 //! at the fork, from main's history, or the parent world as of the fork).
+use crate::spi_calls::Fresh;
 use super::*;
 
 /// SHOW BRANCHES' `changes`: the rows a world changed since its fork, counted as DIFF lists them (a row
@@ -42,7 +43,7 @@ pub fn insertable_columns(relid: pg_sys::Oid) -> Vec<String> {
 /// The table's columns in order; `insertable_only` leaves out generated columns (Postgres computes them).
 pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<String> {
     Spi::connect(|c| {
-        c.select(
+        c.fresh(
             "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
              AND (NOT $2 OR attgenerated = '') ORDER BY attnum",
             None,
@@ -56,7 +57,7 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
 /// Every tracked table, with its layout.
 pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
     let tabnos: Vec<i32> = Spi::connect(|c| {
-        c.select("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
+        c.fresh("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
             .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
             .unwrap_or_default()
     });
@@ -100,7 +101,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             },
         );
         Spi::connect(|c| {
-            c.select(&sql, None, &[world.num.into(), snapshot.clone().into()])
+            c.fresh(&sql, None, &[world.num.into(), snapshot.clone().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .map(|r| {
                     let row = r.get::<JsonB>(2).ok().flatten().map(|j| j.0);
@@ -184,7 +185,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
             okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
         );
         Spi::connect(|c| {
-            c.select(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
+            c.fresh(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .map(|r| {
                     let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
@@ -286,7 +287,7 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
         key_match(l, "t", "k")
     );
     Spi::connect(|c| {
-        c.select(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])
+        c.fresh(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .filter_map(|r| {
                 let k = r.get::<JsonB>(1).ok().flatten()?.0;

@@ -1,6 +1,7 @@
 //! Step 1 of a merge (and of DIFF and REBASE): which world, which target, which rows the user named.
 //! The world is resolved by name or ID (3D000), again after its lock is held (merged or dropped meanwhile),
 //! and an approval repeated at the same version finds the merge it repeats.
+use crate::spi_calls::Fresh;
 use super::*;
 
 /// A live world as the engine needs it.
@@ -59,7 +60,7 @@ pub fn resolve_world(name: &str) -> WorldRow {
 /// The live world that `condition` (on worlds.world, with `$1`) finds first.
 pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> {
     Spi::connect(|c| {
-        c.select(
+        c.fresh(
             &format!(
                 "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
                  WHERE dropped IS NULL AND {condition} LIMIT 1"

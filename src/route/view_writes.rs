@@ -6,6 +6,7 @@
 //! replaced by its overlay. The twin is as updatable as the view (same query, same options); Postgres's
 //! rewriter then turns the write into one on the overlay, whose trigger writes the world. The twin is made
 //! on first use and remade when the view's definition changes (a fingerprint in its comment).
+use crate::spi_calls::Fresh;
 use crate::api::raise;
 use crate::storage::{self, overlay::quote_ident};
 use pgrx::pg_sys;
@@ -45,7 +46,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                 // view of that name has its twin already; found again by the view's OID in its comment
                 let tag = format!("{}|", view.to_u32());
                 let existing: Option<String> = c
-                    .select(
+                    .fresh(
                         "SELECT relname::text FROM pg_class WHERE relnamespace = 'worlds_data'::regnamespace AND relkind = 'v'
                            AND starts_with(coalesce(obj_description(oid, 'pg_class'), ''), $1)",
                         None,
@@ -55,7 +56,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     .and_then(|mut r| r.next().and_then(|r| r.get::<String>(1).ok().flatten()));
                 let name = existing.unwrap_or_else(|| {
                     let taken = c
-                        .select("SELECT to_regclass($1) IS NOT NULL", None, &[format!("worlds_data.{}", quote_ident(&view_name)).as_str().into()])
+                        .fresh("SELECT to_regclass($1) IS NOT NULL", None, &[format!("worlds_data.{}", quote_ident(&view_name)).as_str().into()])
                         .ok()
                         .and_then(|mut r| r.next().and_then(|r| r.get::<bool>(1).ok().flatten()))
                         .unwrap_or(true);
@@ -63,12 +64,12 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                 });
                 let twin = format!("worlds_data.{}", quote_ident(&name));
                 let options: String = c
-                    .select("SELECT coalesce(array_to_string(reloptions, ', '), '') FROM pg_class WHERE oid = $1", None, &[view.into()])
+                    .fresh("SELECT coalesce(array_to_string(reloptions, ', '), '') FROM pg_class WHERE oid = $1", None, &[view.into()])
                     .ok()
                     .and_then(|mut r| r.next().and_then(|r| r.get::<String>(1).ok().flatten()))
                     .unwrap_or_default();
                 let defaults: Vec<(String, String)> = c
-                    .select(
+                    .fresh(
                         "SELECT a.attname::text, pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
                          JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum WHERE d.adrelid = $1",
                         None,
@@ -80,7 +81,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     .unwrap_or_default();
                 let fingerprint = format!("{tag}{options}|{query}|{defaults:?}");
                 let current: Option<String> = c
-                    .select("SELECT obj_description(to_regclass($1), 'pg_class')", None, &[twin.as_str().into()])
+                    .fresh("SELECT obj_description(to_regclass($1), 'pg_class')", None, &[twin.as_str().into()])
                     .ok()
                     .and_then(|mut r| r.next().and_then(|r| r.get::<String>(1).ok().flatten()));
                 if current.as_deref() != Some(fingerprint.as_str()) {
@@ -100,7 +101,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                     c.update("SELECT worlds._own_storage()", None, &[]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                 }
-                c.select("SELECT to_regclass($1)::oid", None, &[twin.as_str().into()])
+                c.fresh("SELECT to_regclass($1)::oid", None, &[twin.as_str().into()])
                     .ok()
                     .and_then(|mut r| r.next().and_then(|r| r.get::<pg_sys::Oid>(1).ok().flatten()))
                     .unwrap_or_else(|| raise("XX000", "pg_worlds: the world twin of a view is missing"))

@@ -2,6 +2,7 @@
 //! `worlds_core::grammar`; each statement maps to the named-argument function in schema `worlds` that
 //! does the work, called with its values as parameters (never spliced into SQL).
 //! Returns one JSON object per result row with the spec's column names, or {"tag": "<command tag>"}.
+use crate::spi_calls::Fresh;
 use crate::api::{raise, raise_with};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
@@ -168,7 +169,7 @@ thread_local! {
 /// old.status`) gets a suffix (`status_1`), as a JSON object keeps one value per key.
 fn select_rows(sql: &str) -> Vec<serde_json::Value> {
     let names: Vec<String> = Spi::connect(|c| {
-        let t = c.select(&format!("SELECT * FROM ({sql}) r LIMIT 0"), None, &[]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
+        let t = c.fresh(&format!("SELECT * FROM ({sql}) r LIMIT 0"), None, &[]).unwrap_or_else(|e| raise("XX000", format!("{e}")));
         (1..=t.columns().unwrap_or(0)).map(|i| t.column_name(i).unwrap_or_default()).collect()
     });
     let unique = worlds_core::names::unique_column_names(&names);

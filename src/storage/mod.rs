@@ -27,6 +27,7 @@ pub mod unique_checks;
 pub mod write_events;
 pub mod writes;
 
+use crate::spi_calls::Fresh;
 use crate::api::raise;
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -408,7 +409,7 @@ fn load_layout(tabno: i32) -> Layout {
     as_internal(|| {
         Spi::connect(|client| {
             let rows = client
-                .select(
+                .fresh(
                     "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
                             (SELECT array_agg(coalesce(ta.attnum, dl.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
@@ -550,14 +551,14 @@ fn load_tracked() -> (TableMap, TableMap) {
         Spi::connect(|client| {
             // the extension may not be installed in this database: then nothing is tracked
             let installed = client
-                .select("SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds' AND to_regclass('worlds.tables') IS NOT NULL", None, &[])
+                .fresh("SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds' AND to_regclass('worlds.tables') IS NOT NULL", None, &[])
                 .map(|r| !r.is_empty())
                 .unwrap_or(false);
             if !installed {
                 return Vec::new();
             }
             client
-                .select("SELECT relid::oid, tabno, history IS NOT NULL FROM worlds.tables", None, &[])
+                .fresh("SELECT relid::oid, tabno, history IS NOT NULL FROM worlds.tables", None, &[])
                 .map(|rows| {
                     rows.into_iter()
                         .filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok()??, r.get::<i32>(2).ok()??, r.get::<bool>(3).ok()??)))

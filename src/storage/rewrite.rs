@@ -8,6 +8,7 @@
 //! one `worlds.tables.filenode` recorded. When the transaction moved the rows, `worlds._after_rewrite`
 //! follows every position to where the row is now, in the same transaction (tracking.sql). A table
 //! without a key is refused there (0A000) while worlds live: the rewrite rolls back, nothing is lost.
+use crate::spi_calls::Fresh;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -140,7 +141,7 @@ fn moved_of(relids: Vec<pg_sys::Oid>) -> Vec<pg_sys::Oid> {
         // first use in this backend: every table's recorded file in one query
         let all: Vec<(pg_sys::Oid, u32)> = super::as_internal(|| {
             Spi::connect(|c| {
-                c.select("SELECT relid::oid, filenode FROM worlds.tables WHERE filenode IS NOT NULL", None, &[])
+                c.fresh("SELECT relid::oid, filenode FROM worlds.tables WHERE filenode IS NOT NULL", None, &[])
                     .map(|rows| {
                         rows.filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?.to_u32())))
                             .collect()

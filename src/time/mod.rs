@@ -6,6 +6,7 @@ pub mod purge;
 mod undo_agent;
 pub use undo_agent::undo_agent;
 
+use crate::spi_calls::Fresh;
 use crate::api::{raise, raise_with};
 use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts, Changed, Planned};
 use crate::storage::overlay::{base_of, with_world, world_by_num};
@@ -84,7 +85,7 @@ fn undo_rows(l: &Layout, entries: &str, args: &[pgrx::datum::DatumWithOid]) -> V
 /// flag is false when the query has no fourth column).
 fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option<Value>, Option<Value>, bool)> {
     Spi::connect(|c| {
-        c.select(sql, None, args)
+        c.fresh(sql, None, args)
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .map(|r| {
                 (
@@ -120,7 +121,7 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
         if world.num != 0 {
             // (as 'name@when' reads it: 22023 before the world existed)
             let (before_created, before_rebase) = Spi::connect(|c| {
-                c.select(
+                c.fresh(
                     "SELECT created > $2::timestamptz, coalesce(rebased > $2::timestamptz, false) FROM worlds.world WHERE num = $1",
                     None,
                     &[world.num.into(), at.clone().into()],
@@ -176,7 +177,7 @@ fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Valu
         kobj_d3 = json_object_expr("d3", &l.key_columns),
     );
     let rows: Vec<(Value, Option<Value>, bool)> = Spi::connect(|c| {
-        c.select(&sql, None, &[num.into(), at.into()])
+        c.fresh(&sql, None, &[num.into(), at.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .map(|r| {
                 (
@@ -220,7 +221,7 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         crate::governance::agents::require("undo", None);
         // the merged world is usually gone: its name still works
         let found = Spi::connect(|c| {
-            c.select(
+            c.fresh(
                 "SELECT w.id, w.name, e.at >= now() - worlds.history_retention(), e.event, e.xid::text
                  FROM worlds.world w JOIN worlds.event e ON e.world = w.num
                  WHERE (w.name = $1 OR w.id = $1) AND e.event LIKE 'merged %into %'
@@ -323,7 +324,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
             drow = json_object_expr("d", &cols),
         );
         let rows: Vec<(Value, Option<Value>, bool, bool)> = Spi::connect(|c| {
-            c.select(&sql, None, &[num.into(), xid.as_str().into()])
+            c.fresh(&sql, None, &[num.into(), xid.as_str().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .map(|r| {
                     (

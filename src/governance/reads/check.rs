@@ -6,6 +6,7 @@
 //! row added or deleted) and the read found it: a key lookup of its key, or a scan whose conditions it
 //! matches before or after the change (tested in SQL, on the rows as records of the table, with the
 //! operators and constants the scan used).
+use crate::spi_calls::Fresh;
 use super::shmem;
 use crate::merge::{parent_changes, short_name};
 use pgrx::prelude::*;
@@ -98,7 +99,7 @@ fn matching(l: &crate::storage::Layout, scans: &[Vec<reads::Conjunct>], rows: &[
     let mut out = vec![vec![false; scans.len()]; rows.len()];
     Spi::connect(|c| {
         let rs = c
-            .select(&sql, None, &[JsonB(Value::Array(input)).into(), values.clone().into()])
+            .fresh(&sql, None, &[JsonB(Value::Array(input)).into(), values.clone().into()])
             .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: checking reads of {}: {e}", l.table_name)));
         for r in rs {
             let i = r.get::<i32>(1).ok().flatten().unwrap_or(0) as usize;

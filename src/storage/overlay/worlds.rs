@@ -1,5 +1,6 @@
 //! Which world a session reads: the `worlds.world` setting resolved to a world (its chain of layers and
 //! their snapshots), a past moment ('name@when'), and pg_worlds' own overrides (merges, DIFF).
+use crate::spi_calls::Fresh;
 use super::*;
 
 /// The session's world for routing a query being analyzed: the one resolved last, unless the setting
@@ -141,7 +142,7 @@ pub(super) fn snapshot_signature() -> u64 {
 pub(super) fn resolve(setting: &str) -> Option<World> {
     Spi::connect(|client| {
         let installed = client
-            .select("SELECT 1 FROM pg_namespace WHERE nspname = 'worlds_data'", None, &[])
+            .fresh("SELECT 1 FROM pg_namespace WHERE nspname = 'worlds_data'", None, &[])
             .map(|r| !r.is_empty())
             .unwrap_or(false);
         if !installed {
@@ -151,7 +152,7 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
             return Some(past_of(name, when));
         }
         let row = client
-            .select(
+            .fresh(
                 "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
                  ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
                 None,
@@ -198,7 +199,7 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
 pub fn past_of(name: &str, when: &str) -> World {
     let source = format!("{name}@{when}");
     let (num, at) = Spi::connect(|c| {
-        c.select("SELECT (m.w).num, m.at::text FROM worlds._moment_of($1) m", None, &[source.as_str().into()])
+        c.fresh("SELECT (m.w).num, m.at::text FROM worlds._moment_of($1) m", None, &[source.as_str().into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
             .next()
             .map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<String>(2).ok().flatten().unwrap_or_default()))
@@ -242,7 +243,7 @@ pub(super) type ChainRow = (i32, String, i64, Option<String>, bool);
 pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
     Spi::connect(|client| {
         client
-            .select(
+            .fresh(
                 "WITH RECURSIVE c AS (
                      SELECT num, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) AS snap, dropped, 0 AS lvl
                      FROM worlds.world WHERE num = $1
