@@ -423,8 +423,8 @@ END $$;
 
 -- A tracked table's history, inserts and views (and its delta, once the database has a world), made once:
 -- at its first captured write (storage/capture.rs), by TRUNCATE or DROP TABLE of rows never captured, by
--- the database's first world, or by track(). The row lock orders two first writers of the table: the
--- second waits for the first's storage (READ COMMITTED; under REPEATABLE READ it is 40001). Columns, key
+-- the database's first world, or by track(). Two first writers of the table queue on an advisory lock
+-- before this (storage::ensure_history); the row lock orders the other makers. Columns, key
 -- and shape are read now: the table may have changed since it was tracked (pgbench -i adds its keys after
 -- loading). views = false: history and inserts only (worlds._add_delta builds the views once, with the
 -- delta). Returns the table's row.

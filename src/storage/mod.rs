@@ -338,6 +338,10 @@ pub fn relation_layout(tabno: i32) -> Rc<Layout> {
 /// name it; capture skips the table rather than fail the user's write).
 const NO_STORAGE: &str = "its storage could not be made: ";
 
+/// The first key of the advisory lock first writers of a table take while its storage is made
+/// (ensure_history); the second is the table's number. (merge/lock.rs has 2092147 and 2092148.)
+const MAKING_LOCK: i32 = 2092149;
+
 /// The layout of a table whose change is about to be kept: its storage made first if it has none yet (a
 /// table is tracked at CREATE TABLE, its history made at its first captured write: worlds._make_history,
 /// in this transaction, the table's worlds.tables row locked until it ends). None: its storage can't be
@@ -351,6 +355,18 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
     }
     if layout.unsupported.as_deref().is_some_and(|u| u.starts_with(NO_STORAGE)) {
         return None;
+    }
+    // First writers of one table queue on a lock of their own (held to their transaction's end), and the
+    // one that waited finds the storage the other made, on the latest snapshot (load_layout): no row lock
+    // of worlds.tables is taken for it, which under REPEATABLE READ would have failed the second writer
+    // with 40001 where stock Postgres lets both insert. (Not taken by CREATE WORLD's making of every
+    // table's storage: that many advisory locks would fill the lock table.)
+    as_internal(|| crate::spi_calls::run_with_args("SELECT pg_advisory_xact_lock($1, $2)", &[MAKING_LOCK.into(), tabno.into()]))
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+    let layout = relation_layout(tabno);
+    if layout.history != pg_sys::Oid::INVALID {
+        return Some(layout);
     }
     let made = progress_kept(|| {
         crate::merge::subxact::in_subtransaction(|| {
@@ -406,11 +422,14 @@ fn progress_kept<R>(f: impl FnOnce() -> R) -> R {
 }
 
 fn load_layout(tabno: i32) -> Layout {
-    as_internal(|| {
-        Spi::connect(|client| {
-            let rows = client
-                .fresh(
-                    "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
+    // On the latest snapshot, as Postgres reads its own catalogs: a layout describes storage, and a
+    // REPEATABLE READ transaction must see the storage another transaction made for a table after this
+    // one's snapshot was taken (its first writer's: ensure_history) to capture its own write into it.
+    // (The command counter first moves on, so the storage this transaction just made is seen too.)
+    unsafe { pg_sys::CommandCounterIncrement() };
+    let layouts = as_internal(|| {
+        snapshot_spi::query_latest_generic(
+            "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
                             (SELECT array_agg(coalesce(ta.attnum, dl.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
@@ -452,72 +471,66 @@ fn load_layout(tabno: i32) -> Layout {
                                 AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
                                                   AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass) AND d.refobjid >= 16384)) AS other_uniques
                      FROM worlds.tables t WHERE tabno = $1",
-                    None,
-                    &[tabno.into()],
-                )
-                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: reading worlds.tables: {e}")));
-            let Some(row) = rows.into_iter().next() else {
-                raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked"));
-            };
-            let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).ok().flatten().unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
-            // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
-            let names: Vec<String> = row.get::<Vec<String>>(12).ok().flatten().unwrap_or_default();
-            let name = |i: usize| names.get(i).cloned().unwrap_or_default();
-            Layout {
-                tabno,
-                table_name: name(0),
-                history_name: name(1),
-                delta_name: name(2),
-                overlay_name: name(3),
-                before_images_name: name(5),
-                inserts_name: name(6),
-                relid: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap(),
-                // (none before the table's first captured write: worlds._make_history, ensure_history)
-                history: row.get::<pg_sys::Oid>(2).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                // (none before the database's first world: storage/world_storage.rs)
-                delta: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                overlay: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                key_kind: row.get::<String>(6).ok().flatten().unwrap_or_default().bytes().next().unwrap_or(b'r'),
-                key_columns: row.get::<Vec<String>>(7).ok().flatten().unwrap_or_default(),
-                unsupported: row.get::<String>(8).ok().flatten(),
-                history_map: hmap,
-                key_attnos: row.get::<Vec<i32>>(10).ok().flatten().unwrap_or_default(),
-                overlay_nothing: row.get::<pg_sys::Oid>(11).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                inserts: row.get::<pg_sys::Oid>(13).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                uniques: row
-                    .get::<pgrx::JsonB>(14)
-                    .ok()
-                    .flatten()
-                    .and_then(|j| j.0.as_array().cloned())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|u| {
-                        let cols = u["cols"].as_array().cloned().unwrap_or_default();
-                        (
-                            u["name"].as_str().unwrap_or_default().to_string(),
-                            cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
-                        )
-                    })
-                    .collect(),
-                generated: row.get::<Vec<String>>(15).ok().flatten().unwrap_or_default(),
-                overlay_rows: row.get::<pg_sys::Oid>(16).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
-                other_uniques: row
-                    .get::<pgrx::JsonB>(17)
-                    .ok()
-                    .flatten()
-                    .and_then(|j| j.0.as_array().cloned())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|u| OtherUnique {
-                        name: u["name"].as_str().unwrap_or_default().to_string(),
-                        keys: u["keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
-                        predicate: u["pred"].as_str().map(str::to_string),
-                        nulls_not_distinct: u["nnd"].as_bool().unwrap_or(false),
-                    })
-                    .collect(),
-            }
-        })
-    })
+            &[pg_sys::INT4OID],
+            &[snapshot_spi::arg(tabno)],
+            |row| {
+                let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
+                // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
+                let names: Vec<String> = row.get::<Vec<String>>(12).unwrap_or_default();
+                let name = |i: usize| names.get(i).cloned().unwrap_or_default();
+                Layout {
+                    tabno,
+                    table_name: name(0),
+                    history_name: name(1),
+                    delta_name: name(2),
+                    overlay_name: name(3),
+                    before_images_name: name(5),
+                    inserts_name: name(6),
+                    relid: row.get::<pg_sys::Oid>(1).unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked"))),
+                    // (none before the table's first captured write: worlds._make_history, ensure_history)
+                    history: row.get::<pg_sys::Oid>(2).unwrap_or(pg_sys::Oid::INVALID),
+                    // (none before the database's first world: storage/world_storage.rs)
+                    delta: row.get::<pg_sys::Oid>(3).unwrap_or(pg_sys::Oid::INVALID),
+                    overlay: row.get::<pg_sys::Oid>(4).unwrap_or(pg_sys::Oid::INVALID),
+                    key_kind: row.get::<String>(6).unwrap_or_default().bytes().next().unwrap_or(b'r'),
+                    key_columns: row.get::<Vec<String>>(7).unwrap_or_default(),
+                    unsupported: row.get::<String>(8),
+                    history_map: hmap,
+                    key_attnos: row.get::<Vec<i32>>(10).unwrap_or_default(),
+                    overlay_nothing: row.get::<pg_sys::Oid>(11).unwrap_or(pg_sys::Oid::INVALID),
+                    inserts: row.get::<pg_sys::Oid>(13).unwrap_or(pg_sys::Oid::INVALID),
+                    uniques: row
+                        .get::<pgrx::JsonB>(14)
+                        .and_then(|j| j.0.as_array().cloned())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|u| {
+                            let cols = u["cols"].as_array().cloned().unwrap_or_default();
+                            (
+                                u["name"].as_str().unwrap_or_default().to_string(),
+                                cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
+                            )
+                        })
+                        .collect(),
+                    generated: row.get::<Vec<String>>(15).unwrap_or_default(),
+                    overlay_rows: row.get::<pg_sys::Oid>(16).unwrap_or(pg_sys::Oid::INVALID),
+                    other_uniques: row
+                        .get::<pgrx::JsonB>(17)
+                        .and_then(|j| j.0.as_array().cloned())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|u| OtherUnique {
+                            name: u["name"].as_str().unwrap_or_default().to_string(),
+                            keys: u["keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+                            predicate: u["pred"].as_str().map(str::to_string),
+                            nulls_not_distinct: u["nnd"].as_bool().unwrap_or(false),
+                        })
+                        .collect(),
+                }
+            },
+        )
+    });
+    layouts.into_iter().next().unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked")))
 }
 
 /// Is pg_worlds installed in this database? (The library is preloaded for the whole cluster.)

@@ -8,7 +8,7 @@
 #   - the first write makes the storage, keeps the change, and a moment of main before it reads the table
 #     as it was; AS OF of a table never written reads it as it is;
 #   - two sessions write a new table for the first time at once (one waits for the other's storage): both
-#     writes land, both are kept in history, no error;
+#     writes land, both are kept in history, no error; under REPEATABLE READ too (no 40001);
 #   - DROP TABLE of a never-written table leaves nothing in worlds_data; TRUNCATE and DROP of one written
 #     keep its rows (history);
 #   - CREATE TABLE AS has storage at once (its rows are kept as inserted);
@@ -70,6 +70,23 @@ wait $A; wait $B
 expect "errors of the two writers" "$(cat "$OUT/pair_a.log" "$OUT/pair_b.log" | grep -c ERROR)" "0"
 expect "both rows" "$(M -c "select string_agg(who, ',' order by id) from pair")" "a,b"
 expect "both kept as inserted" "$(M -c "select count(*) from worlds_data.a_pair_$(M -c "select tabno from worlds.tables where relid = 'pair'::regclass") where _w_op = 'I'")" "2"
+
+echo "check: the same under REPEATABLE READ, the second writer's snapshot taken before the first made the storage"
+M -c "create table pair_rr (id int primary key, who text)" >/dev/null
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin isolation level repeatable read" -c "select 1" -c "insert into pair_rr values (1, 'a')" -c "select pg_sleep(2)" -c "commit" >"$OUT/rr_a.log" 2>&1 &
+A=$!
+for _ in $(seq 1 50); do
+  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(2)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
+  sleep 0.1
+done
+# (its snapshot first: then it waits for the first writer's storage, which commits after that snapshot)
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin isolation level repeatable read" -c "select count(*) from pair" -c "insert into pair_rr values (2, 'b')" -c "update pair_rr set who = 'b2' where id = 2" -c "commit" >"$OUT/rr_b.log" 2>&1 &
+B=$!
+wait $A; wait $B
+expect "errors of the two writers (stock raises none: no 40001)" "$(cat "$OUT/rr_a.log" "$OUT/rr_b.log" | grep -c ERROR)" "0"
+expect "both rows" "$(M -c "select string_agg(who, ',' order by id) from pair_rr")" "a,b2"
+RT=$(M -c "select tabno from worlds.tables where relid = 'pair_rr'::regclass")
+expect "both kept as inserted, and the update's before-image" "$(M -c "select string_agg(_w_op::text || id, ',' order by _w_op, id) from worlds_data.a_pair_rr_$RT")" "I1,I2,U2"
 
 echo "check: DROP and TRUNCATE"
 M -c "drop table mig_4" >/dev/null
