@@ -97,7 +97,9 @@ pub trait Fresh<'conn> {
 impl<'conn> Fresh<'conn> for pgrx::spi::SpiClient<'conn> {
     fn fresh<Q: AsRef<str>>(&self, query: Q, limit: Option<std::ffi::c_long>, args: &[DatumWithOid]) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
         let query = query.as_ref();
-        if in_recovery() {
+        // (a parallel worker can't start a command: there, as during recovery, the query reads on the
+        // active snapshot)
+        if in_recovery() || unsafe { pg_sys::IsInParallelMode() } {
             return self.select(query, limit, args);
         }
         let types: Vec<pgrx::PgOid> = args.iter().map(|a| pgrx::PgOid::from(a.oid())).collect();

@@ -426,10 +426,12 @@ fn load_layout(tabno: i32) -> Layout {
     // REPEATABLE READ transaction must see the storage another transaction made for a table after this
     // one's snapshot was taken (its first writer's: ensure_history) to capture its own write into it.
     // (The command counter first moves on, so the storage this transaction just made is seen too.)
-    unsafe { pg_sys::CommandCounterIncrement() };
-    let layouts = as_internal(|| {
-        snapshot_spi::query_latest_generic(
-            "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
+    // (in a parallel worker, which can do neither, on the active snapshot: the leader made no storage)
+    let parallel = unsafe { pg_sys::IsInParallelMode() };
+    if !parallel {
+        unsafe { pg_sys::CommandCounterIncrement() };
+    }
+    const LAYOUT_SQL: &str = "SELECT relid::oid, history::oid, delta::oid, overlay::oid, NULL::oid AS unused, key_kind::text, key_columns, unsupported,
                             (SELECT array_agg(coalesce(ta.attnum, dl.attnum, 0)::int4 ORDER BY ha.attnum)
                                FROM pg_attribute ha
                                LEFT JOIN pg_attribute ta ON ta.attrelid = t.relid AND ta.attname = ha.attname AND NOT ta.attisdropped AND ta.attnum > 0
@@ -470,65 +472,69 @@ fn load_layout(tabno: i32) -> Layout {
                                 -- index is checked at merge, by Postgres, as the merging role)
                                 AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
                                                   AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass) AND d.refobjid >= 16384)) AS other_uniques
-                     FROM worlds.tables t WHERE tabno = $1",
-            &[pg_sys::INT4OID],
-            &[snapshot_spi::arg(tabno)],
-            |row| {
-                let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
-                // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
-                let names: Vec<String> = row.get::<Vec<String>>(12).unwrap_or_default();
-                let name = |i: usize| names.get(i).cloned().unwrap_or_default();
-                Layout {
-                    tabno,
-                    table_name: name(0),
-                    history_name: name(1),
-                    delta_name: name(2),
-                    overlay_name: name(3),
-                    before_images_name: name(5),
-                    inserts_name: name(6),
-                    relid: row.get::<pg_sys::Oid>(1).unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked"))),
-                    // (none before the table's first captured write: worlds._make_history, ensure_history)
-                    history: row.get::<pg_sys::Oid>(2).unwrap_or(pg_sys::Oid::INVALID),
-                    // (none before the database's first world: storage/world_storage.rs)
-                    delta: row.get::<pg_sys::Oid>(3).unwrap_or(pg_sys::Oid::INVALID),
-                    overlay: row.get::<pg_sys::Oid>(4).unwrap_or(pg_sys::Oid::INVALID),
-                    key_kind: row.get::<String>(6).unwrap_or_default().bytes().next().unwrap_or(b'r'),
-                    key_columns: row.get::<Vec<String>>(7).unwrap_or_default(),
-                    unsupported: row.get::<String>(8),
-                    history_map: hmap,
-                    key_attnos: row.get::<Vec<i32>>(10).unwrap_or_default(),
-                    overlay_nothing: row.get::<pg_sys::Oid>(11).unwrap_or(pg_sys::Oid::INVALID),
-                    inserts: row.get::<pg_sys::Oid>(13).unwrap_or(pg_sys::Oid::INVALID),
-                    uniques: row
-                        .get::<pgrx::JsonB>(14)
-                        .and_then(|j| j.0.as_array().cloned())
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|u| {
-                            let cols = u["cols"].as_array().cloned().unwrap_or_default();
-                            (
-                                u["name"].as_str().unwrap_or_default().to_string(),
-                                cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
-                            )
-                        })
-                        .collect(),
-                    generated: row.get::<Vec<String>>(15).unwrap_or_default(),
-                    overlay_rows: row.get::<pg_sys::Oid>(16).unwrap_or(pg_sys::Oid::INVALID),
-                    other_uniques: row
-                        .get::<pgrx::JsonB>(17)
-                        .and_then(|j| j.0.as_array().cloned())
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|u| OtherUnique {
-                            name: u["name"].as_str().unwrap_or_default().to_string(),
-                            keys: u["keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
-                            predicate: u["pred"].as_str().map(str::to_string),
-                            nulls_not_distinct: u["nnd"].as_bool().unwrap_or(false),
-                        })
-                        .collect(),
-                }
-            },
-        )
+                     FROM worlds.tables t WHERE tabno = $1";
+    let parse = |row: &snapshot_spi::Row| -> Layout {
+        let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
+        // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
+        let names: Vec<String> = row.get::<Vec<String>>(12).unwrap_or_default();
+        let name = |i: usize| names.get(i).cloned().unwrap_or_default();
+        Layout {
+            tabno,
+            table_name: name(0),
+            history_name: name(1),
+            delta_name: name(2),
+            overlay_name: name(3),
+            before_images_name: name(5),
+            inserts_name: name(6),
+            relid: row.get::<pg_sys::Oid>(1).unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked"))),
+            // (none before the table's first captured write: worlds._make_history, ensure_history)
+            history: row.get::<pg_sys::Oid>(2).unwrap_or(pg_sys::Oid::INVALID),
+            // (none before the database's first world: storage/world_storage.rs)
+            delta: row.get::<pg_sys::Oid>(3).unwrap_or(pg_sys::Oid::INVALID),
+            overlay: row.get::<pg_sys::Oid>(4).unwrap_or(pg_sys::Oid::INVALID),
+            key_kind: row.get::<String>(6).unwrap_or_default().bytes().next().unwrap_or(b'r'),
+            key_columns: row.get::<Vec<String>>(7).unwrap_or_default(),
+            unsupported: row.get::<String>(8),
+            history_map: hmap,
+            key_attnos: row.get::<Vec<i32>>(10).unwrap_or_default(),
+            overlay_nothing: row.get::<pg_sys::Oid>(11).unwrap_or(pg_sys::Oid::INVALID),
+            inserts: row.get::<pg_sys::Oid>(13).unwrap_or(pg_sys::Oid::INVALID),
+            uniques: row
+                .get::<pgrx::JsonB>(14)
+                .and_then(|j| j.0.as_array().cloned())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|u| {
+                    let cols = u["cols"].as_array().cloned().unwrap_or_default();
+                    (
+                        u["name"].as_str().unwrap_or_default().to_string(),
+                        cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
+                    )
+                })
+                .collect(),
+            generated: row.get::<Vec<String>>(15).unwrap_or_default(),
+            overlay_rows: row.get::<pg_sys::Oid>(16).unwrap_or(pg_sys::Oid::INVALID),
+            other_uniques: row
+                .get::<pgrx::JsonB>(17)
+                .and_then(|j| j.0.as_array().cloned())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|u| OtherUnique {
+                    name: u["name"].as_str().unwrap_or_default().to_string(),
+                    keys: u["keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+                    predicate: u["pred"].as_str().map(str::to_string),
+                    nulls_not_distinct: u["nnd"].as_bool().unwrap_or(false),
+                })
+                .collect(),
+        }
+    };
+    let (types, args) = ([pg_sys::INT4OID], [snapshot_spi::arg(tabno)]);
+    let layouts = as_internal(|| {
+        if parallel {
+            snapshot_spi::query_generic(LAYOUT_SQL, &types, &args, parse)
+        } else {
+            snapshot_spi::query_latest_generic(LAYOUT_SQL, &types, &args, parse)
+        }
     });
     layouts.into_iter().next().unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked")))
 }
