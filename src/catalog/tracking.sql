@@ -423,7 +423,7 @@ END $$;
 
 -- A tracked table's history, inserts and views (and its delta, once the database has a world), made once:
 -- at its first captured write (storage/capture.rs), by TRUNCATE or DROP TABLE of rows never captured, by
--- the database's first world, or by track(). Two first writers of the table queue on an advisory lock
+-- the database's first world, or by track(). Two first writers of the table queue on an object lock
 -- before this (storage::ensure_history); the row lock orders the other makers. Columns, key
 -- and shape are read now: the table may have changed since it was tracked (pgbench -i adds its keys after
 -- loading). views = false: history and inserts only (worlds._add_delta builds the views once, with the

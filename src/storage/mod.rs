@@ -338,9 +338,6 @@ pub fn relation_layout(tabno: i32) -> Rc<Layout> {
 /// name it; capture skips the table rather than fail the user's write).
 const NO_STORAGE: &str = "its storage could not be made: ";
 
-/// The first key of the advisory lock first writers of a table take while its storage is made
-/// (ensure_history); the second is the table's number. (merge/lock.rs has 2092147 and 2092148.)
-const MAKING_LOCK: i32 = 2092149;
 
 /// The layout of a table whose change is about to be kept: its storage made first if it has none yet (a
 /// table is tracked at CREATE TABLE, its history made at its first captured write: worlds._make_history,
@@ -359,10 +356,15 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
     // First writers of one table queue on a lock of their own (held to their transaction's end), and the
     // one that waited finds the storage the other made, on the latest snapshot (load_layout): no row lock
     // of worlds.tables is taken for it, which under REPEATABLE READ would have failed the second writer
-    // with 40001 where stock Postgres lets both insert. (Not taken by CREATE WORLD's making of every
-    // table's storage: that many advisory locks would fill the lock table.)
-    as_internal(|| crate::spi_calls::run_with_args("SELECT pg_advisory_xact_lock($1, $2)", &[MAKING_LOCK.into(), tabno.into()]))
-        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    // with 40001 where stock Postgres lets both insert. An object lock, not an advisory one: the user's
+    // advisory locks in pg_locks are the user's alone (PostgreSQL's advisory_lock test lists them all).
+    // (Not taken by CREATE WORLD's making of every table's storage: that many locks would fill the lock
+    // table; `_make_history` still locks the worlds.tables row.)
+    unsafe {
+        let worlds = pg_sys::get_namespace_oid(c"worlds".as_ptr(), false);
+        let tables = pg_sys::get_relname_relid(c"tables".as_ptr(), worlds);
+        pg_sys::LockDatabaseObject(tables, pg_sys::Oid::from(tabno as u32), 0, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
+    }
     LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
     let layout = relation_layout(tabno);
     if layout.history != pg_sys::Oid::INVALID {
