@@ -72,17 +72,9 @@ pub fn run_with_args(query: &str, args: &[DatumWithOid]) -> SpiResult<()> {
     })
 }
 
-/// A query whose rows the caller reads: read-write on a primary (prepared and run with SPI's
-/// `read_only = false`, no xid asked for), read-only during recovery (as `select`).
+/// A query whose rows the caller reads, as `Fresh::fresh` runs it.
 pub fn rows<R>(query: &str, limit: Option<std::ffi::c_long>, args: &[DatumWithOid], f: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -> R) -> SpiResult<R> {
-    if in_recovery() {
-        return Spi::connect(|c| c.select(query, limit, args).map(f));
-    }
-    Spi::connect(|c| {
-        let types: Vec<pgrx::PgOid> = args.iter().map(|a| pgrx::PgOid::from(a.oid())).collect();
-        let statement = c.prepare_mut(query, &types)?;
-        c.select(&statement, limit, args).map(f)
-    })
+    Spi::connect(|c| c.fresh(query, limit, args).map(f))
 }
 
 /// `SpiClient::select` as pg_worlds means it: on a primary the query runs read-write (a new snapshot for

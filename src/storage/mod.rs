@@ -501,10 +501,7 @@ fn load_layout(tabno: i32) -> Layout {
             key_attnos: row.get::<Vec<i32>>(10).unwrap_or_default(),
             overlay_nothing: row.get::<pg_sys::Oid>(11).unwrap_or(pg_sys::Oid::INVALID),
             inserts: row.get::<pg_sys::Oid>(13).unwrap_or(pg_sys::Oid::INVALID),
-            uniques: row
-                .get::<pgrx::JsonB>(14)
-                .and_then(|j| j.0.as_array().cloned())
-                .unwrap_or_default()
+            uniques: json_array(row, 14)
                 .into_iter()
                 .map(|u| {
                     let cols = u["cols"].as_array().cloned().unwrap_or_default();
@@ -516,10 +513,7 @@ fn load_layout(tabno: i32) -> Layout {
                 .collect(),
             generated: row.get::<Vec<String>>(15).unwrap_or_default(),
             overlay_rows: row.get::<pg_sys::Oid>(16).unwrap_or(pg_sys::Oid::INVALID),
-            other_uniques: row
-                .get::<pgrx::JsonB>(17)
-                .and_then(|j| j.0.as_array().cloned())
-                .unwrap_or_default()
+            other_uniques: json_array(row, 17)
                 .into_iter()
                 .map(|u| OtherUnique {
                     name: u["name"].as_str().unwrap_or_default().to_string(),
@@ -539,6 +533,14 @@ fn load_layout(tabno: i32) -> Layout {
         }
     });
     layouts.into_iter().next().unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked")))
+}
+
+/// Column `ord` of a layout row, a JSON array, as its elements (none when NULL).
+fn json_array(row: &snapshot_spi::Row, ord: usize) -> Vec<serde_json::Value> {
+    match row.get::<pgrx::JsonB>(ord) {
+        Some(pgrx::JsonB(serde_json::Value::Array(a))) => a,
+        _ => Vec::new(),
+    }
 }
 
 /// Is pg_worlds installed in this database? (The library is preloaded for the whole cluster.)
