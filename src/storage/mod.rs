@@ -18,6 +18,7 @@ pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
 pub mod history_marks;
+mod maker;
 pub mod overlay;
 pub mod rewrite;
 pub mod snapshot_spi;
@@ -341,7 +342,8 @@ const NO_STORAGE: &str = "its storage could not be made: ";
 
 /// The layout of a table whose change is about to be kept: its storage made first if it has none yet (a
 /// table is tracked at CREATE TABLE, its history made at its first captured write: worlds._make_history,
-/// in this transaction, the table's worlds.tables row locked until it ends). None: its storage can't be
+/// by a worker in a transaction of its own (maker.rs), or, when the worker can't, in this transaction, the
+/// table's making lock held until it ends). None: its storage can't be
 /// made (the reason logged and kept in worlds.tables.unsupported): the write goes on uncaptured, as for a
 /// table that could not be tracked, rather than fail. Made in a subtransaction, with the backend's
 /// progress report (a COPY's, pg_stat_progress_copy) kept across the DDL (CREATE INDEX reports its own).
@@ -353,7 +355,15 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
     if layout.unsupported.as_deref().is_some_and(|u| u.starts_with(NO_STORAGE)) {
         return None;
     }
-    // First writers of one table queue on a lock of their own (held to their transaction's end), and the
+    // Made by a worker in a transaction of its own (maker.rs): no lock of the making outlives it.
+    if maker::made_by_worker(tabno, layout.relid) {
+        LAYOUTS.with(|m| m.borrow_mut().remove(&tabno));
+        let layout = relation_layout(tabno);
+        if layout.history != pg_sys::Oid::INVALID {
+            return Some(layout);
+        }
+    }
+    // Else made here, in this transaction. First writers of one table queue on a lock of their own (held to their transaction's end), and the
     // one that waited finds the storage the other made, on the latest snapshot (load_layout): no row lock
     // of worlds.tables is taken for it, which under REPEATABLE READ would have failed the second writer
     // with 40001 where stock Postgres lets both insert. An object lock, not an advisory one: the user's

@@ -7,15 +7,17 @@
 #     it commits, every table is tracked, none has storage, pg_class gained what stock gains;
 #   - the first write makes the storage, keeps the change, and a moment of main before it reads the table
 #     as it was; AS OF of a table never written reads it as it is;
-#   - two sessions write a new table for the first time at once (one waits for the other's storage): both
+#   - two sessions write a new table for the first time at once: both
 #     writes land, both are kept in history, no error; under REPEATABLE READ too (no 40001);
 #   - DROP TABLE of a never-written table leaves nothing in worlds_data; TRUNCATE and DROP of one written
 #     keep its rows (history);
 #   - CREATE TABLE AS has storage at once (its rows are kept as inserted);
 #   - the first world gives every tracked table its storage: a world reads and writes a table that had
 #     none, and merges it;
-#   - kill -9 of a session in the middle of making a table's storage: nothing half made, the next write
-#     makes it.
+#   - two transactions first-writing two new tables in opposite orders: no deadlock (the storage is made
+#     by a worker in a transaction of its own); a rolled-back first write keeps the storage, not the write;
+#   - kill -9 of a table's first writer: its storage whole, nothing of the write; kill -9 in the middle of
+#     making storage in the writer's own transaction (table created there): nothing half made.
 source "$(dirname "$0")/common.sh"
 start_cluster $CL yes
 DB=s26_lazy
@@ -88,6 +90,56 @@ expect "both rows" "$(M -c "select string_agg(who, ',' order by id) from pair_rr
 RT=$(M -c "select tabno from worlds.tables where relid = 'pair_rr'::regclass")
 expect "both kept as inserted, and the update's before-image" "$(M -c "select string_agg(_w_op::text || id, ',' order by _w_op, id) from worlds_data.a_pair_rr_$RT")" "I1,I2,U2"
 
+echo "check: two transactions first-write two new tables in opposite orders (no deadlock, as stock)"
+# each table's storage is made by a worker in a transaction of its own (storage/maker.rs): neither writer
+# holds a lock of the making for the other to wait on
+M -c "create table cross_a (id int primary key, who text)" -c "create table cross_b (id int primary key, who text)" >/dev/null
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into cross_a values (1, 'first')" -c "select pg_sleep(1.5)" -c "insert into cross_b values (1, 'first')" -c "commit" >"$OUT/cross_1.log" 2>&1 &
+A=$!
+for _ in $(seq 1 50); do
+  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1.5)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
+  sleep 0.1
+done
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into cross_b values (2, 'second')" -c "select pg_sleep(0.5)" -c "insert into cross_a values (2, 'second')" -c "commit" >"$OUT/cross_2.log" 2>&1 &
+B=$!
+wait $A; wait $B
+expect "errors of the two writers (no 40P01)" "$(cat "$OUT/cross_1.log" "$OUT/cross_2.log" | grep -c ERROR)" "0"
+expect "cross_a's rows" "$(M -c "select string_agg(who, ',' order by id) from cross_a")" "first,second"
+expect "cross_b's rows" "$(M -c "select string_agg(who, ',' order by id) from cross_b")" "first,second"
+expect "all four kept as inserted" "$(M -c "select (select count(*) from worlds_data.a_cross_a_$(M -c "select tabno from worlds.tables where relid = 'cross_a'::regclass") where _w_op = 'I') + (select count(*) from worlds_data.a_cross_b_$(M -c "select tabno from worlds.tables where relid = 'cross_b'::regclass") where _w_op = 'I')")" "4"
+
+echo "check: a first writer whose worker would queue behind DDL that waits for the writer"
+# the writer reads q_a (its lock), an ALTER TABLE queues behind it, then the writer first-writes q_a: the
+# worker's read of q_a would queue behind the ALTER, a wait the deadlock detector can't see; the worker
+# gives up after deadlock_timeout and the writer makes the storage itself
+M -c "create table q_a (id int primary key)" >/dev/null
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "select count(*) from q_a" -c "select pg_sleep(1)" -c "insert into q_a values (1)" -c "commit" >"$OUT/q_1.log" 2>&1 &
+A=$!
+for _ in $(seq 1 50); do
+  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
+  sleep 0.1
+done
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "set lock_timeout = '30s'" -c "alter table q_a add column note text" >"$OUT/q_2.log" 2>&1 &
+B=$!
+wait $A; wait $B
+expect "errors of the writer and the ALTER" "$(cat "$OUT/q_1.log" "$OUT/q_2.log" | grep -c ERROR)" "0"
+expect "q_a's row, kept as inserted" "$(M -c "select count(*) from worlds_data.a_q_a_$(M -c "select tabno from worlds.tables where relid = 'q_a'::regclass") where _w_op = 'I'")" "1"
+expect "q_a's new column" "$(M -c "select count(*) from information_schema.columns where table_name = 'q_a' and column_name = 'note'")" "1"
+
+echo "check: a first write rolled back keeps the storage (made and committed apart), not the write"
+M -c "create table undone (id int primary key)" >/dev/null
+M -c "begin" -c "insert into undone values (1)" -c "rollback" >/dev/null
+expect "undone has storage" "$(M -c "select history is not null from worlds.tables where relid = 'undone'::regclass")" "t"
+expect "nothing kept of the rolled-back write" "$(M -c "select count(*) from worlds_data.a_undone_$(M -c "select tabno from worlds.tables where relid = 'undone'::regclass")")" "0"
+M -c "insert into undone values (2)" >/dev/null
+expect "the next write is kept" "$(M -c "select string_agg(_w_op::text || id, ',') from worlds_data.a_undone_$(M -c "select tabno from worlds.tables where relid = 'undone'::regclass")")" "I2"
+
+echo "check: a table created and written in one transaction gets its storage in that transaction"
+M -c "begin" -c "create table born (id int primary key)" -c "insert into born values (1)" -c "rollback" >/dev/null
+expect "rolled back: no born, nothing in worlds_data" "$(M -c "select count(*) from pg_class where relname like '%born%'")" "0"
+M -c "begin" -c "create table born (id int primary key)" -c "insert into born values (1)" -c "commit" >/dev/null
+expect "committed: born with storage, its row kept" "$(M -c "select count(*) from worlds_data.a_born_$(M -c "select tabno from worlds.tables where relid = 'born'::regclass")")" "1"
+
 echo "check: DROP and TRUNCATE"
 M -c "drop table mig_4" >/dev/null
 expect "mig_4 left nothing" "$(M -c "select count(*) from worlds.tables where relid::text = 'mig_4'")$(M -c "select count(*) from worlds.dropped_table where table_name = 'mig_4'")" "00"
@@ -100,7 +152,7 @@ echo "check: CREATE TABLE AS has storage at once"
 M -c "create table copied as select g as id from generate_series(1, 3) g" >/dev/null
 expect "copied's storage" "$(M -c "select history is not null from worlds.tables where relid = 'copied'::regclass")" "t"
 
-echo "check: kill -9 while a table's storage is being made"
+echo "check: kill -9 of a table's first writer"
 M -c "create table crashy (id int primary key)" >/dev/null
 # the first write's transaction holds; kill it before it commits
 psql_in $CL -d $DB -qAt -c "begin" -c "insert into crashy values (1)" -c "select pg_sleep(30)" -c "commit" >"$OUT/crashy.log" 2>&1 &
@@ -112,9 +164,24 @@ for _ in $(seq 1 50); do
 done
 kill -9 "$victim"; wait $C 2>/dev/null || true
 for _ in $(seq 1 60); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
-expect "crashy after the crash: tracked, no storage" "$(M -c "select history is null from worlds.tables where relid = 'crashy'::regclass")" "t"
-expect "no h_crashy left" "$(M -c "select count(*) from pg_class where relname like 'h\_crashy%'")" "0"
-expect "the next write makes it" "$(M -c "insert into crashy values (2)" -c "select history is not null from worlds.tables where relid = 'crashy'::regclass")" "t"
+# (its storage was committed by the worker before the write: whole, with none of the killed write's rows)
+CT=$(M -c "select tabno from worlds.tables where relid = 'crashy'::regclass")
+expect "crashy after the crash: its storage whole" "$(M -c "select history is not null and changes is not null from worlds.tables where relid = 'crashy'::regclass")" "t"
+expect "nothing kept of the killed write" "$(M -c "select count(*) from worlds_data.a_crashy_$CT")" "0"
+expect "the next write is kept" "$(M -c "insert into crashy values (2)" -c "select string_agg(_w_op::text || id, ',') from worlds_data.a_crashy_$CT")" "I2"
+
+echo "check: kill -9 while a table's storage is being made in the writer's transaction"
+# created and first written in one transaction: the storage is that transaction's own
+psql_in $CL -d $DB -qAt -c "begin" -c "create table crashy2 (id int primary key)" -c "insert into crashy2 values (1)" -c "select pg_sleep(30)" -c "commit" >"$OUT/crashy2.log" 2>&1 &
+C=$!
+for _ in $(seq 1 50); do
+  victim=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()")
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+kill -9 "$victim"; wait $C 2>/dev/null || true
+for _ in $(seq 1 60); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
+expect "nothing half made" "$(M -c "select count(*) from pg_class where relname like '%crashy2%'")" "0"
 
 echo "check: the first world gives every table its storage"
 expect "CREATE WORLD w" "$(M -c "select * from worlds.sql('create world w')")" '{"tag": "CREATE WORLD"}'

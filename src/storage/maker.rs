@@ -1,0 +1,121 @@
+//! A committed table's storage, made in a transaction of its own.
+//!
+//! A table is tracked at CREATE TABLE and gets its storage (history, inserts, views) at its first captured
+//! write. Made in the writer's transaction, the storage stays invisible to every other session until that
+//! transaction ends, so the next first writer of the table has to wait for it, and two transactions that
+//! first-write two new tables in opposite orders deadlock where stock Postgres wouldn't. So the writer asks
+//! a short-lived background worker to make it and commit, and waits for the worker (an autonomous
+//! transaction, as the review queue's worker writes its row): no lock of the making outlives it, the next
+//! writer finds the storage made.
+//!
+//! The writer makes it itself (the way before, in its own transaction) when the worker couldn't see the
+//! table as the writer does (the writer's transaction created or altered it, or holds a lock on it that
+//! DDL takes), when no worker slot is free (max_worker_processes), and when the worker didn't make it for
+//! any reason. The worker waits for a lock at most `deadlock_timeout`: a wait the deadlock detector can't
+//! see (the worker queued behind a session that waits for the writer) ends there, and the writer goes on
+//! the old way, where Postgres sees every wait.
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::prelude::*;
+
+/// Asks a worker to make the storage of table `tabno` (relation `relid`) and waits for it. true: the
+/// worker ran (whether it made the storage the caller reads from the catalog); false: the caller makes it.
+pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
+    if !worker_can_make(relid) {
+        return false;
+    }
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let worker = BackgroundWorkerBuilder::new(&format!("pg_worlds storage of table {tabno}"))
+        .set_type("pg_worlds storage maker")
+        .set_library("pg_worlds")
+        .set_function("worlds_storage_maker_main")
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(None)
+        .enable_spi_access()
+        .set_extra(&format!("{db} {tabno}"))
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic();
+    let Ok(worker) = worker else { return false };
+    if worker.wait_for_shutdown().is_err() {
+        return false;
+    }
+    // what the worker committed: its relcache invalidations (the table's routing) read now
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    true
+}
+
+/// Would a worker see the table as this transaction does, and get the locks the making takes on it?
+fn worker_can_make(relid: pg_sys::Oid) -> bool {
+    unsafe {
+        if !pg_sys::IsUnderPostmaster
+            || pg_sys::IsBackgroundWorker
+            || pg_sys::IsBinaryUpgrade
+            || pg_sys::creating_extension
+            || pg_sys::RecoveryInProgress()
+            || pg_sys::IsInParallelMode()
+            || !pg_sys::IsTransactionState()
+        {
+            return false;
+        }
+        // created or altered (its pg_class row written) by this transaction: the worker can't see it as it is
+        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid));
+        if tuple.is_null() {
+            return false;
+        }
+        let header = (*tuple).t_data;
+        let xmin = (*header).t_choice.t_heap.t_xmin;
+        let xmax = (*header).t_choice.t_heap.t_xmax;
+        pg_sys::ReleaseSysCache(tuple);
+        if pg_sys::TransactionIdIsCurrentTransactionId(xmin) || pg_sys::TransactionIdIsCurrentTransactionId(xmax) {
+            return false;
+        }
+        // a lock DDL takes (ALTER TABLE, CREATE INDEX, ...): its columns may be changing, and the worker's
+        // read of the table would wait for this transaction
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return false;
+        }
+        let ddl_locked = pg_sys::CheckRelationLockedByMe(rel, pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE, true);
+        pg_sys::RelationClose(rel);
+        !ddl_locked
+    }
+}
+
+/// The worker: in a transaction of its own, on the table's making lock, makes its storage (if nobody has
+/// since) and commits. Every lock wait is bounded by deadlock_timeout; any failure is the writer's to
+/// handle (it makes the storage itself), so it ends quietly.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGTERM);
+    let extra = BackgroundWorker::get_extra().to_string();
+    let mut parts = extra.split(' ');
+    let (Some(Ok(db)), Some(Ok(tabno))) = (parts.next().map(str::parse::<u32>), parts.next().map(str::parse::<i32>)) else { return };
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    BackgroundWorker::transaction(move || {
+        let made = crate::merge::subxact::in_subtransaction(|| {
+            let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
+            let level = super::push_setting(c"lock_timeout", &timeout);
+            unsafe {
+                let worlds = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+                let tables = pg_sys::get_relname_relid(c"tables".as_ptr(), worlds);
+                if tables == pg_sys::Oid::INVALID {
+                    super::pop_setting(level);
+                    return; // (the extension isn't there any more)
+                }
+                pg_sys::LockDatabaseObject(tables, pg_sys::Oid::from(tabno as u32), 0, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
+            }
+            super::as_internal(|| {
+                crate::spi_calls::run_with_args(
+                    "SELECT worlds._make_history(t) FROM worlds.tables t WHERE t.tabno = $1 AND t.history IS NULL",
+                    &[tabno.into()],
+                )
+            })
+            .ok();
+            super::pop_setting(level);
+        });
+        if let Err(e) = made {
+            let (state, message) = crate::merge::subxact::state_and_message(&e);
+            pgrx::debug1!("pg_worlds: the storage of table {tabno} was left to its writer: {state} {message}");
+        }
+    });
+}
