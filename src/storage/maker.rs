@@ -35,12 +35,42 @@ pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic();
     let Ok(worker) = worker else { return false };
-    if worker.wait_for_shutdown().is_err() {
+    if !waited_out(worker) {
         return false;
     }
     // what the worker committed: its relcache invalidations (the table's routing) read now
     unsafe { pg_sys::AcceptInvalidationMessages() };
     true
+}
+
+/// Waits for the worker to end (a cancel or statement_timeout of the writer ends the wait). Each of the
+/// worker's lock waits ends at deadlock_timeout; should it still run after the longest the making should
+/// take, it is stopped and the writer makes the storage itself. false: it didn't end normally.
+fn waited_out(worker: pgrx::bgworkers::DynamicBackgroundWorker) -> bool {
+    use pgrx::bgworkers::BackgroundWorkerStatus;
+    let limit = std::time::Duration::from_millis((unsafe { pg_sys::DeadlockTimeout }.max(1) as u64) * 4 + 10_000);
+    let started = std::time::Instant::now();
+    loop {
+        match worker.pid() {
+            Err(BackgroundWorkerStatus::Stopped) => return true,
+            Err(BackgroundWorkerStatus::PostmasterDied) => return false,
+            _ => {}
+        }
+        if started.elapsed() > limit {
+            let _ = worker.terminate().wait_for_shutdown();
+            return false;
+        }
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                100,
+                pg_sys::WaitEventIPC::WAIT_EVENT_BGWORKER_SHUTDOWN,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+            pg_sys::check_for_interrupts!();
+        }
+    }
 }
 
 /// Would a worker see the table as this transaction does, and get the locks the making takes on it?
@@ -90,16 +120,19 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
     let extra = BackgroundWorker::get_extra().to_string();
     let mut parts = extra.split(' ');
     let (Some(Ok(db)), Some(Ok(tabno))) = (parts.next().map(str::parse::<u32>), parts.next().map(str::parse::<i32>)) else { return };
+    // before connecting: the connection's own catalog reads wait for locks too (behind a VACUUM FULL
+    // pg_class that waits for the writer, say), and over the database's or role's lock_timeout
+    let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
+    unsafe {
+        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), timeout.as_ptr(), pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_OVERRIDE);
+    }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     BackgroundWorker::transaction(move || {
         let made = crate::merge::subxact::in_subtransaction(|| {
-            let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
-            let level = super::push_setting(c"lock_timeout", &timeout);
             unsafe {
                 let worlds = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
                 let tables = pg_sys::get_relname_relid(c"tables".as_ptr(), worlds);
                 if tables == pg_sys::Oid::INVALID {
-                    super::pop_setting(level);
                     return; // (the extension isn't there any more)
                 }
                 pg_sys::LockDatabaseObject(tables, pg_sys::Oid::from(tabno as u32), 0, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
@@ -111,7 +144,6 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
                 )
             })
             .ok();
-            super::pop_setting(level);
         });
         if let Err(e) = made {
             let (state, message) = crate::merge::subxact::state_and_message(&e);

@@ -126,6 +126,22 @@ expect "errors of the writer and the ALTER" "$(cat "$OUT/q_1.log" "$OUT/q_2.log"
 expect "q_a's row, kept as inserted" "$(M -c "select count(*) from worlds_data.a_q_a_$(M -c "select tabno from worlds.tables where relid = 'q_a'::regclass") where _w_op = 'I'")" "1"
 expect "q_a's new column" "$(M -c "select count(*) from information_schema.columns where table_name = 'q_a' and column_name = 'note'")" "1"
 
+echo "check: a first writer whose worker can't connect (VACUUM FULL pg_class waits for the writer)"
+# the worker's connection reads pg_class, queued behind the VACUUM FULL; its lock_timeout is set before it
+# connects, so it gives up and the writer makes the storage itself (the core suite's vacuum test hung here)
+M -c "create table vf (id int primary key)" >/dev/null
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "select count(*) > 0 from pg_class" -c "select pg_sleep(1)" -c "insert into vf values (1)" -c "commit" >"$OUT/vf_1.log" 2>&1 &
+A=$!
+for _ in $(seq 1 50); do
+  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
+  sleep 0.1
+done
+psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "vacuum full pg_class" >"$OUT/vf_2.log" 2>&1 &
+B=$!
+wait $A; wait $B
+expect "errors of the writer and the VACUUM FULL" "$(cat "$OUT/vf_1.log" "$OUT/vf_2.log" | grep -c ERROR)" "0"
+expect "vf's row, kept as inserted" "$(M -c "select count(*) from worlds_data.a_vf_$(M -c "select tabno from worlds.tables where relid = 'vf'::regclass") where _w_op = 'I'")" "1"
+
 echo "check: a first write rolled back keeps the storage (made and committed apart), not the write"
 M -c "create table undone (id int primary key)" >/dev/null
 M -c "begin" -c "insert into undone values (1)" -c "rollback" >/dev/null
