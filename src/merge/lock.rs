@@ -178,25 +178,27 @@ impl Round {
     fn new(l: &Rc<Layout>, world: i32, hold: Hold) -> Round {
         let kcols = |alias: &str| l.key_columns.iter().map(|c| format!("{alias}.{}", crate::storage::overlay::quote_ident(c))).collect::<Vec<_>>().join(", ");
         let (table, delta) = (&l.table_name, &l.delta_name);
-        let (tk, ok, ttext) = (kcols("t"), kcols("o"), key_text_expr(l, "t"));
+        let (tk, ok) = (kcols("t"), kcols("o"));
         let (write_mode, delete_mode) = match hold {
             Hold::Write => ("NO KEY UPDATE", "UPDATE"),
             Hold::Read => ("SHARE", "SHARE"),
         };
         // the world's keys (each with whether its last version deletes the row), materialized once; the
         // rows main has read on the statement's snapshot, the locks taken on their latest versions (a row
-        // changed or gone since is seen as held, and waited for: the next round reads it anew)
+        // changed or gone since is seen as held, and waited for: the next round reads it anew). Only the
+        // keys left unlocked are looked up again: present in main, held by someone; absent, a key added.
+        // (set operations, not anti joins: a plan for a generic parameter may nest a loop over a CTE; w and x
+        // are read to their end first, by the one-time filter: a CTE is only run as far as it is read)
         let sql = format!(
             "WITH o AS MATERIALIZED (SELECT DISTINCT ON ({dk}) {dk}, d._w_del FROM {delta} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC),
-                  w AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE NOT o._w_del) FOR {write_mode} OF t SKIP LOCKED),
-                  x AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE o._w_del) FOR {delete_mode} OF t SKIP LOCKED),
-                  p AS (SELECT {ttext} AS k FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o))
-             (SELECT 'held', k FROM (SELECT k FROM p EXCEPT ALL SELECT k FROM w EXCEPT ALL SELECT k FROM x) h LIMIT 1)
-             UNION ALL
-             SELECT 'absent', {otext} FROM o WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {m})",
+                  w AS MATERIALIZED (SELECT {tk} FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE NOT o._w_del) FOR {write_mode} OF t SKIP LOCKED),
+                  x AS MATERIALIZED (SELECT {tk} FROM {table} t WHERE ({tk}) IN (SELECT {ok} FROM o WHERE o._w_del) FOR {delete_mode} OF t SKIP LOCKED),
+                  r AS (SELECT {ok} FROM o EXCEPT ALL (SELECT {tk} FROM w t UNION ALL SELECT {tk} FROM x t))
+             SELECT CASE WHEN EXISTS (SELECT 1 FROM {table} t WHERE {mr}) THEN 'held' ELSE 'absent' END, {rtext} FROM r
+              WHERE (SELECT count(*) FROM w) >= 0 AND (SELECT count(*) FROM x) >= 0",
             dk = kcols("d"),
-            otext = key_text_expr(l, "o"),
-            m = super::key_match(l, "t", "o"),
+            rtext = key_text_expr(l, "r"),
+            mr = super::key_match(l, "t", "r"),
         );
         Round { sql, relid: l.relid.to_u32(), layout: l.clone(), world, hold }
     }
