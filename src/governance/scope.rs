@@ -280,6 +280,15 @@ pub fn breaches(plan: &[Planned], world: &WorldRow) -> Option<(Scope, Vec<String
     (!why.is_empty()).then_some((s, why))
 }
 
+/// Does the world declare a scope (may_change, tenant, max_rows, max_deletes)?
+pub fn declared(world: &WorldRow) -> bool {
+    crate::spi_calls::get_one_with_args::<JsonB>("SELECT meta FROM worlds.world WHERE num = $1", &[world.num.into()])
+        .ok()
+        .flatten()
+        .and_then(|meta| of_meta(&meta.0))
+        .is_some_and(|s| s.declares())
+}
+
 /// The gate's hold: the person's refusal (42501) and the same as a broken rule ("..., outside its
 /// declared scope").
 pub fn held(plan: &[Planned], world: &WorldRow) -> Option<super::Hold> {

@@ -132,11 +132,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         };
         // main didn't touch the table since the fork (the common case): base is theirs for every row, and
         // the look into history can go
-        let main_changed = {
-            // the same parameters as the gather below ($2: the fork point)
-            let probe = format!("SELECT EXISTS (SELECT 1 FROM {history} h WHERE {})", after_fork("h"));
-            crate::spi_calls::get_one_with_args::<bool>(&probe, &[world.num.into(), snapshot.clone().into()]).ok().flatten().unwrap_or(true)
-        };
+        let main_changed = main_changed(layout, world);
         // main's first change of each key since the fork, after the world's own last partial merge of it
         // (only worlds partly merged before have one): one pass over history since the fork, joined to the
         // world's rows by key (history has no index on the key: capture would pay for one on every write)
@@ -207,6 +203,18 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         })
     };
     TableChanges { layout: layout.clone(), name: table, rows }
+}
+
+/// Has main changed the table since the world's fork (an entry in its history after the fork point)?
+pub(crate) fn main_changed(layout: &Layout, world: &WorldRow) -> bool {
+    let snapshot = world.fork_snapshot.clone().unwrap_or_default();
+    let after_fork = if snapshot.starts_with('@') {
+        "h._w_at > substr($1, 2)::timestamptz"
+    } else {
+        "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)"
+    };
+    let probe = format!("SELECT EXISTS (SELECT 1 FROM {} h WHERE {after_fork})", layout.history_name);
+    crate::spi_calls::get_one_with_args::<bool>(&probe, &[snapshot.into()]).ok().flatten().unwrap_or(true)
 }
 
 pub(crate) fn partly_merged(world: &WorldRow) -> bool {

@@ -17,6 +17,7 @@
 use super::key_text_expr;
 use crate::storage::Layout;
 use pgrx::prelude::*;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// The first key of worlds' write locks (storage/writes.rs takes the same).
@@ -46,25 +47,27 @@ pub enum Hold {
 }
 
 /// Locks, in main, the rows `world` changed in these tables (keyed tables; keys it added as advisory
-/// locks), by the protocol in this module's header. Returns once all are held.
-pub fn main_rows(layouts: &[Rc<Layout>], world: i32, hold: Hold) {
+/// locks), by the protocol in this module's header. Returns once all are held, with the keys (as key
+/// text) of each table that main didn't have when they were: the world adds them.
+pub fn main_rows(layouts: &[Rc<Layout>], world: i32, hold: Hold) -> HashMap<pg_sys::Oid, Vec<String>> {
     let mut layouts: Vec<&Rc<Layout>> = layouts.iter().filter(|l| l.key_kind != b'r').collect();
     layouts.sort_by_key(|l| l.relid.to_u32());
     if layouts.is_empty() {
-        return;
+        return HashMap::new();
     }
     let rounds = layouts.iter().map(|l| Round::new(l, world, hold)).collect::<Vec<_>>();
     loop {
+        let mut absent: HashMap<pg_sys::Oid, Vec<String>> = HashMap::new();
         let blocked = super::in_subtransaction_keep(|| {
             for r in &rounds {
-                if let Some(b) = r.try_lock() {
+                if let Some(b) = r.try_lock(absent.entry(r.layout.relid).or_default()) {
                     return Some(b);
                 }
             }
             None
         }, |blocked| blocked.is_none());
         match blocked {
-            None => return,
+            None => return absent,
             // wait for that one alone (nothing else held), let it go, and start over
             Some(b) => super::in_subtransaction_keep(|| b.wait(), |_| false),
         }
@@ -203,8 +206,9 @@ impl Round {
         Round { sql, relid: l.relid.to_u32(), layout: l.clone(), world, hold }
     }
 
-    /// Locks what it can without waiting; the first thing it couldn't, if any.
-    fn try_lock(&self) -> Option<Blocked> {
+    /// Locks what it can without waiting; the first thing it couldn't, if any. The keys main lacks go
+    /// into `absent`.
+    fn try_lock(&self, absent: &mut Vec<String>) -> Option<Blocked> {
         let found: Vec<(String, String)> = Spi::connect_mut(|c| {
             c.update(&self.sql, None, &[self.world.into()])
                 .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
@@ -219,18 +223,18 @@ impl Round {
             ROW_RELID.with(|r| r.set(Some(self.layout.relid)));
             return Some(Blocked::Row { sql, key: k.clone() });
         }
-        if self.hold == Hold::Write {
-            for (_, k) in found.into_iter().filter(|(kind, _)| kind == "absent") {
-                let got = crate::spi_calls::get_one_with_args::<bool>(
-                    "SELECT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || $2))",
-                    &[KEY_LOCK.into(), k.as_str().into(), (self.relid as i64).into()],
-                )
-                .ok()
-                .flatten()
-                .unwrap_or(false);
-                if !got {
-                    return Some(Blocked::Key { relid: self.relid, key: k });
-                }
+        absent.extend(found.into_iter().filter(|(kind, _)| kind == "absent").map(|(_, k)| k));
+        if self.hold == Hold::Write && !absent.is_empty() {
+            // one statement for them all, in the keys' order: the first key another merge holds, if any
+            let taken = crate::spi_calls::get_one_with_args::<String>(
+                "SELECT k FROM unnest($2::text[]) WITH ORDINALITY AS a(k, n)
+                  WHERE NOT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || a.k)) ORDER BY a.n LIMIT 1",
+                &[KEY_LOCK.into(), absent.clone().into(), (self.relid as i64).into()],
+            )
+            .ok()
+            .flatten();
+            if let Some(k) = taken {
+                return Some(Blocked::Key { relid: self.relid, key: k });
             }
         }
         None

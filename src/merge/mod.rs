@@ -39,6 +39,7 @@ use record::*;
 mod dry_run;
 use dry_run::*;
 mod apply;
+mod fast_forward;
 mod diff;
 pub use apply::*;
 pub use diff::*;
@@ -164,11 +165,22 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
             .collect();
         layouts.retain(|l| world_touched(l, &world));
+        let mut absent = HashMap::new();
         if !req.dry_run && target_world.is_none() {
             // main's rows this world changed, held until commit; everything below reads on snapshots
             // taken after they are held, so what is decided on is what is applied to
             lock::keyless_tables(&layouts);
-            lock::main_rows(&layouts, world.num, lock::Hold::Write);
+            absent = lock::main_rows(&layouts, world.num, lock::Hold::Write);
+        }
+        // main hasn't touched the world's tables since its fork, and nothing reads the plan's rows: the
+        // world's rows as they stand, applied by typed statements, no plan (fast_forward.rs)
+        if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
+            pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
+            crate::governance::gate(&[], &world, true, None);
+            let (applied, deletes) = fast_forward::apply(&layouts, &world, &absent);
+            crate::governance::reads::gate_again(&world);
+            record(&world, target_num, &target_name, false, applied as i64, deletes);
+            return vec![serde_json::json!({ "tag": format!("MERGE {applied}") })];
         }
         let resolve: HashMap<(pg_sys::Oid, String), Pick> =
             req.resolve.iter().map(|(r, p)| (parse_row_ref(r), p.clone())).collect();

@@ -1,0 +1,146 @@
+//! A fast-forward merge: every table the world changed is one main hasn't touched since the fork, so
+//! each row's base is main's row as it stands (theirs), nothing can conflict, and the decision for a row
+//! is the world's own version of it (ours) unless ours is theirs already. No plan of rows is needed:
+//! each table is changed by typed set-based statements straight from the world's delta (its latest
+//! version of each key), which is what `decide` would have planned row by row through JSON (bench P4/P5).
+//!
+//! Taken only when nothing reads the plan's row values: a merge into main of a world forked from main,
+//! whole (no ONLY, RESOLVE, CONFIRM DELETES, TARGET), by a person (no agent) with no merge policy over the
+//! world, no declared scope, no merge check on its tables, and a role that may read the delta (the
+//! table's owner or a superuser). Any other merge goes the planned way. The rows main had are locked
+//! first (lock.rs); the keys main lacked then are the ones inserted, so a key main inserts meanwhile fails
+//! the merge with 23505, as the planned way's INSERT does, and is never updated over.
+use super::*;
+
+/// The merge's tables, if every one of them can be merged fast-forward.
+pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &MergeRequest) -> bool {
+    if req.dry_run
+        || req.into.is_some()
+        || req.only_tables.is_some()
+        || req.only_keys.is_some()
+        || !req.resolve.is_empty()
+        || req.confirm_deletes.is_some()
+        || req.target.is_some()
+        || world.parent.unwrap_or(0) != 0
+        || layouts.is_empty()
+        || layouts.iter().any(|l| l.key_kind == b'r')
+    {
+        return false;
+    }
+    if crate::governance::agents::session_agent().is_some()
+        || crate::governance::policies::judged_by(world).is_some()
+        || crate::governance::policies::owner_policy(world.num).is_some()
+        || crate::governance::scope::declared(world)
+        || partly_merged(world)
+    {
+        return false;
+    }
+    let relids: Vec<pg_sys::Oid> = layouts.iter().map(|l| l.relid).collect();
+    let checked = crate::spi_calls::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM worlds.merge_check WHERE tables IS NULL OR tables::oid[] && $1::oid[])",
+        &[relids.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(true);
+    if checked {
+        return false;
+    }
+    layouts.iter().all(|l| {
+        let may_read = crate::storage::as_session_user(|| unsafe {
+            pg_sys::pg_class_aclcheck(l.delta, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
+        });
+        may_read && !main_changed(l, world)
+    })
+}
+
+/// Applies the world's latest rows of these tables to main: deletes children first, then updates and
+/// inserts parents first (as `apply` orders a plan). Returns the rows changed and the rows deleted.
+pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64) {
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            MERGE_SOURCE.with(|s| *s.borrow_mut() = None);
+        }
+    }
+    MERGE_SOURCE.with(|s| *s.borrow_mut() = Some(world.id.clone()));
+    let _g = Guard;
+    let depth = fk_depth();
+    let mut ordered: Vec<&std::rc::Rc<Layout>> = layouts.iter().collect();
+    ordered.sort_by_key(|l| (depth.get(&l.relid).copied().unwrap_or(0), l.relid.to_u32()));
+    let none: Vec<String> = Vec::new();
+    let (mut applied, mut deletes) = (0usize, 0i64);
+    for l in ordered.iter().rev() {
+        // (a key main lacked when locked is none of main's rows to delete, even if main has it by now)
+        let added = absent.get(&l.relid).unwrap_or(&none);
+        let n = run_counted(
+            &format!(
+                "WITH d AS ({}) DELETE FROM {} t USING d WHERE d._w_del AND {} AND NOT ({} = ANY($2::text[]))",
+                latest(l),
+                l.table_name,
+                key_match(l, "t", "d"),
+                key_text_expr(l, "d")
+            ),
+            &[world.num.into(), added.clone().into()],
+        );
+        applied += n;
+        deletes += n as i64;
+    }
+    for l in ordered {
+        let cols = table_columns(l.relid, true);
+        let set_cols: Vec<&String> = cols.iter().filter(|c| !l.key_columns.contains(c)).collect();
+        let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let added = absent.get(&l.relid).unwrap_or(&none);
+        let ktext = key_text_expr(l, "d");
+        // a row whose version in the world is main's as it stands changes nothing (decide: ours = theirs),
+        // compared as the planned way compares them: the two rows as jsonb, by their text. Only the rows
+        // main had when they were locked are updated.
+        let update = if set_cols.is_empty() {
+            "SELECT 1 WHERE false".to_string()
+        } else {
+            format!(
+                "UPDATE {table} t SET ({}) = ROW({}) FROM d
+                  WHERE NOT d._w_del AND {} AND NOT ({ktext} = ANY($2::text[]))
+                    AND to_jsonb(t.*)::text IS DISTINCT FROM ({})::text RETURNING 1",
+                set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
+                set_cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+                key_match(l, "t", "d"),
+                json_object_expr("d", &live_columns(l.relid)),
+                table = l.table_name,
+            )
+        };
+        // the updates first (a unique value moved from an updated row to a new one), then the inserts:
+        // the keys main lacked when they were locked
+        let sql = format!(
+            "WITH d AS ({latest}), _w_u AS ({update}),
+                  _w_i AS (INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE
+                           SELECT {d_cols} FROM d WHERE NOT d._w_del AND {ktext} = ANY($2::text[]) AND (SELECT count(*) FROM _w_u) >= 0 RETURNING 1)
+             SELECT (SELECT count(*) FROM _w_u) + (SELECT count(*) FROM _w_i)",
+            latest = latest(l),
+            table = l.table_name,
+            d_cols = cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+        );
+        applied += crate::storage::as_session_user(|| {
+            Spi::connect_mut(|c| {
+                c.update(&sql, None, &[world.num.into(), added.clone().into()])
+                    .and_then(|t| t.first().get::<i64>(1))
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                    .unwrap_or(0) as usize
+            })
+        });
+    }
+    (applied, deletes)
+}
+
+/// The world's latest version of each key of the table ($1: the world).
+fn latest(l: &Layout) -> String {
+    let dk = l.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+    format!("SELECT DISTINCT ON ({dk}) * FROM {} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC", l.delta_name)
+}
+
+/// Runs DML as the session's user; the rows it changed.
+fn run_counted(sql: &str, args: &[DatumWithOid]) -> usize {
+    crate::storage::as_session_user(|| {
+        Spi::connect_mut(|c| c.update(sql, None, args).map(|t| t.len()).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}"))))
+    })
+}
