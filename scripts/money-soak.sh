@@ -4,6 +4,7 @@
 # pg_worlds. Prints the check's lines and its counts; exits non-zero if the invariant broke.
 #   scripts/money-soak.sh            # 600 s
 #   SOAK_SECONDS=1800 scripts/money-soak.sh
+#   SOAK_MAIN=0 scripts/money-soak.sh   # no writers on main: the merges race alone, most go fast-forward
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh" >/dev/null
 [ "${SOAK_NO_INSTALL:-}" = 1 ] || install_extension ${SOAK_BUILD:---release}
