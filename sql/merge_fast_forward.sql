@@ -2,6 +2,9 @@
 -- by typed statements without a plan of rows (src/merge/fast_forward.rs). The same world is merged twice,
 -- fast (main untouched) and planned (main changed other rows of the tables since the fork): the same
 -- count, the same rows.
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS ff_writer;
+RESET client_min_messages;
 CREATE EXTENSION pg_worlds;
 CREATE TABLE parent (id int PRIMARY KEY, v text, n numeric, code text UNIQUE);
 CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent, x int);
@@ -69,3 +72,5 @@ SELECT * FROM state();
 SELECT count(*) FILTER (WHERE _w_src = w.id) AS from_world FROM worlds.world w,
        LATERAL (SELECT _w_src FROM worlds_data.h_parent_1 UNION ALL SELECT _w_src FROM worlds_data.i_parent_1) h
  WHERE w.name = 'ff_fast' GROUP BY w.id;
+DROP OWNED BY ff_writer;
+DROP ROLE ff_writer;
