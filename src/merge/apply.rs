@@ -27,22 +27,18 @@ pub(super) fn fk_depth() -> HashMap<pg_sys::Oid, i32> {
 
 /// Applies the settled rows to main: deletes children-first, then inserts and updates parents-first,
 /// one set-based statement per table and kind. Returns the rows applied.
-/// `whole`: the plan holds every row the world changed in its tables (no ONLY KEYS), so a table's updates
-/// that are all the world's rows as they stand may be applied from its delta, typed (`apply_rows`).
-pub(super) fn apply(plan: &[Planned], world: &WorldRow, whole: bool) -> usize {
-    apply_rows(plan, Some(world.id.clone()), whole.then_some(world.num))
+pub(super) fn apply(plan: &[Planned], world: &WorldRow) -> usize {
+    apply_plan(plan, Some(world.id.clone()))
 }
 
 /// Writes each planned row's result where the row is now `theirs` (the reader's table: main, or a world
 /// under `with_world`). History records `source` as where the changes came from.
 pub fn apply_plan(plan: &[Planned], source: Option<String>) -> usize {
-    apply_rows(plan, source, None)
+    with_merge_source(source, || apply_rows(plan))
 }
 
-/// `apply_plan`; `from_delta`: the world whose delta a table's updates may be read from, typed, when each
-/// of them writes the world's own row (its result is ours) and the table has no other change but deletes:
-/// one UPDATE joining main to the world's latest rows, no JSON round trip (bench P5).
-fn apply_rows(plan: &[Planned], source: Option<String>, from_delta: Option<i32>) -> usize {
+/// Runs f with history recording `source` as where the changes it captures came from.
+pub(super) fn with_merge_source<R>(source: Option<String>, f: impl FnOnce() -> R) -> R {
     struct Guard;
     impl Drop for Guard {
         fn drop(&mut self) {
@@ -51,6 +47,10 @@ fn apply_rows(plan: &[Planned], source: Option<String>, from_delta: Option<i32>)
     }
     MERGE_SOURCE.with(|s| *s.borrow_mut() = source);
     let _g = Guard;
+    f()
+}
+
+fn apply_rows(plan: &[Planned]) -> usize {
     let depth = fk_depth();
     let mut by_table: Vec<(pg_sys::Oid, &std::rc::Rc<Layout>, String)> = Vec::new();
     for p in plan {
@@ -105,34 +105,8 @@ fn apply_rows(plan: &[Planned], source: Option<String>, from_delta: Option<i32>)
                 "INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM jsonb_populate_recordset(NULL::{table}, ${param})"
             )
         };
-        let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
-        let into_world = crate::storage::overlay::override_active() && crate::storage::overlay::routing_world().is_some();
-        if let Some(world_num) = from_delta.filter(|_| !into_world && layout.key_kind != b'r' && !set_cols.is_empty() && inserts.is_empty()) {
-            let rows: Vec<&Planned> = plan.iter().filter(|p| p.layout.relid == *relid).collect();
-            // every row a delete (applied above) or an update to the world's own row as it stands
-            let own = |p: &Planned| p.row.theirs.is_some() && p.decision.result.is_some() && p.decision.result == p.row.ours && p.decision.result != p.row.theirs;
-            let deleted = |p: &Planned| p.row.ours.is_none();
-            // (the delta read as the session's user, who updates main: only a role that may read it, the
-            // table's owner or a superuser; any other goes the JSON way)
-            let may_read = crate::storage::as_session_user(|| unsafe {
-                pg_sys::pg_class_aclcheck(layout.delta, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
-            });
-            if may_read && rows.iter().all(|p| deleted(p) || own(p)) {
-                let dk = layout.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-                let sql = format!(
-                    "UPDATE {table} t SET ({}) = ROW({}) FROM (SELECT DISTINCT ON ({dk}) * FROM {} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC) d
-                      WHERE NOT d._w_del AND {}",
-                    set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
-                    set_cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
-                    layout.delta_name,
-                    key_match(layout, "t", "d")
-                );
-                // (as the JSON way counts: rows the role's row-level security hides are not updated)
-                applied += run_dml_args(&sql, &[world_num.into()]);
-                continue;
-            }
-        }
         let updates = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_some());
+        let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
         let update = |param: usize| {
             format!(
                 "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, ${param}) r WHERE {}",
@@ -142,6 +116,7 @@ fn apply_rows(plan: &[Planned], source: Option<String>, from_delta: Option<i32>)
             )
         };
         let updates = if set_cols.is_empty() { Vec::new() } else { updates };
+        let into_world = crate::storage::overlay::override_active() && crate::storage::overlay::routing_world().is_some();
         if !inserts.is_empty() && !updates.is_empty() && !into_world {
             // one statement, its updates first: a unique value moved from an updated row to a new one merges
             // (the updates free it first), and so does an updated row referencing a new one (a foreign key is
@@ -183,7 +158,7 @@ pub(super) fn run_dml_counted(sql: &str, first: Vec<Value>, second: Vec<Value>) 
 /// are not checked at write time). O(rows merged): only the merged rows and the rows that reference them.
 pub(super) fn apply_into_world(plan: &[Planned], world: &WorldRow, target: &World) -> usize {
     with_world(Some(target.clone()), || {
-        let applied = crate::storage::write_events::as_merge_writes(|| apply(plan, world, false));
+        let applied = crate::storage::write_events::as_merge_writes(|| apply(plan, world));
         check_foreign_keys(plan);
         applied
     })
@@ -289,7 +264,7 @@ pub(super) fn relation_layout_of(relid: pg_sys::Oid) -> Option<std::rc::Rc<Layou
 }
 
 /// Runs DML with these arguments as the session's user (its privileges and RLS apply); the rows it changed.
-fn run_dml_args(sql: &str, args: &[DatumWithOid]) -> usize {
+pub(super) fn run_dml_args(sql: &str, args: &[DatumWithOid]) -> usize {
     crate::storage::as_session_user(|| {
         Spi::connect_mut(|c| c.update(sql, None, args).map(|t| t.len()).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}"))))
     })

@@ -50,25 +50,21 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
     if checked {
         return false;
     }
+    // (the delta is read as the session's user, who writes main)
     layouts.iter().all(|l| {
-        let may_read = crate::storage::as_session_user(|| unsafe {
+        crate::storage::as_session_user(|| unsafe {
             pg_sys::pg_class_aclcheck(l.delta, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
-        });
-        may_read
+        })
     })
 }
 
 /// Applies the world's latest rows of these tables to main: deletes children first, then updates and
 /// inserts parents first (as `apply` orders a plan). Returns the rows changed and the rows deleted.
 pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64) {
-    struct Guard;
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            MERGE_SOURCE.with(|s| *s.borrow_mut() = None);
-        }
-    }
-    MERGE_SOURCE.with(|s| *s.borrow_mut() = Some(world.id.clone()));
-    let _g = Guard;
+    with_merge_source(Some(world.id.clone()), || apply_tables(layouts, world, absent))
+}
+
+fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64) {
     let depth = fk_depth();
     let mut ordered: Vec<&std::rc::Rc<Layout>> = layouts.iter().collect();
     ordered.sort_by_key(|l| (depth.get(&l.relid).copied().unwrap_or(0), l.relid.to_u32()));
@@ -77,7 +73,7 @@ pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &
     for l in ordered.iter().rev() {
         // (a key main lacked when locked is none of main's rows to delete, even if main has it by now)
         let added = absent.get(&l.relid).unwrap_or(&none);
-        let n = run_counted(
+        let n = run_dml_args(
             &format!(
                 "WITH d AS ({}) DELETE FROM {} t USING d WHERE d._w_del AND {} AND NOT ({} = ANY($2::text[]))",
                 latest(l),
@@ -140,11 +136,4 @@ pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &
 fn latest(l: &Layout) -> String {
     let dk = l.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
     format!("SELECT DISTINCT ON ({dk}) * FROM {} d WHERE d._w_world = $1 ORDER BY {dk}, d._w_dseq DESC", l.delta_name)
-}
-
-/// Runs DML as the session's user; the rows it changed.
-fn run_counted(sql: &str, args: &[DatumWithOid]) -> usize {
-    crate::storage::as_session_user(|| {
-        Spi::connect_mut(|c| c.update(sql, None, args).map(|t| t.len()).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}"))))
-    })
 }

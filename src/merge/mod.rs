@@ -261,7 +261,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
                     match &target_world {
-                        None => apply(&plan, &world, only_keys.is_none()),
+                        None => apply(&plan, &world),
                         Some(t) => apply_into_world(&plan, &world, t),
                     };
                     // the merge checks, on the would-be result (governance/checks.rs)
@@ -304,7 +304,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .count() as i64;
         let partial = only_tables.is_some() || only_keys.is_some();
         let run = || match &target_world {
-            None => apply(&plan, &world, only_keys.is_none()),
+            None => apply(&plan, &world),
             Some(t) => apply_into_world(&plan, &world, t),
         };
         let applied = if partial {

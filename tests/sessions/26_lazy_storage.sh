@@ -24,6 +24,16 @@ DB=s26_lazy
 OUT=$RUN_DIR/s26_lazy; rm -rf "$OUT"; mkdir -p "$OUT"
 psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
 M() { psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 "$@" 2>&1; }
+# sleeping_pid N: waits (up to 5 s) for another session of $DB to be in pg_sleep(N); prints its pid
+sleeping_pid() {
+  local pid=
+  for _ in $(seq 1 50); do
+    pid=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep($1)%' and state = 'active' and pid <> pg_backend_pid() limit 1")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  echo "$pid"
+}
 M -c "alter database $DB set worlds.lazy_storage = on" -c "create extension pg_worlds" >/dev/null
 expect "max_locks_per_transaction" "$(M -c "show max_locks_per_transaction")" "64"
 expect "worlds.lazy_storage" "$(M -c "show worlds.lazy_storage")" "on"
@@ -62,10 +72,7 @@ echo "check: two first writers of a new table at once"
 M -c "create table pair (id int primary key, who text)" >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into pair values (1, 'a')" -c "select pg_sleep(2)" -c "commit" >"$OUT/pair_a.log" 2>&1 &
 A=$!
-for _ in $(seq 1 50); do
-  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(2)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
-  sleep 0.1
-done
+sleeping_pid 2 >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "insert into pair values (2, 'b')" >"$OUT/pair_b.log" 2>&1 &
 B=$!
 wait $A; wait $B
@@ -77,10 +84,7 @@ echo "check: the same under REPEATABLE READ, the second writer's snapshot taken 
 M -c "create table pair_rr (id int primary key, who text)" >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin isolation level repeatable read" -c "select 1" -c "insert into pair_rr values (1, 'a')" -c "select pg_sleep(2)" -c "commit" >"$OUT/rr_a.log" 2>&1 &
 A=$!
-for _ in $(seq 1 50); do
-  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(2)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
-  sleep 0.1
-done
+sleeping_pid 2 >/dev/null
 # (its snapshot first: then it waits for the first writer's storage, which commits after that snapshot)
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin isolation level repeatable read" -c "select count(*) from pair" -c "insert into pair_rr values (2, 'b')" -c "update pair_rr set who = 'b2' where id = 2" -c "commit" >"$OUT/rr_b.log" 2>&1 &
 B=$!
@@ -96,10 +100,7 @@ echo "check: two transactions first-write two new tables in opposite orders (no 
 M -c "create table cross_a (id int primary key, who text)" -c "create table cross_b (id int primary key, who text)" >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into cross_a values (1, 'first')" -c "select pg_sleep(1.5)" -c "insert into cross_b values (1, 'first')" -c "commit" >"$OUT/cross_1.log" 2>&1 &
 A=$!
-for _ in $(seq 1 50); do
-  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1.5)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
-  sleep 0.1
-done
+sleeping_pid 1.5 >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "insert into cross_b values (2, 'second')" -c "select pg_sleep(0.5)" -c "insert into cross_a values (2, 'second')" -c "commit" >"$OUT/cross_2.log" 2>&1 &
 B=$!
 wait $A; wait $B
@@ -115,10 +116,7 @@ echo "check: a first writer whose worker would queue behind DDL that waits for t
 M -c "create table q_a (id int primary key)" >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "select count(*) from q_a" -c "select pg_sleep(1)" -c "insert into q_a values (1)" -c "commit" >"$OUT/q_1.log" 2>&1 &
 A=$!
-for _ in $(seq 1 50); do
-  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
-  sleep 0.1
-done
+sleeping_pid 1 >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "set lock_timeout = '30s'" -c "alter table q_a add column note text" >"$OUT/q_2.log" 2>&1 &
 B=$!
 wait $A; wait $B
@@ -132,10 +130,7 @@ echo "check: a first writer whose worker can't connect (VACUUM FULL pg_class wai
 M -c "create table vf (id int primary key)" >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "begin" -c "select count(*) > 0 from pg_class" -c "select pg_sleep(1)" -c "insert into vf values (1)" -c "commit" >"$OUT/vf_1.log" 2>&1 &
 A=$!
-for _ in $(seq 1 50); do
-  [ "$(M -c "select count(*) from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(1)%' and state = 'active' and pid <> pg_backend_pid()")" -ge 1 ] && break
-  sleep 0.1
-done
+sleeping_pid 1 >/dev/null
 psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -c "vacuum full pg_class" >"$OUT/vf_2.log" 2>&1 &
 B=$!
 wait $A; wait $B
@@ -173,11 +168,7 @@ M -c "create table crashy (id int primary key)" >/dev/null
 # the first write's transaction holds; kill it before it commits
 psql_in $CL -d $DB -qAt -c "begin" -c "insert into crashy values (1)" -c "select pg_sleep(30)" -c "commit" >"$OUT/crashy.log" 2>&1 &
 C=$!
-for _ in $(seq 1 50); do
-  victim=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()")
-  [ -n "$victim" ] && break
-  sleep 0.1
-done
+victim=$(sleeping_pid 30)
 kill -9 "$victim"; wait $C 2>/dev/null || true
 for _ in $(seq 1 60); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
 # (its storage was committed by the worker before the write: whole, with none of the killed write's rows)
@@ -190,11 +181,7 @@ echo "check: kill -9 while a table's storage is being made in the writer's trans
 # created and first written in one transaction: the storage is that transaction's own
 psql_in $CL -d $DB -qAt -c "begin" -c "create table crashy2 (id int primary key)" -c "insert into crashy2 values (1)" -c "select pg_sleep(30)" -c "commit" >"$OUT/crashy2.log" 2>&1 &
 C=$!
-for _ in $(seq 1 50); do
-  victim=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()")
-  [ -n "$victim" ] && break
-  sleep 0.1
-done
+victim=$(sleeping_pid 30)
 kill -9 "$victim"; wait $C 2>/dev/null || true
 for _ in $(seq 1 60); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && break; sleep 0.5; done
 expect "nothing half made" "$(M -c "select count(*) from pg_class where relname like '%crashy2%'")" "0"
