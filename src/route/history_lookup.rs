@@ -399,7 +399,7 @@ unsafe fn version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relati
 }
 
 /// The same, or null when it has none.
-unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
+pub(crate) unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
     unsafe {
         let dseq = pg_sys::get_attnum((*rel).rd_id, c"_w_dseq".as_ptr());
         let list = pg_sys::RelationGetIndexList(rel);
@@ -666,6 +666,16 @@ pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::Param
                 continue;
             }
             let rte = pg_sys::list_nth((*stmt).rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            if crate::route::world_scan::is_world_scan(plan) {
+                // an UPDATE / DELETE reading its target in place (hooks/planner.rs): main's scan under it
+                // must name its keys
+                let Some(&tabno) = tabnos.iter().find(|&&t| storage::relation_layout(t).relid == (*rte).relid) else { continue };
+                let (expr, list) = crate::route::world_scan::key_condition(plan)?;
+                let keys = evaluate_keys(expr, params, list)?;
+                lookups.push(tabno);
+                found.extend(keys.into_iter().map(|k| (tabno, k)));
+                continue;
+            }
             let Some(&(_, tabno)) = deltas.iter().find(|(d, _)| *d == (*rte).relid) else { continue };
             // a scan of a target's delta: it must be this lookup, naming its keys
             let cscan = plan as *mut pg_sys::CustomScan;

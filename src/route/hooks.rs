@@ -48,6 +48,7 @@ pub fn routing_aborted() {
 }
 
 mod finish;
+mod planner;
 mod utility;
 mod write_locks;
 mod analyze;
@@ -79,6 +80,7 @@ pub fn install_hooks() {
         pg_sys::ExecutorRun_hook = Some(executor_run);
         finish::PREV_EXECUTOR_FINISH = pg_sys::ExecutorFinish_hook;
         pg_sys::ExecutorFinish_hook = Some(finish::executor_finish);
+        planner::install();
     }
     super::world_scan::install();
     super::history_lookup::install();
@@ -236,5 +238,11 @@ pub(super) mod raw {
         pub fn standard_ExecutorStart(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int);
         pub fn standard_ExecutorRun(query_desc: *mut pg_sys::QueryDesc, direction: pg_sys::ScanDirection::Type, count: u64, execute_once: bool);
         pub fn standard_ExecutorFinish(query_desc: *mut pg_sys::QueryDesc);
+        pub fn standard_planner(
+            parse: *mut pg_sys::Query,
+            query_string: *const std::ffi::c_char,
+            cursor_options: std::ffi::c_int,
+            bound_params: pg_sys::ParamListInfo,
+        ) -> *mut pg_sys::PlannedStmt;
     }
 }

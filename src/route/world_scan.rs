@@ -87,13 +87,15 @@ unsafe extern "C-unwind" fn set_rel_pathlist(
         let partial = (*rel).partial_pathlist;
         (*rel).pathlist = std::ptr::null_mut();
         (*rel).partial_pathlist = std::ptr::null_mut();
+        // the source of an UPDATE / DELETE (hooks/planner.rs): the world part is read live (see ScanCache::live)
+        let live = (*(*root).parse).resultRelation != 0;
         for p in list_items::<pg_sys::Path>(paths) {
-            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, false) {
+            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, false, live) {
                 pg_sys::add_path(rel, wrapped);
             }
         }
         for p in list_items::<pg_sys::Path>(partial) {
-            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, true) {
+            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, true, live) {
                 pg_sys::add_partial_path(rel, wrapped);
             }
         }
@@ -116,6 +118,7 @@ unsafe fn wrap(
     tabno: i32,
     key_attno: i32,
     partial: bool,
+    live: bool,
 ) -> Option<*mut pg_sys::Path> {
     use pg_sys::NodeTag::*;
     unsafe {
@@ -150,6 +153,7 @@ unsafe fn wrap(
         private = pg_sys::lappend(private, pg_sys::makeInteger(order) as *mut std::ffi::c_void);
         // in the plan, so a parallel worker's begin needn't load the table's layout (SPI, on its cold caches)
         private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno) as *mut std::ffi::c_void);
+        private = pg_sys::lappend(private, pg_sys::makeInteger(live as i32) as *mut std::ffi::c_void);
         (*cp).custom_private = private;
         (*cp).methods = &PATH_METHODS.0;
         Some(cp as *mut pg_sys::Path)
@@ -371,7 +375,13 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
             pending: None,
             // the world as of the scan's start, kept while later statements write it (a cursor's rows);
             // a parallel worker takes the leader's (initialize_worker)
-            cache: if pg_sys::ParallelWorkerNumber >= 0 { overlay::ScanCache::none() } else { overlay::ScanCache::freeze(tabno) },
+            cache: if pg_sys::ParallelWorkerNumber >= 0 {
+                overlay::ScanCache::none()
+            } else if int_at((*cscan).custom_private, 3) != 0 {
+                overlay::ScanCache::live(tabno)
+            } else {
+                overlay::ScanCache::freeze(tabno)
+            },
             shared: std::ptr::null(),
             export: Vec::new(),
             output,
@@ -652,6 +662,33 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         let natts = (*(*vslot).tts_tupleDescriptor).natts as usize;
         let sides = std::mem::take(&mut run.sides);
         for side in sides.iter().flatten().filter(|s| if s.is_delta { delta } else { history }) {
+            // main's scan reads no key range the delta's key index can use (a sequential scan of a small
+            // table): each of the world's versions by (key, dseq) when the delta holds many more rows than
+            // the world has keys (every version a world ever wrote of a hot row stays there)
+            // the world's own versions, read one by one through the delta's (key, dseq) index instead of
+            // every version of the keys main's scan names (a hot row's versions pile up in the delta): for
+            // keys main's scan names one by one (`= x`, `IN (...)`), or, when main's scan names none (a
+            // sequential scan of a small table), every key of the world's when the delta holds many more
+            // rows than that
+            let winners = if !side.is_delta {
+                None
+            } else if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
+                ranges.iter().all(|&(lo, hi)| lo == hi).then(|| {
+                    ranges
+                        .iter()
+                        .filter_map(|&(k, _)| match run.cache.winner_of(run.tabno, overlay::Key::I(k)) {
+                            Some((dseq, false)) => Some((k, dseq)),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                })
+            } else if keys.is_none() {
+                let winners = run.cache.delta_winners(run.tabno);
+                let blocks = pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize;
+                (winners.len() < blocks.saturating_mul(8)).then_some(winners)
+            } else {
+                None
+            };
             let mut consider = |slot: *mut pg_sys::TupleTableSlot| {
                 let Some(seq) = attr_i64(slot, side.seq_attno) else { return };
                 let Some(key) = attr_i64(slot, side.key_attno) else { return };
@@ -700,7 +737,15 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                 pg_sys::ExecClearTuple(side.slot);
                 continue;
             }
+            let version_index = match &winners {
+                Some(_) => crate::route::history_lookup::find_version_index(side.rel, side.key_attno as i16),
+                None => std::ptr::null_mut(),
+            };
             match keys {
+                _ if !version_index.is_null() => {
+                    read_versions(side, version_index, snapshot, winners.as_deref().unwrap_or_default(), &mut consider);
+                    pg_sys::index_close(version_index, pg_sys::NoLock as i32);
+                }
                 Some((index, scan_keys, n)) if !side.key_index.is_null() && same_operators(index, side.key_index) => {
                     let scan = pg_sys::index_beginscan(side.rel, side.key_index, snapshot, n, 0);
                     pg_sys::index_rescan(scan, scan_keys, n, std::ptr::null_mut(), 0);
@@ -725,6 +770,35 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             -1 => run.extras.sort_by_key(|e| std::cmp::Reverse(e.0)),
             _ => {}
         }
+    }
+}
+
+/// The delta's rows at these (key, dseq), through its (key, _w_dseq) index.
+unsafe fn read_versions(
+    side: &Side,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    versions: &[(i64, i64)],
+    consider: &mut impl FnMut(*mut pg_sys::TupleTableSlot),
+) {
+    unsafe {
+        let key_type = (*(*index).rd_att).attrs.as_ptr().read().atttypid;
+        let scan = pg_sys::index_beginscan(side.rel, index, snapshot, 2, 0);
+        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        for &(key, dseq) in versions {
+            let (eq, datum) = match key_type {
+                pg_sys::INT2OID => (pg_sys::F_INT2EQ, pg_sys::Datum::from(key as i16)),
+                pg_sys::INT4OID => (pg_sys::F_INT4EQ, pg_sys::Datum::from(key as i32)),
+                _ => (pg_sys::F_INT8EQ, pg_sys::Datum::from(key)),
+            };
+            pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), datum);
+            pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT8EQ), pg_sys::Datum::from(dseq));
+            pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
+            while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, side.slot) {
+                consider(side.slot);
+            }
+        }
+        pg_sys::index_endscan(scan);
     }
 }
 
@@ -959,5 +1033,77 @@ unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::CustomScanState
         if n > 0 {
             overlay::import_from_leader(run.tabno, std::slice::from_raw_parts(words.add(1), n));
         }
+    }
+}
+
+// ----------------------------------------------------------------------------------- keys a write names
+
+/// Is this plan node a world scan?
+///
+/// # Safety
+/// `plan` is a valid plan node.
+pub unsafe fn is_world_scan(plan: *mut pg_sys::Plan) -> bool {
+    unsafe { (*plan).type_ == pg_sys::NodeTag::T_CustomScan && std::ptr::eq((*(plan as *mut pg_sys::CustomScan)).methods, &SCAN_METHODS.0) }
+}
+
+/// The condition that names every key a world scan can return, for an UPDATE / DELETE that locks its
+/// keys before it reads (hooks/write_locks.rs): `key = x` or `key = ANY (x)` among the table's conditions,
+/// which main's scan checks on main's rows and the world scan on the world's, so no row of another key
+/// comes out. Returns the expression x and whether it is a list (the caller checks that x can be computed
+/// before the statement runs); None when no condition names the key so.
+///
+/// # Safety
+/// `plan` is a world scan (`is_world_scan`).
+pub unsafe fn key_condition(plan: *mut pg_sys::Plan) -> Option<(*mut pg_sys::Expr, bool)> {
+    unsafe {
+        let cscan = plan as *mut pg_sys::CustomScan;
+        let key_attno = int_at((*cscan).custom_private, 2);
+        let scanrelid = (*cscan).scan.scanrelid;
+        // every condition on the table: main's scan checks them on main's rows (as index conditions or a
+        // filter), the world scan on the world's own
+        let clauses = (*cscan).custom_exprs;
+        let is_key = |n: *mut pg_sys::Node| -> bool {
+            let mut n = n;
+            while !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_RelabelType {
+                n = (*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
+            }
+            !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_Var && {
+                let v = n as *mut pg_sys::Var;
+                (*v).varno as pg_sys::Index == scanrelid && (*v).varattno as i32 == key_attno && (*v).varlevelsup == 0
+            }
+        };
+        for clause in list_items::<pg_sys::Node>(clauses) {
+            match (*clause).type_ {
+                pg_sys::NodeTag::T_OpExpr => {
+                    let op = clause as *mut pg_sys::OpExpr;
+                    if (*(*op).args).length != 2 {
+                        continue;
+                    }
+                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    // an equality operator (mergejoinable), the key on either side
+                    if !pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
+                        continue;
+                    }
+                    if is_key(a) && !is_key(b) {
+                        return Some((b as *mut pg_sys::Expr, false));
+                    }
+                    if is_key(b) && !is_key(a) {
+                        return Some((a as *mut pg_sys::Expr, false));
+                    }
+                }
+                pg_sys::NodeTag::T_ScalarArrayOpExpr => {
+                    let op = clause as *mut pg_sys::ScalarArrayOpExpr;
+                    if !(*op).useOr || (*(*op).args).length != 2 {
+                        continue;
+                    }
+                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    if is_key(a) && pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
+                        return Some((b as *mut pg_sys::Expr, true));
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
     }
 }

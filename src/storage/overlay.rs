@@ -181,7 +181,7 @@ pub fn next_statement() {
     EXEC_GEN.with(|g| g.set(g.get() + 1));
 }
 
-pub(super) fn exec_gen() -> u64 {
+pub(crate) fn exec_gen() -> u64 {
     EXEC_GEN.with(|g| g.get())
 }
 

@@ -41,6 +41,29 @@ thread_local! {
     static KEYS: RefCell<(u32, i32, std::collections::HashMap<i64, Mode>)> = RefCell::new((0, 0, Default::default()));
 }
 
+thread_local! {
+    /// (lxid, statement, key lock ids): the keys the running statement's ExecutorStart locked before it
+    /// took the snapshot it reads on (hooks/write_locks.rs), under READ COMMITTED
+    static BEFORE_READING: RefCell<(u32, u64, std::collections::HashSet<i64>)> = RefCell::new((0, 0, Default::default()));
+}
+
+/// The running statement (READ COMMITTED) locked these keys before taking the snapshot it reads on: every
+/// version of them committed before it is in that snapshot, and none can commit after it.
+pub fn note_locked_before_reading(ids: impl IntoIterator<Item = i64>) {
+    let set = ids.into_iter().collect();
+    BEFORE_READING.with(|b| *b.borrow_mut() = (lxid(), super::overlay::exec_gen(), set));
+}
+
+/// Did the running statement lock this key before taking its snapshot (`note_locked_before_reading`)?
+/// Then the row it read of the key is the world's latest: a write needs no check of its own.
+pub fn locked_before_reading(id: i64) -> bool {
+    let (x, gen) = (lxid(), super::overlay::exec_gen());
+    BEFORE_READING.with(|b| {
+        let b = b.borrow();
+        b.0 == x && b.1 == gen && b.2.contains(&id)
+    })
+}
+
 fn lxid() -> u32 {
     unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) }
 }

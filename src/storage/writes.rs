@@ -692,7 +692,12 @@ fn write_version_with(
     extra: Vec<(String, pgrx::datum::DatumWithOid<'static>)>,
 ) -> Written {
     let (names, args) = row_args(desc, tuple);
-    if layout.key_kind != b'r' {
+    // the row as the statement read it, its key locked before the statement took its snapshot: that row
+    // is the world's latest version, and no other can commit before this transaction ends (nothing to check)
+    let read_locked = check == KeyCheck::Unchanged
+        && layout.key_kind != b'r'
+        && world_locks::locked_before_reading(world_locks::key_id(world.num, layout.tabno, &row_key(layout, &names, &args)));
+    if layout.key_kind != b'r' && !read_locked {
         let (seen, latest) = serialize_key(layout, world, &names, &args);
         if check == KeyCheck::New {
             // a new key must not be visible in the world already, nor written by a concurrent session

@@ -44,6 +44,8 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
             }
         }
         let tabnos: Vec<i32> = named.iter().map(|n| n.0).collect();
+        // the key locks taken before reading, for the writes' checks (world_locks::locked_before_reading)
+        let mut before_reading: Vec<i64> = Vec::new();
         let fresh = if (*query_desc).operation == pg_sys::CmdType::CMD_INSERT && locks.is_empty() {
             world_locks::lock_world(&world, Mode::Shared);
             false
@@ -64,6 +66,9 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
             });
             for (id, mode) in ids {
                 taken |= world_locks::lock_key_with(&world, id, mode, Wait::Block).unwrap_or(true);
+                if mode == Mode::Exclusive {
+                    before_reading.push(id);
+                }
             }
             taken
         } else if !locks.is_empty() && !keyless {
@@ -77,6 +82,7 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
         };
         // the statement's snapshot, taken again now that the writers it waited for are done (the portal's
         // active snapshot is replaced in place: the portal pops it as its own), and the world resolved on it
+        let mut read_after_locks = !fresh;
         if fresh
             && pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32
             && pg_sys::ActiveSnapshotSet()
@@ -88,6 +94,12 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
             pg_sys::UnregisterSnapshot((*query_desc).snapshot);
             (*query_desc).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
             overlay::next_statement();
+            read_after_locks = true;
+        }
+        // (keys this transaction held before the statement began, or locked just now and then read on a
+        // snapshot taken after them)
+        if read_after_locks && read_committed && !before_reading.is_empty() {
+            world_locks::note_locked_before_reading(before_reading);
         }
     }
 }

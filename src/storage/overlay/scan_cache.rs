@@ -25,6 +25,14 @@ impl ScanCache {
         ScanCache { cache, gen: exec_gen(), epoch: EPOCH.with(|e| e.get()), world: Some(world) }
     }
 
+    /// The table's cache made current for this statement, its world part read as it stands at each row: for
+    /// the rows an UPDATE / DELETE writes, as the overlay view's visibility tests read them. (Its trigger
+    /// writes the world part in place; a frozen copy would be copied whole at every write.)
+    pub fn live(tabno: i32) -> Self {
+        let cache = with_cache(tabno, |c| c as *const TableCache);
+        ScanCache { cache, gen: exec_gen(), epoch: EPOCH.with(|e| e.get()), world: None }
+    }
+
     /// The main part, made current for this statement.
     fn retake(&mut self, tabno: i32) {
         self.cache = with_cache(tabno, |c| c as *const TableCache);
@@ -59,6 +67,24 @@ impl ScanCache {
         }
         let c = self.get().expect("just taken");
         sees_base(&c.created_tids, self.world_of(c), || tid, || Some(Key::I(key)))
+    }
+
+    /// The world's live version of each integer key, as (key, dseq), in the order they were written (as a
+    /// scan of the delta returns them): tombstones left out. For reading them one by one through the
+    /// delta's (key, dseq) index where the delta holds many more versions.
+    pub fn delta_winners(&self, tabno: i32) -> Vec<(i64, i64)> {
+        let mut winners: Vec<(i64, i64)> = with_cache(tabno, |c| {
+            self.world_of(c)
+                .winner
+                .iter()
+                .filter_map(|(k, &(dseq, del))| match k {
+                    Key::I(i) if !del => Some((*i, dseq)),
+                    _ => None,
+                })
+                .collect()
+        });
+        winners.sort_unstable_by_key(|w| w.1);
+        winners
     }
 
     /// Is this delta row the world's version of its key?

@@ -1,0 +1,150 @@
+//! The planner hook: an UPDATE or DELETE of a world reads its target rows in place, with the world scan
+//! (route/world_scan.rs), instead of through the overlay view's three-branch UNION ALL.
+//!
+//! The router makes a world's write target the table's overlay view (hooks/analyze.rs); its INSTEAD OF
+//! trigger writes the world's rows (storage/writes.rs). For UPDATE / DELETE the rewriter then does what it
+//! does for any view with an INSTEAD OF trigger: the view stays the result relation (a copy of its entry),
+//! and the original entry becomes a sub-query of the view's body, the source of the rows, which a
+//! `wholerow` junk column hands to the trigger as OLD. Planning that body — an append of main's rows, the
+//! delta and history, each with a visibility condition — was a quarter of a world's TPC-B transaction, and
+//! initialising its plan another tenth. Here, before Postgres plans the statement, that sub-query entry
+//! goes back to being the table itself, marked for the world scan: the planner plans the table as main's
+//! UPDATE would (its index on `WHERE id = $1`), and the world scan adds the world's rows and drops the rows
+//! the world doesn't see, exactly as for a SELECT. The view's columns are the table's, attnum for attnum
+//! (storage/overlay: a dropped column is a placeholder), so every Var of the entry reads the same column.
+//!
+//! Taken only where the world scan reads the table for a SELECT (one integer key column, no row-level
+//! security) and the table has no inheritance children and no dropped column (OLD is typed as the view's
+//! row, whose placeholder for a dropped column Postgres's check of a whole-row Var refuses); never for
+//! `WHERE CURRENT OF` (a cursor's position in another plan). Everything else is planned as before.
+use super::*;
+
+static mut PREV_PLANNER: pg_sys::planner_hook_type = None;
+
+pub(super) fn install() {
+    unsafe {
+        PREV_PLANNER = pg_sys::planner_hook;
+        pg_sys::planner_hook = Some(planner);
+    }
+}
+
+/// A thin frame: pg_worlds' change of the query guarded, Postgres's planner called directly.
+unsafe extern "C-unwind" fn planner(
+    parse: *mut pg_sys::Query,
+    query_string: *const std::ffi::c_char,
+    cursor_options: std::ffi::c_int,
+    bound_params: pg_sys::ParamListInfo,
+) -> *mut pg_sys::PlannedStmt {
+    unsafe {
+        if matches!((*parse).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE) && (*parse).resultRelation > 0 {
+            guarded(|| read_target_in_place(parse));
+        }
+        match PREV_PLANNER {
+            Some(prev) => prev(parse, query_string, cursor_options, bound_params),
+            None => raw::standard_planner(parse, query_string, cursor_options, bound_params),
+        }
+    }
+}
+
+/// The overlay view's body under an UPDATE / DELETE of a world becomes the table, read by the world scan.
+unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
+    unsafe {
+        if guc::in_main() || storage::internal() || !guc::WORLD_SCAN.get() || !pg_sys::IsTransactionState() {
+            return;
+        }
+        let rtable = (*parse).rtable;
+        let result = pg_sys::list_nth(rtable, (*parse).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
+        if (*result).rtekind != pg_sys::RTEKind::RTE_RELATION || (*result).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
+            return;
+        }
+        let Some(&tabno) = storage::overlay_relations().get(&(*result).relid) else { return };
+        let layout = storage::relation_layout(tabno);
+        // the overlay itself (not a conflict or rows twin), a table the world scan reads
+        if (*result).relid != layout.overlay || layout.unsupported.is_some() || !crate::route::world_scan::supports(&layout) {
+            return;
+        }
+        // the entry the rewriter expanded the view's body into: the one the `wholerow` junk column reads
+        let Some(source) = wholerow_source(parse) else { return };
+        let rte = pg_sys::list_nth(rtable, source - 1) as *mut pg_sys::RangeTblEntry;
+        if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || !(*rte).securityQuals.is_null() || (*rte).lateral {
+            return;
+        }
+        // a dropped column: the view's row has a NULL placeholder there, and OLD, the whole row the trigger
+        // gets, is typed as the view's row, which Postgres checks column by column against the scanned row
+        if table_shape(layout.relid) != Some(false) {
+            return;
+        }
+        if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+            || has_current_of(parse)
+        {
+            return;
+        }
+        // (the table is locked: the rewriter locked the view body's relations; a cached plan locks it again)
+        (*rte).rtekind = pg_sys::RTEKind::RTE_RELATION;
+        (*rte).relid = layout.relid;
+        (*rte).relkind = pg_sys::RELKIND_RELATION as std::ffi::c_char;
+        (*rte).rellockmode = pg_sys::AccessShareLock as i32;
+        (*rte).subquery = std::ptr::null_mut();
+        (*rte).tablesample = std::ptr::null_mut();
+        // the role's rights were checked on the table by the router's permission copy of the entry
+        (*rte).requiredPerms = 0;
+        (*rte).checkAsUser = pg_sys::Oid::INVALID;
+        crate::route::world_scan::mark(rte);
+    }
+}
+
+/// The range-table index the `wholerow` junk column of an UPDATE / DELETE of a view reads.
+unsafe fn wholerow_source(parse: *mut pg_sys::Query) -> Option<i32> {
+    unsafe {
+        let tl = (*parse).targetList;
+        for i in 0..if tl.is_null() { 0 } else { (*tl).length } {
+            let te = pg_sys::list_nth(tl, i) as *mut pg_sys::TargetEntry;
+            if !(*te).resjunk || (*te).resname.is_null() || std::ffi::CStr::from_ptr((*te).resname).to_bytes() != b"wholerow" {
+                continue;
+            }
+            let e = (*te).expr as *mut pg_sys::Node;
+            if !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var {
+                let v = e as *mut pg_sys::Var;
+                if (*v).varattno == 0 && (*v).varlevelsup == 0 {
+                    return Some((*v).varno as i32);
+                }
+            }
+            return None;
+        }
+        None
+    }
+}
+
+/// Whether the table has a dropped column; None when it has inheritance children (the world scan reads
+/// the table alone).
+unsafe fn table_shape(relid: pg_sys::Oid) -> Option<bool> {
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return None;
+        }
+        let desc = (*rel).rd_att;
+        let children = (*(*rel).rd_rel).relhassubclass;
+        let dropped = (0..(*desc).natts as usize).any(|i| (*(*desc).attrs.as_ptr().add(i)).attisdropped);
+        pg_sys::RelationClose(rel);
+        (!children).then_some(dropped)
+    }
+}
+
+/// `WHERE CURRENT OF cursor` in the statement's conditions (the only place the parser allows it).
+unsafe fn has_current_of(parse: *mut pg_sys::Query) -> bool {
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            match (*node).type_ {
+                pg_sys::NodeTag::T_CurrentOfExpr => true,
+                // (a sub-select's own conditions are about its own tables)
+                pg_sys::NodeTag::T_Query => false,
+                _ => pg_sys::expression_tree_walker(node, Some(walker), context),
+            }
+        }
+    }
+    unsafe { walker((*parse).jointree as *mut pg_sys::Node, std::ptr::null_mut()) }
+}
