@@ -77,6 +77,19 @@ mod tests {
     }
 
     #[pg_test]
+    fn active_snapshot_text_is_pg_current_snapshot() {
+        // one snapshot, read both ways: Postgres's function through a read-only query on it, and ours
+        Spi::run("SELECT pg_current_xact_id()").unwrap();
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+        let theirs = crate::storage::snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1));
+        let ours = crate::storage::overlay::active_snapshot_text();
+        unsafe { pg_sys::PopActiveSnapshot() };
+        let theirs = theirs.into_iter().next().flatten();
+        assert!(theirs.is_some());
+        assert_eq!(ours, theirs);
+    }
+
+    #[pg_test]
     fn library_is_preloaded_and_hooks_installed() {
         assert!(crate::preloaded());
         assert!(unsafe { (*std::ptr::addr_of!(pg_sys::post_parse_analyze_hook)).is_some() });

@@ -330,7 +330,7 @@ thread_local! {
     static INVALIDATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
+pub(super) unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
     unsafe {
         if TARGETS_STALE.with(|s| s.replace(false)) {
             close_targets();

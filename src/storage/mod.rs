@@ -17,6 +17,7 @@ macro_rules! v1 {
 pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
+mod delta_insert;
 pub mod history_marks;
 mod maker;
 pub mod overlay;
@@ -632,6 +633,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // on the table or its storage, an index added, tracking changed): autovacuum invalidates tracked
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
+    delta_insert::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
     crate::governance::agents::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {

@@ -746,6 +746,14 @@ fn write_version_with(
     } else {
         names.into_iter().zip(args).filter(|(n, _)| !layout.generated.contains(n)).unzip()
     };
+    if extra.is_empty() && super::delta_insert::eligible(layout) {
+        // nothing of the table's code to run: written with heap and index calls (delta_insert.rs)
+        let dseq = super::capture::next_hseq();
+        let key = (layout.key_kind == b'i').then(|| row_key(layout, &names, &args));
+        unsafe { super::delta_insert::insert(layout, world.num, dseq, del, desc, tuple) };
+        note_version(layout, key, dseq, del);
+        return Written { generated: Vec::new() };
+    }
     for (n, a) in extra {
         names.push(n);
         args.push(a);
@@ -767,8 +775,9 @@ fn write_version_with(
         // and what the delta computed for the generated columns, for RETURNING
         layout.generated.iter().map(|c| format!(", d.{}", quote_ident(c))).collect::<String>()
     );
+    let dseq_new = super::capture::next_hseq();
     let upper = unsafe { pg_sys::CurrentMemoryContext };
-    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), super::capture::next_hseq().into()];
+    let mut all_args: Vec<pgrx::datum::DatumWithOid> = vec![world.num.into(), del.into(), dseq_new.into()];
     all_args.extend(args);
     let insert = std::panic::AssertUnwindSafe(|| {
         as_table_owner(layout, || {
@@ -797,7 +806,13 @@ fn write_version_with(
         _ => e.rethrow(),
     };
     let (dseq, key, generated) = pgrx::PgTryBuilder::new(insert).catch_when(PgSqlErrorCode::ERRCODE_CHECK_VIOLATION, failing).execute();
-    // keep this backend's view of the world current without a rebuild
+    note_version(layout, key, dseq, del);
+    Written { generated }
+}
+
+/// Keeps this backend's view of the world current without a rebuild: version `dseq` of `key` (None: a
+/// table without a key) was just written.
+fn note_version(layout: &Layout, key: Option<super::overlay::Key>, dseq: i64, del: bool) {
     CACHES.with(|c| {
         if let Some(t) = c.borrow_mut().get_mut(&layout.tabno) {
             // (copied first when a scan still reads the part as it was: a cursor open over the table)
@@ -819,7 +834,6 @@ fn write_version_with(
             }
         }
     });
-    Written { generated }
 }
 
 /// A datum of the named column (of `desc`), copied into `into` so it outlives the SPI call.
