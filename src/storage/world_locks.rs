@@ -16,7 +16,6 @@
 //! Lock order: the world's lock, then keys. A transaction takes the world's lock before any of its keys,
 //! and a statement that names its keys takes them sorted.
 use super::overlay::{Key, World};
-use super::{as_internal, snapshot_spi};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
@@ -146,18 +145,8 @@ pub fn lock_world_with(world: &World, mode: Mode, wait: Wait) -> Option<bool> {
     }
     let tag = advisory_tag(WORLD_LOCK as u32, world.num as u32, 2);
     let taken = try_acquire(&tag, mode, wait)?;
-    // (read on a fresh snapshot, after the lock)
-    let live = as_internal(|| {
-        snapshot_spi::query_fresh_generic(
-            "SELECT dropped IS NULL FROM worlds.world WHERE num = $1",
-            &[pg_sys::INT4OID],
-            &[Some(pg_sys::Datum::from(world.num))],
-            |r| r.get::<bool>(1),
-        )
-    })
-    .into_iter()
-    .next()
-    .flatten();
+    // (read on a fresh snapshot, after the lock: the transaction's under REPEATABLE READ)
+    let live = unsafe { super::overlay::world_row(world.num, pg_sys::GetTransactionSnapshot()) }.map(|r| !r.0);
     if live == Some(false) {
         crate::api::raise_with(
             "0A000",
