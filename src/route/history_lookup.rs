@@ -398,8 +398,40 @@ unsafe fn version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relati
     }
 }
 
-/// The same, or null when it has none.
+thread_local! {
+    /// delta relid -> its (key, _w_dseq) index (InvalidOid: none), forgotten at a relcache invalidation
+    static VERSION_INDEXES: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, pg_sys::Oid>> = Default::default();
+}
+
+/// A relcache invalidation of `relid` (InvalidOid: of everything).
+pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
+    VERSION_INDEXES.with(|v| {
+        if let Ok(mut v) = v.try_borrow_mut() {
+            if relid == pg_sys::Oid::INVALID {
+                v.clear();
+            } else {
+                v.retain(|&d, &mut i| d != relid && i != relid);
+            }
+        }
+    });
+}
+
+/// The same, or null when it has none. (Which index it is is kept per delta: looking through the delta's
+/// indexes for it was a fiftieth of a world's write statement.)
 pub(crate) unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
+    unsafe {
+        let known = VERSION_INDEXES.with(|v| v.borrow().get(&(*rel).rd_id).copied());
+        if let Some(oid) = known {
+            return if oid == pg_sys::Oid::INVALID { std::ptr::null_mut() } else { pg_sys::index_open(oid, pg_sys::AccessShareLock as i32) };
+        }
+        let found = search_version_index(rel, key_attno);
+        let oid = if found.is_null() { pg_sys::Oid::INVALID } else { (*found).rd_id };
+        VERSION_INDEXES.with(|v| v.borrow_mut().insert((*rel).rd_id, oid));
+        found
+    }
+}
+
+unsafe fn search_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
     unsafe {
         let dseq = pg_sys::get_attnum((*rel).rd_id, c"_w_dseq".as_ptr());
         let list = pg_sys::RelationGetIndexList(rel);

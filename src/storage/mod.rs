@@ -634,6 +634,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
     delta_insert::on_relcache_invalidation(relid);
+    crate::route::history_lookup::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
     crate::governance::agents::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {

@@ -207,8 +207,7 @@ pub fn forget_all() {
 pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
     if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
         // (events first: the world's row, locked by the version's UPDATE, is held as briefly as can be)
-        super::write_events::_flush_event_rows();
-        super::write_events::apply_version_bumps();
+        super::write_events::commit_writes();
     }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
         super::write_events::forget_aborted(0);

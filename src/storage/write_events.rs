@@ -205,6 +205,56 @@ thread_local! {
 /// and its `active` time to now, in one UPDATE of its row per world (in world-number order, so two
 /// committing writers of two worlds never wait for each other crosswise). The row lock is held only
 /// from here to the commit. Readers of the world see the new version and the rows together.
+///
+/// The usual commit of a world's writer (one world written, its event still to be written and no other
+/// event's count pending) does both in one statement (a statement less at every commit).
+pub fn commit_writes() {
+    let lxid = unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) };
+    let one = PENDING_BUMPS.with(|p| {
+        let p = p.borrow();
+        let mut worlds = p.iter().filter(|e| e.0 == lxid).map(|e| e.1);
+        let first = worlds.next()?;
+        worlds.all(|w| w == first).then(|| (first, p.iter().filter(|e| e.0 == lxid).count() as i64))
+    });
+    let event = PENDING_EVENT.with(|p| p.get());
+    let (counting, rows) = PENDING_ROWS.with(|p| p.get());
+    let (Some((num, k)), Some(e)) = (one, event) else {
+        _flush_event_rows();
+        apply_version_bumps();
+        return;
+    };
+    if e.world != num || (counting != 0 && counting != e.seq && rows != 0) {
+        _flush_event_rows();
+        apply_version_bumps();
+        return;
+    }
+    PENDING_EVENT.with(|p| p.set(None));
+    PENDING_ROWS.with(|p| p.set((0, 0)));
+    PENDING_BUMPS.with(|p| p.borrow_mut().clear());
+    let n = 1 + if counting == e.seq { rows } else { 0 };
+    let at = unsafe { pgrx::datum::TimestampWithTimeZone::from_datum(pg_sys::Datum::from(e.at), false) };
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    let new_version = as_internal(|| {
+        kept(
+            "WITH e AS (INSERT INTO worlds.event (seq, at, world, event, rows) VALUES ($1, $2, $3, $4, $5))
+             UPDATE worlds.world SET version = version + $6, active = clock_timestamp() WHERE num = $3 RETURNING version",
+            &[e.seq.into(), at.into(), num.into(), (if e.commit { "commit" } else { "write" }).into(), n.into(), k.into()],
+            |r| r.get::<i64>(1),
+        )
+    })
+    .into_iter()
+    .next()
+    .flatten();
+    moved_to(num, k, new_version);
+    if pushed {
+        unsafe { pg_sys::PopActiveSnapshot() };
+    }
+}
+
+/// The versions' UPDATEs alone (`commit_writes` when its one statement doesn't fit).
 pub fn apply_version_bumps() {
     let lxid = unsafe { pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0) };
     let pending = PENDING_BUMPS.with(|p| std::mem::take(&mut *p.borrow_mut()));
@@ -232,16 +282,21 @@ pub fn apply_version_bumps() {
         .into_iter()
         .next()
         .flatten();
-        // no other writer committed since this backend's caches were read: they stay valid at the new version
-        let resolved = WORLD.with(|w| w.borrow().as_ref().map(|(_, _, w)| w.clone())).filter(|w| w.num == num);
-        if let (Some(v), Some(w)) = (new_version, resolved) {
-            if v == w.version + k {
-                move_cached_version(&w, v);
-            }
-        }
+        moved_to(num, k, new_version);
     }
     if pushed {
         unsafe { pg_sys::PopActiveSnapshot() };
+    }
+}
+
+/// The version of world `num` moved by `k` to `new_version` at this commit: when no other writer committed
+/// since this backend's caches were read, they stay valid at the new version.
+fn moved_to(num: i32, k: i64, new_version: Option<i64>) {
+    let resolved = WORLD.with(|w| w.borrow().as_ref().map(|(_, _, w)| w.clone())).filter(|w| w.num == num);
+    if let (Some(v), Some(w)) = (new_version, resolved) {
+        if v == w.version + k {
+            move_cached_version(&w, v);
+        }
     }
 }
 
