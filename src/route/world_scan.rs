@@ -662,9 +662,6 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         let natts = (*(*vslot).tts_tupleDescriptor).natts as usize;
         let sides = std::mem::take(&mut run.sides);
         for side in sides.iter().flatten().filter(|s| if s.is_delta { delta } else { history }) {
-            // main's scan reads no key range the delta's key index can use (a sequential scan of a small
-            // table): each of the world's versions by (key, dseq) when the delta holds many more rows than
-            // the world has keys (every version a world ever wrote of a hot row stays there)
             // the world's own versions, read one by one through the delta's (key, dseq) index instead of
             // every version of the keys main's scan names (a hot row's versions pile up in the delta): for
             // keys main's scan names one by one (`= x`, `IN (...)`), or, when main's scan names none (a
