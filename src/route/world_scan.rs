@@ -663,11 +663,13 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         let sides = std::mem::take(&mut run.sides);
         for side in sides.iter().flatten().filter(|s| if s.is_delta { delta } else { history }) {
             // the world's own versions, read one by one through the delta's (key, dseq) index instead of
-            // every version of the keys main's scan names (a hot row's versions pile up in the delta): for
-            // keys main's scan names one by one (`= x`, `IN (...)`), or, when main's scan names none (a
-            // sequential scan of a small table), every key of the world's when the delta holds many more
-            // rows than that
-            let winners = if !side.is_delta {
+            // every version of the keys main's scan names, where the delta holds many more rows than the
+            // world has keys (a hot row's versions pile up there: every UPDATE of a pgbench branch adds
+            // one): for keys main's scan names one by one (`= x`, `IN (...)`), or, when main's scan names
+            // none (a sequential scan of a small table), every key of the world's
+            let blocks = if side.is_delta { pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize } else { 0 };
+            let piled_up = blocks.saturating_mul(8) > run.cache.winner_count(run.tabno).saturating_mul(4);
+            let winners = if !side.is_delta || !piled_up {
                 None
             } else if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
                 ranges.iter().all(|&(lo, hi)| lo == hi).then(|| {
@@ -680,9 +682,7 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                         .collect::<Vec<_>>()
                 })
             } else if keys.is_none() {
-                let winners = run.cache.delta_winners(run.tabno);
-                let blocks = pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize;
-                (winners.len() < blocks.saturating_mul(8)).then_some(winners)
+                Some(run.cache.delta_winners(run.tabno))
             } else {
                 None
             };

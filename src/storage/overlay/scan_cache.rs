@@ -87,6 +87,11 @@ impl ScanCache {
         winners
     }
 
+    /// How many keys the world has a version of.
+    pub fn winner_count(&self, tabno: i32) -> usize {
+        with_cache(tabno, |c| self.world_of(c).winner.len())
+    }
+
     /// Is this delta row the world's version of its key?
     pub fn delta_row_visible(&self, tabno: i32, dseq: i64) -> bool {
         match &self.world {
