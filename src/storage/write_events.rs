@@ -99,11 +99,7 @@ fn flush_except(keep: i64) {
     if pending.is_none() && (event == 0 || rows == 0) {
         return;
     }
-    // at commit no snapshot is active (as for deferred triggers, take one)
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
-    if pushed {
-        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    }
+    with_snapshot(|| {
     let mut counted = (event, rows);
     if let Some(e) = pending {
         // its first row, and those counted since
@@ -120,9 +116,7 @@ fn flush_except(keep: i64) {
     if counted.0 != 0 && counted.1 != 0 {
         as_internal(|| kept("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[counted.0.into(), counted.1.into()], |_| ()));
     }
-    if pushed {
-        unsafe { pg_sys::PopActiveSnapshot() };
-    }
+    });
 }
 
 fn count_row(event: i64) {
@@ -233,10 +227,7 @@ pub fn commit_writes() {
     PENDING_BUMPS.with(|p| p.borrow_mut().clear());
     let n = 1 + if counting == e.seq { rows } else { 0 };
     let at = unsafe { pgrx::datum::TimestampWithTimeZone::from_datum(pg_sys::Datum::from(e.at), false) };
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
-    if pushed {
-        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    }
+    with_snapshot(|| {
     let new_version = as_internal(|| {
         kept(
             "WITH e AS (INSERT INTO worlds.event (seq, at, world, event, rows) VALUES ($1, $2, $3, $4, $5))
@@ -249,9 +240,7 @@ pub fn commit_writes() {
     .next()
     .flatten();
     moved_to(num, k, new_version);
-    if pushed {
-        unsafe { pg_sys::PopActiveSnapshot() };
-    }
+    });
 }
 
 /// The versions' UPDATEs alone (`commit_writes` when its one statement doesn't fit).
@@ -267,10 +256,7 @@ pub fn apply_version_bumps() {
     if counts.is_empty() {
         return;
     }
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
-    if pushed {
-        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    }
+    with_snapshot(|| {
     for (num, k) in counts {
         let new_version = as_internal(|| {
             kept(
@@ -284,6 +270,16 @@ pub fn apply_version_bumps() {
         .flatten();
         moved_to(num, k, new_version);
     }
+    });
+}
+
+/// Runs `f` with a snapshot active: at commit none is (as for deferred triggers, one is taken).
+fn with_snapshot(f: impl FnOnce()) {
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    f();
     if pushed {
         unsafe { pg_sys::PopActiveSnapshot() };
     }
