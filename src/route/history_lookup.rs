@@ -788,7 +788,7 @@ unsafe fn computable(n: *mut pg_sys::Node) -> bool {
 }
 
 /// The keys a lookup's key expression names (an array of them for a list), as the cache keeps them.
-unsafe fn evaluate_keys(expr: *mut pg_sys::Expr, params: pg_sys::ParamListInfo, list: bool) -> Option<Vec<overlay::Key>> {
+pub(crate) unsafe fn evaluate_keys(expr: *mut pg_sys::Expr, params: pg_sys::ParamListInfo, list: bool) -> Option<Vec<overlay::Key>> {
     unsafe {
         if !computable(expr as *mut pg_sys::Node) {
             return None;

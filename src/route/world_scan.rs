@@ -267,6 +267,9 @@ struct Run {
     unchecked: Option<(i64, u64, *mut pg_sys::TupleTableSlot)>,
     /// main's scan is a sequential scan of a heap: its rows are prefetched (see `prefetch_ahead`)
     heap_seq: bool,
+    /// the keys the statement's own conditions name (`key = x`, `key = ANY(x)`, x known before it runs),
+    /// computed at the first gather: None = not yet, Some(None) = no such condition
+    condition_keys: Option<Option<Vec<i64>>>,
 }
 
 /// How the node returns main's rows.
@@ -386,6 +389,7 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
             export: Vec::new(),
             output,
             unchecked: None,
+            condition_keys: None,
             heap_seq: (*child).type_ == pg_sys::NodeTag::T_SeqScanState
                 && (*(*(*node).ss.ss_currentRelation).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID,
         }));
@@ -669,7 +673,22 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             // none (a sequential scan of a small table), every key of the world's
             let blocks = if side.is_delta { pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize } else { 0 };
             let piled_up = blocks.saturating_mul(8) > run.cache.winner_count(run.tabno).saturating_mul(4);
-            let winners = if !side.is_delta || !piled_up {
+            // main's scan names no key (a sequential scan of pgbench_tellers, `Filter: tid = 3`): the keys the
+            // statement's own conditions name, if any, whether or not versions piled up
+            let named = if side.is_delta && keys.is_none() { condition_keys(node, run) } else { None };
+            let winners = if let Some(named) = named {
+                let mut v: Vec<(i64, i64)> = named
+                    .iter()
+                    .filter_map(|&k| match run.cache.winner_of(run.tabno, overlay::Key::I(k)) {
+                        Some((dseq, false)) => Some((k, dseq)),
+                        _ => None,
+                    })
+                    .collect();
+                // (in the delta's order, as the read of every key returns them)
+                v.sort_unstable_by_key(|&(_, dseq)| dseq);
+                v.dedup();
+                Some(v)
+            } else if !side.is_delta || !piled_up {
                 None
             } else if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
                 ranges.iter().all(|&(lo, hi)| lo == hi).then(|| {
@@ -767,6 +786,26 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             -1 => run.extras.sort_by_key(|e| std::cmp::Reverse(e.0)),
             _ => {}
         }
+    }
+}
+
+/// The integer keys the scan's own conditions name (`world_scan::key_condition`), when they can be computed
+/// before it runs (constants, the statement's parameters): every world row that passes the conditions has one
+/// of them. Computed once per scan.
+unsafe fn condition_keys(node: *mut pg_sys::CustomScanState, run: &mut Run) -> Option<Vec<i64>> {
+    unsafe {
+        if run.condition_keys.is_none() {
+            let plan = (*node).ss.ps.plan;
+            let params = (*(*node).ss.ps.state).es_param_list_info;
+            let keys = key_condition(plan)
+                .and_then(|(expr, list)| crate::route::history_lookup::evaluate_keys(expr, params, list))
+                .and_then(|keys| keys.into_iter().map(|k| match k {
+                    overlay::Key::I(i) => Some(i),
+                    _ => None,
+                }).collect::<Option<Vec<i64>>>());
+            run.condition_keys = Some(keys);
+        }
+        run.condition_keys.clone().flatten()
     }
 }
 
