@@ -114,3 +114,25 @@ SELECT count(*), sum(bal) FROM acc;
 RESET worlds.world;
 SELECT count(*), sum(bal) FROM acc;
 SELECT id, total FROM small WHERE id = 3;
+-- the write twin (an UPDATE / DELETE read in place) is chosen for the statement itself: a write in WITH
+-- goes through the overlay, and both see the world's rows, not main's later ones
+UPDATE small SET total = -1 WHERE id = 4;
+SET worlds.world = ws;
+WITH u AS (UPDATE small SET total = total + 100 WHERE id = 4 RETURNING id, total) SELECT * FROM u;
+UPDATE small SET total = total + 100 WHERE id = 4 RETURNING id, total;
+-- a prepared UPDATE made again after the setting changed, and after a column was dropped (analysed again:
+-- through the overlay), still writes the world's rows
+PREPARE bump(int) AS UPDATE small SET total = total + 1 WHERE id = $1 RETURNING id, total;
+EXECUTE bump(4);
+SET worlds.world_scan = off;
+EXECUTE bump(4);
+RESET worlds.world_scan;
+RESET worlds.world;
+ALTER TABLE small ADD COLUMN extra int;
+ALTER TABLE small DROP COLUMN extra;
+SET worlds.world = ws;
+EXECUTE bump(4);
+EXPLAIN (COSTS OFF) EXECUTE bump(4);
+DEALLOCATE bump;
+RESET worlds.world;
+SELECT id, total FROM small WHERE id = 4;

@@ -127,15 +127,18 @@ DECLARE
     a record;
     vname text := 'v' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2);
     twin text;
+    table_cols text := '';
     keyfn text := CASE WHEN t.key_kind = 'i' THEN 'int8' ELSE 'text' END;
 BEGIN
     FOR a IN SELECT attnum, attname, attisdropped, format_type(atttypid, atttypmod) AS typ
              FROM pg_attribute WHERE attrelid = t.relid AND attnum > 0 ORDER BY attnum LOOP
-        IF outer_cols <> '' THEN outer_cols := outer_cols || ', '; END IF;
+        IF outer_cols <> '' THEN outer_cols := outer_cols || ', '; table_cols := table_cols || ', '; END IF;
         IF a.attisdropped THEN
             -- placeholder keeping the view's attnums equal to the table's
             outer_cols := outer_cols || format('NULL::int4 AS %I', '........pg.dropped.' || a.attnum || '........');
+            table_cols := table_cols || format('NULL::int4 AS %I', '........pg.dropped.' || a.attnum || '........');
         ELSE
+            table_cols := table_cols || format('b.%I', a.attname);
             IF base_cols <> '' THEN
                 base_cols := base_cols || ', '; delta_cols := delta_cols || ', '; hist_cols := hist_cols || ', ';
             END IF;
@@ -179,6 +182,13 @@ BEGIN
             (SELECT relname FROM pg_class WHERE oid = t.history),
             t.tabno, t.tabno, t.tabno, t.tabno);
     END LOOP;
+    -- a table with one integer key: its write twin `k_`, the target of its UPDATE and DELETE in a world
+    -- where the world scan reads the rows in place (route/hooks/planner.rs turns the body, the bare table,
+    -- into the table read by the world scan; the rewriter then copies a one-table body, not the overlay's
+    -- three branches). Same columns as the overlay, attnum for attnum, and the same trigger.
+    IF t.key_kind = 'i' THEN
+        EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT %s FROM %s b', 'k' || substr(vname, 2), table_cols, t.relid::text);
+    END IF;
     -- the same rows as the target of INSERT ... ON CONFLICT (its trigger skips or updates a row whose key
     -- the world has); the last column carries DO UPDATE's action from the router to the trigger
     EXECUTE format('CREATE VIEW worlds_data.%I AS SELECT *, NULL::text AS _w_upsert FROM worlds_data.%I', 'n' || substr(vname, 2), vname);
@@ -198,6 +208,8 @@ BEGIN
     PERFORM worlds._overlay_finish(t, t.overlay_nothing, ', ''nothing''');
     IF t.key_kind = 'r' THEN
         PERFORM worlds._overlay_finish(t, format('worlds_data.%I', 'k' || substr(vname, 2))::regclass, ', ''rows''');
+    ELSIF t.key_kind = 'i' THEN
+        PERFORM worlds._overlay_finish(t, format('worlds_data.%I', 'k' || substr(vname, 2))::regclass, '');
     END IF;
     -- the views read the table, but the table doesn't know it (catalog/members.rs): DROP TABLE, a drop
     -- cascading to it (its schema, its partitioned parent, DROP OWNED) and ALTER TABLE on it run as in stock
@@ -216,7 +228,8 @@ LANGUAGE sql AS $$
     SELECT worlds._drop_relation(to_regclass(format('worlds_data.%I', name)))
 $$;
 
--- Drops the rows twin of a table without a key (see _build_overlay), if it has one.
+-- Drops the twin `k_` of the overlay (the rows twin of a table without a key, the write twin of one with an
+-- integer key: see _build_overlay), if it has one.
 CREATE FUNCTION worlds._drop_rows_twin(t worlds.tables) RETURNS void
 LANGUAGE sql AS $$
     SELECT worlds._drop_generated_view('k' || substr((SELECT relname FROM pg_class WHERE oid = t.history), 2)) WHERE t.history IS NOT NULL

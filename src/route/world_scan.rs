@@ -671,8 +671,11 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             // world has keys (a hot row's versions pile up there: every UPDATE of a pgbench branch adds
             // one): for keys main's scan names one by one (`= x`, `IN (...)`), or, when main's scan names
             // none (a sequential scan of a small table), every key of the world's
-            let blocks = if side.is_delta { pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize } else { 0 };
-            let piled_up = blocks.saturating_mul(8) > run.cache.winner_count(run.tabno).saturating_mul(4);
+            // (the delta's size asked only where it decides: a system call)
+            let piled_up = |run: &Run| {
+                let blocks = if side.is_delta { pg_sys::RelationGetNumberOfBlocksInFork(side.rel, pg_sys::ForkNumber::MAIN_FORKNUM) as usize } else { 0 };
+                blocks.saturating_mul(8) > run.cache.winner_count(run.tabno).saturating_mul(4)
+            };
             // main's scan names no key (a sequential scan of pgbench_tellers, `Filter: tid = 3`): the keys the
             // statement's own conditions name, if any, whether or not versions piled up
             let named = if side.is_delta && keys.is_none() { condition_keys(node, run) } else { None };
@@ -688,7 +691,7 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                 v.sort_unstable_by_key(|&(_, dseq)| dseq);
                 v.dedup();
                 Some(v)
-            } else if !side.is_delta || !piled_up {
+            } else if !side.is_delta || !piled_up(run) {
                 None
             } else if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
                 ranges.iter().all(|&(lo, hi)| lo == hi).then(|| {

@@ -17,6 +17,7 @@ macro_rules! v1 {
 pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
+mod commit_direct;
 mod delta_insert;
 pub mod history_marks;
 mod maker;
@@ -72,7 +73,9 @@ pub struct Layout {
     pub delta: pg_sys::Oid,
     pub overlay: pg_sys::Oid,
     pub overlay_nothing: pg_sys::Oid,
-    /// a table without a key: the overlay's rows twin (UPDATE / DELETE target), else InvalidOid
+    /// the overlay's twin `k_`, an UPDATE / DELETE target: a table without a key, the rows twin (its rows
+    /// say which physical row each is); a table with an integer key, the write twin (the bare table, read in
+    /// place by the world scan: route/hooks/planner.rs); else InvalidOid
     pub overlay_rows: pg_sys::Oid,
     pub key_kind: u8,
     pub key_columns: Vec<String>,
@@ -636,6 +639,8 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     delta_insert::on_relcache_invalidation(relid);
     crate::route::history_lookup::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
+    overlay::worlds::on_relcache_invalidation(relid);
+    overlay::delta_since::on_relcache_invalidation(relid);
     crate::governance::agents::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {

@@ -245,10 +245,10 @@ pub fn register_xact_callbacks() {
     }
 }
 
-mod delta_since;
+pub(crate) mod delta_since;
 mod functions;
 mod scan_cache;
-mod worlds;
+pub(crate) mod worlds;
 pub use functions::*;
 pub use scan_cache::*;
 pub use worlds::*;

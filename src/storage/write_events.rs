@@ -228,11 +228,18 @@ pub fn commit_writes() {
     let n = 1 + if counting == e.seq { rows } else { 0 };
     let at = unsafe { pgrx::datum::TimestampWithTimeZone::from_datum(pg_sys::Datum::from(e.at), false) };
     with_snapshot(|| {
+    let event = if e.commit { "commit" } else { "write" };
+    // (with the executor's single-row calls where it can: commit_direct.rs)
+    let direct = as_internal(|| unsafe { super::commit_direct::commit(e.seq, e.at, num, event, n, k) });
+    if let Some(v) = direct {
+        moved_to(num, k, Some(v));
+        return;
+    }
     let new_version = as_internal(|| {
         kept(
             "WITH e AS (INSERT INTO worlds.event (seq, at, world, event, rows) VALUES ($1, $2, $3, $4, $5))
              UPDATE worlds.world SET version = version + $6, active = clock_timestamp() WHERE num = $3 RETURNING version",
-            &[e.seq.into(), at.into(), num.into(), (if e.commit { "commit" } else { "write" }).into(), n.into(), k.into()],
+            &[e.seq.into(), at.into(), num.into(), event.into(), n.into(), k.into()],
             |r| r.get::<i64>(1),
         )
     })

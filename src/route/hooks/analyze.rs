@@ -283,6 +283,9 @@ pub(super) struct RouteContext {
     pub(super) world_scan: bool,
     /// the overlay views themselves (already routed; never inlined again)
     pub(super) overlays: std::rc::Rc<std::collections::HashMap<pg_sys::Oid, i32>>,
+    /// the statement itself: the planner hook sees its target (a write in WITH or a sub-query is a level
+    /// below, never given the write twin)
+    pub(super) top: *mut pg_sys::Query,
 }
 
 thread_local! {
@@ -353,7 +356,7 @@ pub(super) unsafe fn route_query(query: *mut pg_sys::Query) {
     let world_scan = guc::WORLD_SCAN.get()
         && !row_locks
         && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
-    let mut ctx = RouteContext { tracked, world_scan, overlays };
+    let mut ctx = RouteContext { tracked, world_scan, overlays, top: query };
     unsafe {
         // called directly, not through the guarded walker: an error must unwind through this frame (so
         // the ROUTING flag resets), not longjmp over it
@@ -538,10 +541,19 @@ pub(super) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
                 }
                 let mut overlay = layout.overlay;
                 // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
-                // physical row each row is
+                // physical row each row is; of a table with an integer key whose rows the world scan can read
+                // in place: the write twin, whose body (the bare table) the planner hook makes that scan
                 if is_result
                     && layout.overlay_rows != pg_sys::Oid::INVALID
                     && matches!((*query).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE)
+                    && (layout.key_kind == b'r'
+                        || (query == ctx.top
+                            && guc::WORLD_SCAN.get()
+                            && !storage::internal()
+                            && row_security.is_none()
+                            && !super::planner::has_row_security(layout.relid)
+                            && super::planner::in_place_target(&layout)
+                            && !super::planner::has_current_of(query)))
                 {
                     overlay = layout.overlay_rows;
                 }

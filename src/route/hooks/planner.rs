@@ -49,7 +49,7 @@ unsafe extern "C-unwind" fn planner(
 /// The overlay view's body under an UPDATE / DELETE of a world becomes the table, read by the world scan.
 unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
     unsafe {
-        if guc::in_main() || storage::internal() || !guc::WORLD_SCAN.get() || !pg_sys::IsTransactionState() {
+        if !pg_sys::IsTransactionState() {
             return;
         }
         let rtable = (*parse).rtable;
@@ -59,25 +59,61 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
         }
         let Some(&tabno) = storage::overlay_relations().get(&(*result).relid) else { return };
         let layout = storage::relation_layout(tabno);
-        // the overlay itself (not a conflict or rows twin), a table the world scan reads
-        if (*result).relid != layout.overlay || layout.unsupported.is_some() || !crate::route::world_scan::supports(&layout) {
-            return;
+        // the write twin (hooks/analyze.rs chose it): its body is the bare table, which must become the world
+        // scan, whatever else holds now (a plan made again for a statement analyzed then)
+        let twin = is_write_twin(&layout, (*result).relid);
+        if !twin {
+            if guc::in_main() || storage::internal() || !guc::WORLD_SCAN.get() {
+                return;
+            }
+            // the overlay itself (not a conflict or rows twin)
+            if (*result).relid != layout.overlay {
+                return;
+            }
+        }
+        let converted = convert_source(parse, &layout);
+        if twin && !converted {
+            // (never expected: everything that decides it invalidates the statement, which is analyzed again)
+            raise(
+                "XX000",
+                format!("pg_worlds: the {} of table {} inside a world can't read its rows in place; run it again", command_word((*parse).commandType), layout.table_name),
+            );
+        }
+    }
+}
+
+/// The table's write twin `k_` (an integer key: the UPDATE / DELETE target whose body is the bare table).
+pub(super) fn is_write_twin(layout: &storage::Layout, relid: pg_sys::Oid) -> bool {
+    layout.key_kind == b'i' && layout.overlay_rows != pg_sys::Oid::INVALID && relid == layout.overlay_rows
+}
+
+/// Can a world's UPDATE / DELETE of this table read its rows in place (the world scan reads the table for a
+/// SELECT, and the table has no inheritance children and no dropped column)? The router asks before it
+/// chooses the write twin (and that the table has no row-level security), this hook again before it converts.
+pub(super) fn in_place_target(layout: &storage::Layout) -> bool {
+    if layout.unsupported.is_some() || !crate::route::world_scan::supports(layout) {
+        return false;
+    }
+    // a dropped column: the view's row has a NULL placeholder there, and OLD, the whole row the trigger
+    // gets, is typed as the view's row, which Postgres checks column by column against the scanned row
+    unsafe { table_shape(layout.relid).is_some_and(|(dropped, _)| !dropped) }
+}
+
+/// Turns the sub-query entry the rewriter expanded the view's body into back into the table, marked for the
+/// world scan; false (nothing changed) where it can't.
+unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) -> bool {
+    unsafe {
+        if !in_place_target(layout) || has_current_of(parse) {
+            return false;
         }
         // the entry the rewriter expanded the view's body into: the one the `wholerow` junk column reads
-        let Some(source) = wholerow_source(parse) else { return };
-        let rte = pg_sys::list_nth(rtable, source - 1) as *mut pg_sys::RangeTblEntry;
+        let Some(source) = wholerow_source(parse) else { return false };
+        let rte = pg_sys::list_nth((*parse).rtable, source - 1) as *mut pg_sys::RangeTblEntry;
         if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || !(*rte).securityQuals.is_null() || (*rte).lateral {
-            return;
+            return false;
         }
-        // a dropped column: the view's row has a NULL placeholder there, and OLD, the whole row the trigger
-        // gets, is typed as the view's row, which Postgres checks column by column against the scanned row
-        if table_shape(layout.relid) != Some(false) {
-            return;
-        }
-        if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-            || has_current_of(parse)
-        {
-            return;
+        if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+            return false;
         }
         // (the table is locked: the rewriter locked the view body's relations; a cached plan locks it again)
         (*rte).rtekind = pg_sys::RTEKind::RTE_RELATION;
@@ -90,6 +126,7 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
         (*rte).requiredPerms = 0;
         (*rte).checkAsUser = pg_sys::Oid::INVALID;
         crate::route::world_scan::mark(rte);
+        true
     }
 }
 
@@ -115,9 +152,9 @@ unsafe fn wholerow_source(parse: *mut pg_sys::Query) -> Option<i32> {
     }
 }
 
-/// Whether the table has a dropped column; None when it has inheritance children (the world scan reads
-/// the table alone).
-unsafe fn table_shape(relid: pg_sys::Oid) -> Option<bool> {
+/// Whether the table has (a dropped column, row-level security); None when it has inheritance children
+/// (the world scan reads the table alone).
+unsafe fn table_shape(relid: pg_sys::Oid) -> Option<(bool, bool)> {
     unsafe {
         let rel = pg_sys::RelationIdGetRelation(relid);
         if rel.is_null() {
@@ -125,14 +162,20 @@ unsafe fn table_shape(relid: pg_sys::Oid) -> Option<bool> {
         }
         let desc = (*rel).rd_att;
         let children = (*(*rel).rd_rel).relhassubclass;
+        let rls = (*(*rel).rd_rel).relrowsecurity;
         let dropped = (0..(*desc).natts as usize).any(|i| (*(*desc).attrs.as_ptr().add(i)).attisdropped);
         pg_sys::RelationClose(rel);
-        (!children).then_some(dropped)
+        (!children).then_some((dropped, rls))
     }
 }
 
+/// Has the table row-level security enabled (for any role)?
+pub(super) fn has_row_security(relid: pg_sys::Oid) -> bool {
+    unsafe { table_shape(relid).is_none_or(|(_, rls)| rls) }
+}
+
 /// `WHERE CURRENT OF cursor` in the statement's conditions (the only place the parser allows it).
-unsafe fn has_current_of(parse: *mut pg_sys::Query) -> bool {
+pub(super) unsafe fn has_current_of(parse: *mut pg_sys::Query) -> bool {
     unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
         unsafe {
             if node.is_null() {

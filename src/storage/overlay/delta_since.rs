@@ -9,6 +9,84 @@ use super::*;
 /// One version the catch-up brings: (dseq, deleted, key, base tid packed as the cache keeps tids, of).
 pub(super) type DeltaRow = (i64, bool, Option<Key>, Option<u64>, Option<i64>);
 
+/// What the catch-up reads of a delta: its (_w_world, _w_xid) index and the attnums of the columns it
+/// reads, looked up once per delta (forgotten at a relcache invalidation of it).
+#[derive(Clone, Copy)]
+struct Meta {
+    index: pg_sys::Oid,
+    xid: i16,
+    dseq: i16,
+    del: i16,
+    base: i16,
+    of: i16,
+    /// the integer key's attnum (0: a table without a key)
+    key: i16,
+    key_type: pg_sys::Oid,
+}
+
+thread_local! {
+    /// delta relid -> its Meta, or None when the catch-up can't read it so
+    static META: std::cell::RefCell<HashMap<pg_sys::Oid, Option<Meta>>> = std::cell::RefCell::new(HashMap::new());
+}
+
+pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
+    META.with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            if relid == pg_sys::Oid::INVALID {
+                m.clear();
+            } else {
+                m.remove(&relid);
+            }
+        }
+    });
+}
+
+unsafe fn meta_of(layout: &Layout) -> Option<Meta> {
+    if let Some(m) = META.with(|m| m.borrow().get(&layout.delta).copied()) {
+        return m;
+    }
+    let m = unsafe { look_up_meta(layout) };
+    META.with(|c| c.borrow_mut().insert(layout.delta, m));
+    m
+}
+
+unsafe fn look_up_meta(layout: &Layout) -> Option<Meta> {
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(layout.delta, lock);
+        let attno = |name: &str| {
+            let c = std::ffi::CString::new(name).unwrap_or_default();
+            pg_sys::get_attnum(layout.delta, c.as_ptr())
+        };
+        let (world_at, dseq_at, xid_at, del_at, base_at, of_at) = (attno("_w_world"), attno("_w_dseq"), attno("_w_xid"), attno("_w_del"), attno("_w_base_tid"), attno("_w_of"));
+        let key_at = if layout.key_kind == b'i' { attno(&layout.key_columns[0]) } else { 0 };
+        let mut index = pg_sys::Oid::INVALID;
+        let list = pg_sys::RelationGetIndexList(rel);
+        for i in 0..if list.is_null() { 0 } else { (*list).length } {
+            let ix = pg_sys::index_open(pg_sys::list_nth_oid(list, i), lock);
+            let form = (*ix).rd_index;
+            let keys = (*form).indkey.values.as_ptr();
+            let found = (*form).indnkeyatts == 2 && *keys == world_at && *keys.add(1) == xid_at && (*(*ix).rd_rel).relam == pg_sys::BTREE_AM_OID;
+            if found {
+                index = (*ix).rd_id;
+            }
+            pg_sys::index_close(ix, lock);
+            if found {
+                break;
+            }
+        }
+        let key_type = if key_at > 0 { (*(*(*rel).rd_att).attrs.as_ptr().add(key_at as usize - 1)).atttypid } else { pg_sys::Oid::INVALID };
+        pg_sys::table_close(rel, lock);
+        if index == pg_sys::Oid::INVALID || [dseq_at, del_at, base_at, of_at].contains(&0) || (layout.key_kind == b'i' && key_at <= 0) {
+            return None;
+        }
+        if key_at > 0 && !matches!(key_type, pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
+            return None;
+        }
+        Some(Meta { index, xid: xid_at, dseq: dseq_at, del: del_at, base: base_at, of: of_at, key: key_at, key_type })
+    }
+}
+
 /// The delta's versions of `world` the frontier didn't see, or None when they can't be read this way (a
 /// key that isn't an integer, no such index, no active snapshot): the caller runs its query then.
 pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option<Vec<DeltaRow>> {
@@ -21,38 +99,10 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
             return None;
         }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let m = meta_of(layout)?;
+        let (xid_at, dseq_at, del_at, base_at, of_at, key_at, key_type) = (m.xid, m.dseq, m.del, m.base, m.of, m.key, m.key_type);
         let rel = pg_sys::table_open(layout.delta, lock);
-        let attno = |name: &str| {
-            let c = std::ffi::CString::new(name).unwrap_or_default();
-            pg_sys::get_attnum(layout.delta, c.as_ptr())
-        };
-        let (world_at, dseq_at, xid_at, del_at, base_at, of_at) = (attno("_w_world"), attno("_w_dseq"), attno("_w_xid"), attno("_w_del"), attno("_w_base_tid"), attno("_w_of"));
-        let key_at = if layout.key_kind == b'i' { attno(&layout.key_columns[0]) } else { 0 };
-        let mut index = std::ptr::null_mut();
-        let list = pg_sys::RelationGetIndexList(rel);
-        for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let ix = pg_sys::index_open(pg_sys::list_nth_oid(list, i), lock);
-            let form = (*ix).rd_index;
-            let keys = (*form).indkey.values.as_ptr();
-            if (*form).indnkeyatts == 2 && *keys == world_at && *keys.add(1) == xid_at && (*(*ix).rd_rel).relam == pg_sys::BTREE_AM_OID {
-                index = ix;
-                break;
-            }
-            pg_sys::index_close(ix, lock);
-        }
-        if index.is_null() || [dseq_at, del_at, base_at, of_at].contains(&0) || (layout.key_kind == b'i' && key_at <= 0) {
-            if !index.is_null() {
-                pg_sys::index_close(index, lock);
-            }
-            pg_sys::table_close(rel, lock);
-            return None;
-        }
-        let key_type = if key_at > 0 { (*(*(*rel).rd_att).attrs.as_ptr().add(key_at as usize - 1)).atttypid } else { pg_sys::Oid::INVALID };
-        if key_at > 0 && !matches!(key_type, pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID) {
-            pg_sys::index_close(index, lock);
-            pg_sys::table_close(rel, lock);
-            return None;
-        }
+        let index = pg_sys::index_open(m.index, lock);
         let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
         pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(world));
         pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_XID8GE), pg_sys::Datum::from(f.xmin));

@@ -130,18 +130,13 @@ pub(crate) unsafe fn live_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Opt
 /// As `live_world_row`.
 pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
     unsafe {
-        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
-        let relid = if ns == pg_sys::Oid::INVALID { pg_sys::Oid::INVALID } else { pg_sys::get_relname_relid(c"world".as_ptr(), ns) };
-        if relid == pg_sys::Oid::INVALID {
-            return None;
-        }
-        let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
+        let Some(t) = world_table() else { return None };
+        let rel = pg_sys::table_open(t.relid, pg_sys::AccessShareLock as i32);
         let index = pg_sys::RelationGetPrimaryKeyIndex(rel);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
         pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(num));
         let scan = pg_sys::systable_beginscan(rel, index, index != pg_sys::Oid::INVALID, snapshot, 1, &mut key);
         let desc = (*rel).rd_att;
-        let attno = |name: &std::ffi::CStr| pg_sys::get_attnum(relid, name.as_ptr()) as i32;
         let mut found = None;
         loop {
             let tuple = pg_sys::systable_getnext(scan);
@@ -153,21 +148,13 @@ pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(
                 let d = pg_sys::heap_getattr(tuple, a, desc, &mut isnull);
                 (!isnull).then_some(d)
             };
-            let text = |a: i32| {
-                get(a).map(|d| {
-                    let typ = (*(*desc).attrs.as_ptr().add(a as usize - 1)).atttypid;
-                    let (mut out, mut varlena) = (pg_sys::Oid::INVALID, false);
-                    pg_sys::getTypeOutputInfo(typ, &mut out, &mut varlena);
-                    std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(out, d)).to_string_lossy().into_owned()
-                })
-            };
-            if get(attno(c"num")).map(|d| d.value() as i32) != Some(num) {
+            if get(t.num).map(|d| d.value() as i32) != Some(num) {
                 continue;
             }
-            let dropped = get(attno(c"dropped")).is_some();
-            let version = get(attno(c"version")).map(|d| d.value() as i64);
-            let name = text(attno(c"name"));
-            let fork = text(attno(c"fork_snapshot")).or_else(|| text(attno(c"fork_at")).map(|t| format!("@{t}")));
+            let dropped = get(t.dropped).is_some();
+            let version = get(t.version).map(|d| d.value() as i64);
+            let name = get(t.name).map(|d| text_of(d));
+            let fork = get(t.fork_snapshot).map(|d| output_text(desc, t.fork_snapshot, d)).or_else(|| get(t.fork_at).map(|d| format!("@{}", output_text(desc, t.fork_at, d))));
             found = Some((dropped, version, name, fork));
             break;
         }
@@ -175,6 +162,113 @@ pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
         found
     }
+}
+
+/// `worlds.world`'s relid and the attnums `world_row` reads, looked up once (forgotten at a relcache
+/// invalidation of the table: `on_relcache_invalidation`).
+#[derive(Clone, Copy)]
+struct WorldTable {
+    relid: pg_sys::Oid,
+    num: i32,
+    dropped: i32,
+    version: i32,
+    name: i32,
+    fork_snapshot: i32,
+    fork_at: i32,
+}
+
+thread_local! {
+    static WORLD_TABLE: std::cell::Cell<Option<WorldTable>> = const { std::cell::Cell::new(None) };
+    /// the last value of an output-converted column (its bytes) and its text: a world's fork point is the
+    /// same statement after statement, and pg_snapshot's output function ran for each
+    static LAST_TEXT: RefCell<Vec<(Vec<u8>, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
+    WORLD_TABLE.with(|w| {
+        if relid == pg_sys::Oid::INVALID || w.get().is_some_and(|t| t.relid == relid) {
+            w.set(None);
+        }
+    });
+}
+
+unsafe fn world_table() -> Option<WorldTable> {
+    if let Some(t) = WORLD_TABLE.with(|w| w.get()) {
+        return Some(t);
+    }
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+        let relid = if ns == pg_sys::Oid::INVALID { pg_sys::Oid::INVALID } else { pg_sys::get_relname_relid(c"world".as_ptr(), ns) };
+        if relid == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let attno = |name: &std::ffi::CStr| pg_sys::get_attnum(relid, name.as_ptr()) as i32;
+        let t = WorldTable {
+            relid,
+            num: attno(c"num"),
+            dropped: attno(c"dropped"),
+            version: attno(c"version"),
+            name: attno(c"name"),
+            fork_snapshot: attno(c"fork_snapshot"),
+            fork_at: attno(c"fork_at"),
+        };
+        if [t.num, t.dropped, t.version, t.name, t.fork_snapshot, t.fork_at].iter().any(|&a| a <= 0) {
+            return None;
+        }
+        WORLD_TABLE.with(|w| w.set(Some(t)));
+        Some(t)
+    }
+}
+
+/// A text datum as a String.
+unsafe fn text_of(d: pg_sys::Datum) -> String {
+    unsafe {
+        let c = pg_sys::text_to_cstring(d.cast_mut_ptr());
+        let s = std::ffi::CStr::from_ptr(c).to_string_lossy().into_owned();
+        pg_sys::pfree(c.cast());
+        s
+    }
+}
+
+/// Column `a`'s value as its type's output function writes it, remembered by the value's bytes.
+unsafe fn output_text(desc: pg_sys::TupleDesc, a: i32, d: pg_sys::Datum) -> String {
+    unsafe {
+        let att = &*(*desc).attrs.as_ptr().add(a as usize - 1);
+        let bytes: Vec<u8> = if att.attbyval {
+            d.value().to_ne_bytes().to_vec()
+        } else if att.attlen == -1 {
+            let v = pg_sys::pg_detoast_datum_packed(d.cast_mut_ptr());
+            let len = varlena_size(v);
+            std::slice::from_raw_parts(vardata_any(v), len).to_vec()
+        } else {
+            std::slice::from_raw_parts(d.cast_mut_ptr::<u8>(), att.attlen as usize).to_vec()
+        };
+        let mut key = bytes;
+        key.extend_from_slice(&att.atttypid.to_u32().to_ne_bytes());
+        if let Some(t) = LAST_TEXT.with(|l| l.borrow().iter().find(|e| e.0 == key).map(|e| e.1.clone())) {
+            return t;
+        }
+        let (mut out, mut varlena) = (pg_sys::Oid::INVALID, false);
+        pg_sys::getTypeOutputInfo(att.atttypid, &mut out, &mut varlena);
+        let text = std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(out, d)).to_string_lossy().into_owned();
+        LAST_TEXT.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.len() >= 8 {
+                l.remove(0);
+            }
+            l.push((key, text.clone()));
+        });
+        text
+    }
+}
+
+/// The data bytes of a (detoasted, maybe short-header) varlena, and their length.
+unsafe fn varlena_size(v: *mut pg_sys::varlena) -> usize {
+    unsafe { pgrx::varlena::varsize_any_exhdr(v) }
+}
+
+unsafe fn vardata_any(v: *mut pg_sys::varlena) -> *const u8 {
+    unsafe { pgrx::varlena::vardata_any(v) as *const u8 }
 }
 
 /// The snapshot (or '@' time) a world forked at, as `worlds.world` gives it.

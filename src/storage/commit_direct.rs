@@ -1,0 +1,139 @@
+//! A world writer's commit bookkeeping (write_events::commit_writes) without SPI: the `write` / `commit`
+//! event inserted and the world's version moved with the executor's own single-row calls, the ones
+//! logical replication applies rows with (`ExecSimpleRelationInsert`, `RelationFindReplTupleByIndex`,
+//! `ExecSimpleRelationUpdate`): constraints checked, indexes kept, AFTER triggers (the catalog's foreign
+//! keys) queued and fired. The SPI statement did the same through a generic plan, executor start and end,
+//! and was a fifteenth of a world's TPC-B transaction.
+//!
+//! Only under READ COMMITTED: the world's row is found and locked at its latest version, waiting for a
+//! writer of it still in progress, as the UPDATE does there. Under REPEATABLE READ and SERIALIZABLE the
+//! UPDATE's check against the transaction's snapshot stays (write_events runs the statement).
+use pgrx::prelude::*;
+
+/// Inserts event (seq, at, world, event, rows, xid) and adds `k` to world `num`'s version; the new version.
+/// None when nothing was done (not READ COMMITTED, the catalog isn't as expected, no such world): the
+/// caller runs its statement then.
+///
+/// # Safety
+/// Inside a transaction, a snapshot active, as pg_worlds (as_internal).
+pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, rows: i64, k: i64) -> Option<i64> {
+    unsafe {
+        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !pg_sys::ActiveSnapshotSet() {
+            return None;
+        }
+        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+        if ns == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let (world_id, event_id) = (pg_sys::get_relname_relid(c"world".as_ptr(), ns), pg_sys::get_relname_relid(c"event".as_ptr(), ns));
+        if world_id == pg_sys::Oid::INVALID || event_id == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        let world = pg_sys::table_open(world_id, lock);
+        let events = pg_sys::table_open(event_id, lock);
+        let close = || {
+            pg_sys::table_close(events, pg_sys::NoLock as i32);
+            pg_sys::table_close(world, pg_sys::NoLock as i32);
+        };
+        let attno = |rel: pg_sys::Relation, name: &std::ffi::CStr| pg_sys::get_attnum((*rel).rd_id, name.as_ptr()) as usize;
+        let (w_num, w_version, w_active) = (attno(world, c"num"), attno(world, c"version"), attno(world, c"active"));
+        let e_cols = [c"seq", c"at", c"world", c"event", c"rows", c"xid"].map(|c| attno(events, c));
+        let pkey = pg_sys::RelationGetPrimaryKeyIndex(world);
+        // nothing of the table's own code on either relation but its constraints and the foreign keys'
+        // AFTER triggers (which these calls run as the statement would)
+        let plain = |rel: pg_sys::Relation| {
+            let trig = (*rel).trigdesc;
+            (trig.is_null() || (!(*trig).trig_insert_before_row && !(*trig).trig_update_before_row && !(*trig).trig_insert_instead_row))
+                && !(*(*rel).rd_rel).relhasrules
+                && !(*(*rel).rd_rel).relispartition
+                && !(*(*rel).rd_att).constr.as_ref().is_some_and(|c| c.has_generated_stored)
+        };
+        if [w_num, w_version, w_active].contains(&0) || e_cols.contains(&0) || pkey == pg_sys::Oid::INVALID || !plain(world) || !plain(events) {
+            close();
+            return None;
+        }
+        let estate = pg_sys::CreateExecutorState();
+        let rte = |rel: pg_sys::Relation| {
+            let r = PgBox::<pg_sys::RangeTblEntry>::alloc_node(pg_sys::NodeTag::T_RangeTblEntry).into_pg();
+            (*r).rtekind = pg_sys::RTEKind::RTE_RELATION;
+            (*r).relid = (*rel).rd_id;
+            (*r).relkind = pg_sys::RELKIND_RELATION as std::ffi::c_char;
+            (*r).rellockmode = lock;
+            r
+        };
+        let mut rtable = pg_sys::lappend(std::ptr::null_mut(), rte(world).cast());
+        rtable = pg_sys::lappend(rtable, rte(events).cast());
+        pg_sys::ExecInitRangeTable(estate, rtable);
+        let world_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
+        pg_sys::InitResultRelInfo(world_info, world, 1, std::ptr::null_mut(), 0);
+        let event_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
+        pg_sys::InitResultRelInfo(event_info, events, 2, std::ptr::null_mut(), 0);
+        (*estate).es_output_cid = pg_sys::GetCurrentCommandId(true);
+        pg_sys::AfterTriggerBeginQuery();
+        pg_sys::ExecOpenIndices(world_info, false);
+        pg_sys::ExecOpenIndices(event_info, false);
+
+        let set = |slot: *mut pg_sys::TupleTableSlot, at: usize, d: Option<pg_sys::Datum>| {
+            *(*slot).tts_values.add(at - 1) = d.unwrap_or(pg_sys::Datum::from(0usize));
+            *(*slot).tts_isnull.add(at - 1) = d.is_none();
+        };
+        // the world's row, at its latest version, locked (waiting for a committing writer of it)
+        let search = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
+        pg_sys::ExecClearTuple(search);
+        for i in 0..(*(*world).rd_att).natts as usize {
+            *(*search).tts_isnull.add(i) = true;
+        }
+        set(search, w_num, Some(pg_sys::Datum::from(num)));
+        pg_sys::ExecStoreVirtualTuple(search);
+        let found_slot = pg_sys::table_slot_create(world, &mut (*estate).es_tupleTable);
+        let found = pg_sys::RelationFindReplTupleByIndex(world, pkey, pg_sys::LockTupleMode::LockTupleNoKeyExclusive, search, found_slot);
+        let mut version = None;
+        if found {
+            let mut isnull = false;
+            let v = pg_sys::slot_getattr(found_slot, w_version as i32, &mut isnull);
+            if !isnull {
+                // the event
+                let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
+                pg_sys::ExecClearTuple(eslot);
+                for i in 0..(*(*events).rd_att).natts as usize {
+                    *(*eslot).tts_isnull.add(i) = true;
+                }
+                let text = pg_sys::cstring_to_text_with_len(event.as_ptr().cast(), event.len() as i32);
+                let xid = pg_sys::GetTopFullTransactionIdIfAny();
+                set(eslot, e_cols[0], Some(pg_sys::Datum::from(seq)));
+                set(eslot, e_cols[1], Some(pg_sys::Datum::from(at)));
+                set(eslot, e_cols[2], Some(pg_sys::Datum::from(num)));
+                set(eslot, e_cols[3], Some(pg_sys::Datum::from(text)));
+                set(eslot, e_cols[4], Some(pg_sys::Datum::from(rows)));
+                set(eslot, e_cols[5], (xid.value != 0).then(|| pg_sys::Datum::from(xid.value)));
+                pg_sys::ExecStoreVirtualTuple(eslot);
+                pg_sys::ExecSimpleRelationInsert(event_info, estate, eslot);
+                let new_version = v.value() as i64 + k;
+                let newslot = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
+                pg_sys::ExecClearTuple(newslot);
+                pg_sys::slot_getallattrs(found_slot);
+                let natts = (*(*world).rd_att).natts as usize;
+                std::ptr::copy_nonoverlapping((*found_slot).tts_values, (*newslot).tts_values, natts);
+                std::ptr::copy_nonoverlapping((*found_slot).tts_isnull, (*newslot).tts_isnull, natts);
+                set(newslot, w_version, Some(pg_sys::Datum::from(new_version)));
+                set(newslot, w_active, Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())));
+                pg_sys::ExecStoreVirtualTuple(newslot);
+                let mut epq: pg_sys::EPQState = std::mem::zeroed();
+                pg_sys::EvalPlanQualInit(&mut epq, estate, std::ptr::null_mut(), std::ptr::null_mut(), -1);
+                pg_sys::ExecSimpleRelationUpdate(world_info, estate, &mut epq, found_slot, newslot);
+                pg_sys::EvalPlanQualEnd(&mut epq);
+                version = Some(new_version);
+            }
+        }
+        pg_sys::ExecCloseIndices(world_info);
+        pg_sys::ExecCloseIndices(event_info);
+        pg_sys::AfterTriggerEndQuery(estate);
+        pg_sys::ExecResetTupleTable((*estate).es_tupleTable, false);
+        pg_sys::FreeExecutorState(estate);
+        close();
+        pg_sys::CommandCounterIncrement();
+        // (None: no row of the world, nothing written; the statement then says what it says)
+        version
+    }
+}
