@@ -1,6 +1,7 @@
 //! A world writer's commit bookkeeping (write_events::commit_writes) without SPI: the `write` / `commit`
 //! event inserted and the world's version moved with the executor's own single-row calls, the ones
-//! logical replication applies rows with (`ExecSimpleRelationInsert`, `RelationFindReplTupleByIndex`,
+//! logical replication applies rows with (`ExecSimpleRelationInsert`, and the same find-and-lock as its
+//! `RelationFindReplTupleByIndex` minus its LOG line at every race, `RelationFindReplTupleByIndex`,
 //! `ExecSimpleRelationUpdate`): constraints checked, indexes kept, AFTER triggers (the catalog's foreign
 //! keys) queued and fired. The SPI statement did the same through a generic plan, executor start and end,
 //! and was a fifteenth of a world's TPC-B transaction.
@@ -70,6 +71,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         let event_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
         pg_sys::InitResultRelInfo(event_info, events, 2, std::ptr::null_mut(), 0);
         (*estate).es_output_cid = pg_sys::GetCurrentCommandId(true);
+        (*estate).es_snapshot = pg_sys::GetActiveSnapshot();
         pg_sys::AfterTriggerBeginQuery();
         pg_sys::ExecOpenIndices(world_info, false);
         pg_sys::ExecOpenIndices(event_info, false);
@@ -79,15 +81,8 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
             *(*slot).tts_isnull.add(at - 1) = d.is_none();
         };
         // the world's row, at its latest version, locked (waiting for a committing writer of it)
-        let search = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
-        pg_sys::ExecClearTuple(search);
-        for i in 0..(*(*world).rd_att).natts as usize {
-            *(*search).tts_isnull.add(i) = true;
-        }
-        set(search, w_num, Some(pg_sys::Datum::from(num)));
-        pg_sys::ExecStoreVirtualTuple(search);
         let found_slot = pg_sys::table_slot_create(world, &mut (*estate).es_tupleTable);
-        let found = pg_sys::RelationFindReplTupleByIndex(world, pkey, pg_sys::LockTupleMode::LockTupleNoKeyExclusive, search, found_slot);
+        let found = find_and_lock(world, pkey, num, found_slot);
         let mut version = None;
         if found {
             let mut isnull = false;
@@ -135,5 +130,57 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         pg_sys::CommandCounterIncrement();
         // (None: no row of the world, nothing written; the statement then says what it says)
         version
+    }
+}
+
+/// World `num`'s row at its latest version, locked (FOR NO KEY UPDATE) into `slot`, as logical replication
+/// finds a row to update: through the primary key with a dirty snapshot, waiting for a transaction still
+/// writing it, then locked on the latest snapshot, again from the start when a writer committed in between.
+/// False when there is no such row, or the row is one this transaction changed (the caller's statement
+/// then runs).
+unsafe fn find_and_lock(rel: pg_sys::Relation, pkey: pg_sys::Oid, num: i32, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    unsafe {
+        let index = pg_sys::index_open(pkey, pg_sys::RowExclusiveLock as i32);
+        let mut snap: pg_sys::SnapshotData = std::mem::zeroed();
+        snap.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+        let scan = pg_sys::index_beginscan(rel, index, &mut snap, 1, 0);
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(num));
+        let lock_tuple = (*(*rel).rd_tableam).tuple_lock.expect("a table access method locks tuples");
+        let found = loop {
+            pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
+            if !pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+                break false;
+            }
+            ((*(*slot).tts_ops).materialize.expect("slots materialize"))(slot);
+            let xwait = if snap.xmin != pg_sys::InvalidTransactionId { snap.xmin } else { snap.xmax };
+            if xwait != pg_sys::InvalidTransactionId {
+                pg_sys::XactLockTableWait(xwait, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None);
+                continue;
+            }
+            pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot());
+            let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+            let res = lock_tuple(
+                rel,
+                &mut (*slot).tts_tid,
+                pg_sys::GetActiveSnapshot(),
+                slot,
+                pg_sys::GetCurrentCommandId(false),
+                pg_sys::LockTupleMode::LockTupleNoKeyExclusive,
+                pg_sys::LockWaitPolicy::LockWaitBlock,
+                0,
+                &mut tmfd,
+            );
+            pg_sys::PopActiveSnapshot();
+            match res {
+                pg_sys::TM_Result::TM_Ok => break true,
+                // a writer committed between the look and the lock: look again
+                pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted => continue,
+                _ => break false,
+            }
+        };
+        pg_sys::index_endscan(scan);
+        pg_sys::index_close(index, pg_sys::NoLock as i32);
+        found
     }
 }
