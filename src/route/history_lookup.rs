@@ -793,6 +793,16 @@ pub(crate) unsafe fn evaluate_keys(expr: *mut pg_sys::Expr, params: pg_sys::Para
         if !computable(expr as *mut pg_sys::Node) {
             return None;
         }
+        // one integer constant (`WHERE id = 42` as a client sends it): no expression context to build
+        if !list && !expr.is_null() && (*expr).type_ == pg_sys::NodeTag::T_Const {
+            let c = expr as *mut pg_sys::Const;
+            if (*c).constisnull {
+                return Some(Vec::new());
+            }
+            if let Some(k) = integer_of((*c).consttype, (*c).constvalue) {
+                return Some(vec![overlay::Key::I(k)]);
+            }
+        }
         let econtext = pg_sys::CreateStandaloneExprContext();
         (*econtext).ecxt_param_list_info = params;
         let old = pg_sys::MemoryContextSwitchTo((*econtext).ecxt_per_query_memory);

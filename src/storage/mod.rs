@@ -220,28 +220,69 @@ pub fn internal() -> bool {
 /// session's user (a merge's DML, whose triggers find their tables), `as_session_user` gives the session's
 /// search_path back.
 pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
-    struct Guard(pg_sys::Oid, i32, Option<i32>);
+    internal_work(false, f)
+}
+
+/// `as_internal` for work that mostly runs no SQL (the overlay cache's catch-up, the commit's bookkeeping):
+/// the safe search_path is set only when SQL does run (`ensure_safe_path`: snapshot_spi before it runs
+/// anything, a nested `as_internal`, the session-path helpers before they set theirs), not at every call
+/// (setting and restoring it was a hundredth of a world's TPC-B transaction).
+pub fn as_internal_lazy<R>(f: impl FnOnce() -> R) -> R {
+    internal_work(true, f)
+}
+
+thread_local! {
+    /// as_internal_lazy's search_path: (pending: not set yet, the GUC level it was set at)
+    static LAZY_PATH: std::cell::Cell<(bool, Option<i32>)> = const { std::cell::Cell::new((false, None)) };
+}
+
+/// Sets the safe search_path an `as_internal_lazy` deferred, if it did and hasn't yet.
+pub fn ensure_safe_path() {
+    if LAZY_PATH.with(|l| l.get().0) {
+        let level = push_setting(c"search_path", SAFE_SEARCH_PATH);
+        LAZY_PATH.with(|l| l.set((false, Some(level))));
+    }
+}
+
+fn internal_work<R>(lazy: bool, f: impl FnOnce() -> R) -> R {
+    struct Guard(pg_sys::Oid, i32, Option<i32>, bool);
     impl Drop for Guard {
         fn drop(&mut self) {
             INTERNAL.with(|i| i.set(i.get().saturating_sub(1)));
             if let Some(level) = self.2 {
                 pop_setting(level);
             }
+            if self.3 {
+                if let (_, Some(level)) = LAZY_PATH.with(|l| l.replace((false, None))) {
+                    pop_setting(level);
+                }
+            }
             unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
         }
     }
     let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
     let mut level = None;
+    let mut lazy_scope = false;
     unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
-        if !internal() {
+        if internal() {
+            // (inside a lazy scope, work that may run SQL of its own)
+            if !lazy {
+                ensure_safe_path();
+            }
+        } else {
             SESSION_USER.with(|s| s.set((user, sec)));
             if pg_sys::IsTransactionState() {
                 let path = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), true);
                 let path = if path.is_null() { None } else { Some(std::ffi::CStr::from_ptr(path).to_owned()) };
                 if path.as_deref() != Some(SAFE_SEARCH_PATH) {
                     SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = path);
-                    level = Some(push_setting(c"search_path", SAFE_SEARCH_PATH));
+                    if lazy {
+                        LAZY_PATH.with(|l| l.set((true, None)));
+                        lazy_scope = true;
+                    } else {
+                        level = Some(push_setting(c"search_path", SAFE_SEARCH_PATH));
+                    }
                 } else {
                     // inside a pg_worlds plpgsql function (SHOW REVIEWS judging a world): its caller's
                     SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = caller_path());
@@ -254,7 +295,7 @@ pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
         );
     }
     INTERNAL.with(|i| i.set(i.get() + 1));
-    let _g = Guard(user, sec, level);
+    let _g = Guard(user, sec, level, lazy_scope);
     f()
 }
 
@@ -268,6 +309,8 @@ pub fn in_session_search_path<R>(f: impl FnOnce() -> R) -> R {
             pop_setting(self.0);
         }
     }
+    // (the safe path an as_internal_lazy deferred goes first, below the session's)
+    ensure_safe_path();
     let path = if internal() { SESSION_SEARCH_PATH.with(|p| p.borrow().clone()) } else { None };
     let _p = path.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
     f()
@@ -281,6 +324,7 @@ pub fn in_caller_search_path<R>(f: impl FnOnce() -> R) -> R {
     if internal() {
         return in_session_search_path(f);
     }
+    ensure_safe_path();
     struct PathGuard(i32);
     impl Drop for PathGuard {
         fn drop(&mut self) {
@@ -464,7 +508,7 @@ fn load_layout(tabno: i32) -> Layout {
                             (SELECT array_agg(a.attnum::int4 ORDER BY k.ord) FROM unnest(t.key_columns) WITH ORDINALITY k(name, ord)
                                JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = k.name) AS keys,
                             overlay_nothing::oid,
-                            ARRAY[worlds._qualified(relid), coalesce(worlds._qualified(changes), ''), coalesce(worlds._qualified(delta), ''), coalesce(worlds._qualified(overlay), ''), '',
+                            ARRAY[coalesce(worlds._qualified(relid), relid::oid::text), coalesce(worlds._qualified(changes), ''), coalesce(worlds._qualified(delta), ''), coalesce(worlds._qualified(overlay), ''), '',
                                   coalesce(worlds._qualified(history), ''), coalesce(worlds._qualified(inserts), '')],
                             inserts::oid,
                             (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.relname,

@@ -334,7 +334,8 @@ fn validate(tabno: i32, gen: u64) {
     };
     let layout = relation_layout(tabno);
     let mut cache = CACHES.with(|c| c.borrow_mut().remove(&tabno)).unwrap_or_default();
-    as_internal(|| {
+    // (the catch-up mostly runs no SQL: the search_path is set only if it does)
+    super::as_internal_lazy(|| {
         if cache.world_num != world.num || cache.world_version != world.version || cache.main_snapshot != world.main_snapshot {
             let main_changed = cache.main_snapshot != world.main_snapshot || cache.world_num != world.num;
             if !main_changed && world.version > cache.world_version && cache.chain == chain_of(&world) {

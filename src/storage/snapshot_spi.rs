@@ -103,6 +103,8 @@ fn run<R>(
 /// Runs the kept plan of `sql` inside a connected SPI: its rows are in SPI_tuptable, its count in
 /// SPI_processed.
 unsafe fn execute_plan(sql: &str, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>], read_only: bool, generic: bool) {
+    // (its names resolve on the safe search_path, deferred by as_internal_lazy until now)
+    super::ensure_safe_path();
     unsafe {
         let plan = plan_for(sql, types, generic);
         let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0usize))).collect();

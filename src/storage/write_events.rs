@@ -230,7 +230,7 @@ pub fn commit_writes() {
     with_snapshot(|| {
     let event = if e.commit { "commit" } else { "write" };
     // (with the executor's single-row calls where it can: commit_direct.rs)
-    let direct = as_internal(|| unsafe { super::commit_direct::commit(e.seq, e.at, num, event, n, k) });
+    let direct = super::as_internal_lazy(|| unsafe { super::commit_direct::commit(e.seq, e.at, num, event, n, k) });
     if let Some(v) = direct {
         moved_to(num, k, Some(v));
         return;
