@@ -136,3 +136,22 @@ EXPLAIN (COSTS OFF) EXECUTE bump(4);
 DEALLOCATE bump;
 RESET worlds.world;
 SELECT id, total FROM small WHERE id = 4;
+-- pg_worlds' own SQL (here the cache's catch-up on main's changes, then the commit's bookkeeping) runs on
+-- its own search_path, set only when it runs SQL: a function a role puts ahead of pg_catalog on its path
+-- is never called by it
+CREATE SCHEMA shadow;
+CREATE FUNCTION shadow.pg_current_snapshot() RETURNS pg_snapshot LANGUAGE plpgsql
+AS $$ BEGIN RAISE EXCEPTION 'the shadow function was called'; END $$;
+SELECT * FROM worlds.sql('create world shadow_w');
+SET worlds.world = shadow_w;
+SELECT id, total FROM small WHERE id IN (5, 6) ORDER BY id;
+RESET worlds.world;
+UPDATE small SET total = total + 1000 WHERE id = 6;
+SET search_path = shadow, pg_catalog, public;
+SET worlds.world = shadow_w;
+UPDATE small SET total = total + 1 WHERE id = 5 RETURNING id, total;
+SELECT id, total FROM small WHERE id IN (5, 6) ORDER BY id;
+RESET worlds.world;
+RESET search_path;
+SELECT * FROM worlds.sql('drop world shadow_w');
+DROP SCHEMA shadow CASCADE;
