@@ -49,9 +49,9 @@ unsafe extern "C-unwind" fn planner(
 /// The overlay view's body under an UPDATE / DELETE of a world becomes the table, read by the world scan.
 unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
     unsafe {
-        // (in main, and in pg_worlds' own SQL, no target is a world's: the write twin is chosen in a world
-        // only, and a switch of world analyses every statement again)
-        if guc::in_main() || storage::internal() || !pg_sys::IsTransactionState() {
+        // (in main no target is a world's: the write twin is chosen in a world only, and a switch of world
+        // analyses every statement again)
+        if guc::in_main() || !pg_sys::IsTransactionState() {
             return;
         }
         let rtable = (*parse).rtable;
@@ -65,7 +65,9 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
         // scan, whatever else holds now (a plan made again for a statement analyzed then)
         let twin = is_write_twin(&layout, (*result).relid);
         if !twin {
-            if !guc::WORLD_SCAN.get() {
+            // (a twin is converted even inside pg_worlds' own work: a statement of the app's analysed outside
+            // it, planned again inside, still reads the world's rows)
+            if storage::internal() || !guc::WORLD_SCAN.get() {
                 return;
             }
             // the overlay itself (not a conflict or rows twin)
