@@ -1,9 +1,8 @@
 //! A world writer's commit bookkeeping (write_events::commit_writes) without SPI: the `write` / `commit`
 //! event inserted and the world's version moved with the executor's own single-row calls, the ones
-//! logical replication applies rows with (`ExecSimpleRelationInsert`, and the same find-and-lock as its
-//! `RelationFindReplTupleByIndex` minus its LOG line at every race, `RelationFindReplTupleByIndex`,
-//! `ExecSimpleRelationUpdate`): constraints checked, indexes kept, AFTER triggers (the catalog's foreign
-//! keys) queued and fired. The SPI statement did the same through a generic plan, executor start and end,
+//! logical replication applies rows with (`ExecSimpleRelationInsert`, `ExecSimpleRelationUpdate`, and the
+//! find-and-lock of its `RelationFindReplTupleByIndex` without that function's LOG line at every race):
+//! constraints checked, indexes kept, AFTER triggers (the catalog's foreign keys) queued and fired. The SPI statement did the same through a generic plan, executor start and end,
 //! and was a fifteenth of a world's TPC-B transaction.
 //!
 //! Only under READ COMMITTED: the world's row is found and locked at its latest version, waiting for a

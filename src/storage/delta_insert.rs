@@ -19,15 +19,7 @@ thread_local! {
 }
 
 pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
-    ELIGIBLE.with(|e| {
-        if let Ok(mut e) = e.try_borrow_mut() {
-            if relid == pg_sys::Oid::INVALID {
-                e.clear();
-            } else {
-                e.remove(&relid);
-            }
-        }
-    });
+    crate::storage::forget_relation(&ELIGIBLE, relid);
 }
 
 /// Can a version of this table's rows be written directly?

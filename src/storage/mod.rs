@@ -674,6 +674,20 @@ pub fn overlay_relations() -> Rc<HashMap<pg_sys::Oid, i32>> {
     overlays
 }
 
+/// Forgets what a per-relation map remembers of `relid` (of every relation when it is InvalidOid): a
+/// relcache invalidation of it (its DDL, an index added or dropped).
+pub(crate) fn forget_relation<V: 'static>(map: &'static std::thread::LocalKey<RefCell<HashMap<pg_sys::Oid, V>>>, relid: pg_sys::Oid) {
+    map.with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            if relid == pg_sys::Oid::INVALID {
+                m.clear();
+            } else {
+                m.remove(&relid);
+            }
+        }
+    });
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     // The maps are rebuilt on next use. A layout goes only when one of its relations is invalidated (DDL

@@ -30,15 +30,7 @@ thread_local! {
 }
 
 pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
-    META.with(|m| {
-        if let Ok(mut m) = m.try_borrow_mut() {
-            if relid == pg_sys::Oid::INVALID {
-                m.clear();
-            } else {
-                m.remove(&relid);
-            }
-        }
-    });
+    crate::storage::forget_relation(&META, relid);
 }
 
 unsafe fn meta_of(layout: &Layout) -> Option<Meta> {
