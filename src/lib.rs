@@ -13,6 +13,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod fast_ffi;
 pub mod catalog;
 pub mod governance;
 pub mod guc;

@@ -288,7 +288,7 @@ pub unsafe fn utility_write_targets(stmt: *mut pg_sys::Node) -> Vec<pg_sys::Oid>
             pg_sys::NodeTag::T_TruncateStmt => {
                 let rels = (*(stmt as *mut pg_sys::TruncateStmt)).relations;
                 for i in 0..if rels.is_null() { 0 } else { (*rels).length } {
-                    rvs.push(pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar);
+                    rvs.push(crate::fast_ffi::list_nth(rels, i) as *mut pg_sys::RangeVar);
                 }
             }
             pg_sys::NodeTag::T_CopyStmt => {

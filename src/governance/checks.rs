@@ -105,7 +105,7 @@ fn validate(query: &str) {
         if raw.is_null() || (*raw).length != 1 {
             raise("42601", "a merge check is one SELECT (or WITH ... SELECT)");
         }
-        let raw_stmt = pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt;
+        let raw_stmt = crate::fast_ffi::list_nth(raw, 0) as *mut pg_sys::RawStmt;
         let stmt = (*raw_stmt).stmt;
         if (*stmt).type_ != pg_sys::NodeTag::T_SelectStmt {
             raise("25006", "a merge check is one SELECT (or WITH ... SELECT) that changes nothing");
@@ -123,7 +123,7 @@ fn validate(query: &str) {
         }
         let rewritten = pg_sys::QueryRewrite(analysed);
         for i in 0..if rewritten.is_null() { 0 } else { (*rewritten).length } {
-            let q = pg_sys::list_nth(rewritten, i) as *mut pg_sys::Node;
+            let q = crate::fast_ffi::list_nth(rewritten, i) as *mut pg_sys::Node;
             check_walker(q, std::ptr::null_mut());
         }
     }

@@ -57,7 +57,7 @@ pub const fn exec_methods(
 /// # Safety
 /// `list` is a list of Integer nodes with more than `n` members.
 pub unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
-    unsafe { (*(pg_sys::list_nth(list, n) as *mut pg_sys::Integer)).ival }
+    unsafe { (*(crate::fast_ffi::list_nth(list, n) as *mut pg_sys::Integer)).ival }
 }
 
 /// An int2, int4 or int8 datum as an i64; None for another type.

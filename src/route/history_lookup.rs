@@ -134,12 +134,12 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
         // a constant, a parameter or an expression of them: evaluated once, at the scan's start
         let fixed = |n: *mut pg_sys::Node| !pg_sys::contain_var_clause(n) && !pg_sys::contain_volatile_functions(n);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let ri = pg_sys::list_nth(list, i) as *mut pg_sys::RestrictInfo;
+            let ri = crate::fast_ffi::list_nth(list, i) as *mut pg_sys::RestrictInfo;
             let clause = (*ri).clause as *mut pg_sys::Node;
             match (*clause).type_ {
                 pg_sys::NodeTag::T_ScalarArrayOpExpr => {
                     let sa = clause as *mut pg_sys::ScalarArrayOpExpr;
-                    let (a, b) = (pg_sys::list_nth((*sa).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*sa).args, 1) as *mut pg_sys::Node);
+                    let (a, b) = (crate::fast_ffi::list_nth((*sa).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*sa).args, 1) as *mut pg_sys::Node);
                     if branch == HISTORY && (*sa).useOr && is_var(a, pg_sys::SelfItemPointerAttributeNumber as i16) {
                         tid_filters.push(ri);
                         marked = true;
@@ -162,7 +162,7 @@ unsafe fn clauses_of(list: *mut pg_sys::List, relid: pg_sys::Index, key_attno: i
                     if (*(*op).args).length != 2 {
                         continue;
                     }
-                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    let (a, b) = (crate::fast_ffi::list_nth((*op).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*op).args, 1) as *mut pg_sys::Node);
                     let (other, key_left) = if is_var(a, key_attno) {
                         (b, true)
                     } else if is_var(b, key_attno) {
@@ -280,7 +280,7 @@ unsafe extern "C-unwind" fn plan_path(
         // history's tid filter is what the lookup does; every other clause is checked on the rows it fetches
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         for i in 0..(*clauses).length {
-            let ri = pg_sys::list_nth(clauses, i) as *mut pg_sys::RestrictInfo;
+            let ri = crate::fast_ffi::list_nth(clauses, i) as *mut pg_sys::RestrictInfo;
             if !found.tid_filters.contains(&ri) {
                 kept = pg_sys::lappend(kept, ri as *mut std::ffi::c_void);
             }
@@ -365,11 +365,11 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
     unsafe {
         let n = node as *mut LookupNode;
         let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
-        let expr = pg_sys::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
+        let expr = crate::fast_ffi::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
         if (*n).mode == KEY_RANGE {
             let bounds = (0..(*(*cscan).custom_exprs).length)
                 .map(|i| {
-                    let bound = pg_sys::list_nth((*cscan).custom_exprs, i) as *mut pg_sys::Expr;
+                    let bound = crate::fast_ffi::list_nth((*cscan).custom_exprs, i) as *mut pg_sys::Expr;
                     (pg_sys::ExecInitExpr(bound, node as *mut pg_sys::PlanState), int_at((*cscan).custom_private, 5 + i) as u16)
                 })
                 .collect();
@@ -436,7 +436,7 @@ unsafe fn search_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys:
         let dseq = pg_sys::get_attnum((*rel).rd_id, c"_w_dseq".as_ptr());
         let list = pg_sys::RelationGetIndexList(rel);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
+            let index = pg_sys::index_open(crate::fast_ffi::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
             let ix = (*index).rd_index;
             let keys = (*ix).indkey.values.as_ptr();
             if (*ix).indnkeyatts == 2 && *keys == key_attno && *keys.add(1) == dseq && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID {
@@ -697,7 +697,7 @@ pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::Param
             if scanrelid == 0 {
                 continue;
             }
-            let rte = pg_sys::list_nth((*stmt).rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            let rte = crate::fast_ffi::list_nth((*stmt).rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
             if crate::route::world_scan::is_world_scan(plan) {
                 // an UPDATE / DELETE reading its target in place (hooks/planner.rs): main's scan under it
                 // must name its keys
@@ -718,7 +718,7 @@ pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::Param
             {
                 return None;
             }
-            let expr = pg_sys::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
+            let expr = crate::fast_ffi::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
             let keys = evaluate_keys(expr, params, int_at((*cscan).custom_private, 4) == KEY_LIST)?;
             lookups.push(tabno);
             found.extend(keys.into_iter().map(|k| (tabno, k)));
@@ -736,7 +736,7 @@ pub unsafe fn plan_nodes(stmt: *mut pg_sys::PlannedStmt) -> Vec<*mut pg_sys::Pla
         let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
         let subplans = (*stmt).subplans;
         for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
-            plans.push(pg_sys::list_nth(subplans, i) as *mut pg_sys::Plan);
+            plans.push(crate::fast_ffi::list_nth(subplans, i) as *mut pg_sys::Plan);
         }
         while let Some(plan) = plans.pop() {
             if plan.is_null() {
@@ -754,7 +754,7 @@ pub unsafe fn plan_nodes(stmt: *mut pg_sys::PlannedStmt) -> Vec<*mut pg_sys::Pla
             };
             for l in lists {
                 for i in 0..if l.is_null() { 0 } else { (*l).length } {
-                    plans.push(pg_sys::list_nth(l, i) as *mut pg_sys::Plan);
+                    plans.push(crate::fast_ffi::list_nth(l, i) as *mut pg_sys::Plan);
                 }
             }
             if (*plan).type_ == pg_sys::NodeTag::T_SubqueryScan {
@@ -773,7 +773,7 @@ unsafe fn computable(n: *mut pg_sys::Node) -> bool {
         if n.is_null() {
             return true;
         }
-        let all = |l: *mut pg_sys::List| (0..if l.is_null() { 0 } else { (*l).length }).all(|i| computable(pg_sys::list_nth(l, i) as *mut pg_sys::Node));
+        let all = |l: *mut pg_sys::List| (0..if l.is_null() { 0 } else { (*l).length }).all(|i| computable(crate::fast_ffi::list_nth(l, i) as *mut pg_sys::Node));
         match (*n).type_ {
             pg_sys::NodeTag::T_Const => true,
             pg_sys::NodeTag::T_Param => (*(n as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN,

@@ -128,7 +128,7 @@ unsafe fn truncate_in_world(t: *mut pg_sys::TruncateStmt, world: overlay::World)
         let mut statements = Vec::new();
         let mut any_tracked = false;
         for i in 0..if rels.is_null() { 0 } else { (*rels).length } {
-            let rv = pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar;
+            let rv = crate::fast_ffi::list_nth(rels, i) as *mut pg_sys::RangeVar;
             let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::AccessShareLock as i32, 0, None, std::ptr::null_mut());
             let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[relid.into()]).ok().flatten().unwrap_or_default();
             if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
@@ -183,7 +183,7 @@ unsafe fn creates_temp_table(stmt: *mut pg_sys::Node) -> bool {
             pg_sys::NodeTag::T_TruncateStmt => {
                 let rels = (*(stmt as *mut pg_sys::TruncateStmt)).relations;
                 return !rels.is_null()
-                    && (0..(*rels).length).all(|i| is_temp_relation(pg_sys::list_nth(rels, i) as *mut pg_sys::RangeVar));
+                    && (0..(*rels).length).all(|i| is_temp_relation(crate::fast_ffi::list_nth(rels, i) as *mut pg_sys::RangeVar));
             }
             _ => std::ptr::null_mut(),
         };
@@ -208,7 +208,7 @@ unsafe fn drops_only_temp_tables(d: *mut pg_sys::DropStmt) -> bool {
             return false;
         }
         (0..(*(*d).objects).length).all(|i| {
-            let rv = pg_sys::makeRangeVarFromNameList(pg_sys::list_nth((*d).objects, i) as *mut pg_sys::List);
+            let rv = pg_sys::makeRangeVarFromNameList(crate::fast_ffi::list_nth((*d).objects, i) as *mut pg_sys::List);
             let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
             relid != pg_sys::Oid::INVALID && pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char
         })

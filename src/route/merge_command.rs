@@ -118,7 +118,7 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
         if results.is_null() {
             return None;
         }
-        let rte = pg_sys::list_nth((*stmt).rtable, pg_sys::list_nth_int(results, 0) - 1) as *mut pg_sys::RangeTblEntry;
+        let rte = crate::fast_ffi::list_nth((*stmt).rtable, crate::fast_ffi::list_nth_int(results, 0) - 1) as *mut pg_sys::RangeTblEntry;
         let tabno = *storage::routed_tables().get(&(*rte).relid)?;
         let layout = storage::relation_layout(tabno);
         check_target(&layout);
@@ -178,7 +178,7 @@ unsafe fn analyze(text: &CStr, params: pg_sys::ParamListInfo, env: *mut pg_sys::
         if list.is_null() {
             raise("XX000", "pg_worlds: the MERGE statement's text is empty");
         }
-        let raw = pg_sys::list_nth(list, 0) as *mut pg_sys::RawStmt;
+        let raw = crate::fast_ffi::list_nth(list, 0) as *mut pg_sys::RawStmt;
         let mut node = (*raw).stmt;
         loop {
             node = match (*node).type_ {
@@ -246,12 +246,12 @@ unsafe fn as_select(merge: *mut pg_sys::Query, layout: &storage::Layout) -> (*mu
         let mut actions = Vec::new();
         let list = (*q).mergeActionList;
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let a = pg_sys::list_nth(list, i) as *mut pg_sys::MergeAction;
+            let a = crate::fast_ffi::list_nth(list, i) as *mut pg_sys::MergeAction;
             let qual = (!(*a).qual.is_null()).then(|| add((*a).qual as *mut pg_sys::Expr));
             let mut values = Vec::new();
             let tl = (*a).targetList;
             for k in 0..if tl.is_null() { 0 } else { (*tl).length } {
-                let te = pg_sys::list_nth(tl, k) as *mut pg_sys::TargetEntry;
+                let te = crate::fast_ffi::list_nth(tl, k) as *mut pg_sys::TargetEntry;
                 if (*te).resjunk || has_multiexpr((*te).expr as *mut pg_sys::Node) {
                     raise("0A000", "MERGE ... UPDATE SET (columns) = (SELECT ...) inside a world is not supported yet; list the values");
                 }
@@ -283,7 +283,7 @@ unsafe fn as_select(merge: *mut pg_sys::Query, layout: &storage::Layout) -> (*mu
         (*join).type_ = pg_sys::NodeTag::T_JoinExpr;
         (*join).jointype = jointype;
         (*join).larg = left as *mut pg_sys::Node;
-        (*join).rarg = pg_sys::list_nth((*(*q).jointree).fromlist, 0) as *mut pg_sys::Node;
+        (*join).rarg = crate::fast_ffi::list_nth((*(*q).jointree).fromlist, 0) as *mut pg_sys::Node;
         (*join).quals = (*(*q).jointree).quals;
         (*join).rtindex = (*(*q).rtable).length;
         (*(*q).jointree).fromlist = pg_sys::lappend(std::ptr::null_mut(), join as *mut std::ffi::c_void);
@@ -370,7 +370,7 @@ unsafe fn collect(select: *mut pg_sys::Query, text: &CStr, params: pg_sys::Param
         if rewritten.is_null() || (*rewritten).length != 1 {
             raise("XX000", "pg_worlds: MERGE's join rewrote to more than one query");
         }
-        let planned = pg_sys::pg_plan_query(pg_sys::list_nth(rewritten, 0) as *mut pg_sys::Query, text.as_ptr(), 0, params);
+        let planned = pg_sys::pg_plan_query(crate::fast_ffi::list_nth(rewritten, 0) as *mut pg_sys::Query, text.as_ptr(), 0, params);
         let mut collector = Box::new(Collector {
             base: pg_sys::DestReceiver {
                 receiveSlot: Some(collector_receive),
@@ -384,7 +384,7 @@ unsafe fn collect(select: *mut pg_sys::Query, text: &CStr, params: pg_sys::Param
             rows: Vec::new(),
         });
         let dest = &mut *collector as *mut Collector as *mut pg_sys::DestReceiver;
-        let qd = pg_sys::CreateQueryDesc(planned, text.as_ptr(), pg_sys::GetActiveSnapshot(), std::ptr::null_mut(), dest, params, env, 0);
+        let qd = pg_sys::CreateQueryDesc(planned, text.as_ptr(), crate::fast_ffi::GetActiveSnapshot(), std::ptr::null_mut(), dest, params, env, 0);
         pg_sys::ExecutorStart(qd, 0);
         pg_sys::ExecutorRun(qd, pg_sys::ScanDirection::ForwardScanDirection, 0, true);
         pg_sys::ExecutorFinish(qd);

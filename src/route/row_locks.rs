@@ -85,8 +85,8 @@ unsafe fn rewrite_level(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oid, i3
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         let marks = (*q).rowMarks;
         for i in 0..if marks.is_null() { 0 } else { (*marks).length } {
-            let rc = pg_sys::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
-            let rte = pg_sys::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            let rc = crate::fast_ffi::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
+            let rte = crate::fast_ffi::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
             match ((*rte).rtekind == pg_sys::RTEKind::RTE_RELATION).then(|| tracked.get(&(*rte).relid)).flatten() {
                 Some(&tabno) => locked.push(Locked { rti: (*rc).rti, tabno, strength: (*rc).strength, wait: (*rc).waitPolicy, via_view: None }),
                 None => kept = pg_sys::lappend(kept, rc as *mut std::ffi::c_void),
@@ -116,8 +116,8 @@ unsafe fn lock_through_views(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oi
         let marks = (*q).rowMarks;
         let mut kept: *mut pg_sys::List = std::ptr::null_mut();
         for i in 0..(*marks).length {
-            let rc = pg_sys::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
-            let rte = pg_sys::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            let rc = crate::fast_ffi::list_nth(marks, i) as *mut pg_sys::RowMarkClause;
+            let rte = crate::fast_ffi::list_nth((*q).rtable, (*rc).rti as i32 - 1) as *mut pg_sys::RangeTblEntry;
             if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION || (*rte).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
                 kept = pg_sys::lappend(kept, rc as *mut std::ffi::c_void);
                 continue;
@@ -129,7 +129,7 @@ unsafe fn lock_through_views(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oi
             let mut tables = Vec::new();
             from_items(body, (*body).jointree as *mut pg_sys::Node, &mut tables);
             for rti in tables {
-                let t = pg_sys::list_nth((*body).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
+                let t = crate::fast_ffi::list_nth((*body).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
                 match ((*t).rtekind == pg_sys::RTEKind::RTE_RELATION).then(|| tracked.get(&(*t).relid)).flatten() {
                     Some(&tabno) => {
                         (*t).requiredPerms |= pg_sys::ACL_SELECT_FOR_UPDATE as pg_sys::AclMode;
@@ -165,7 +165,7 @@ unsafe fn from_items(q: *mut pg_sys::Query, item: *mut pg_sys::Node, out: &mut V
             pg_sys::NodeTag::T_FromExpr => {
                 let list = (*(item as *mut pg_sys::FromExpr)).fromlist;
                 for i in 0..if list.is_null() { 0 } else { (*list).length } {
-                    from_items(q, pg_sys::list_nth(list, i) as *mut pg_sys::Node, out);
+                    from_items(q, crate::fast_ffi::list_nth(list, i) as *mut pg_sys::Node, out);
                 }
             }
             pg_sys::NodeTag::T_JoinExpr => {
@@ -185,7 +185,7 @@ unsafe fn expose_key(body: *mut pg_sys::Query, view: *mut pg_sys::RangeTblEntry,
         let layout = storage::relation_layout(tabno);
         let tl = (*body).targetList;
         let entries: Vec<*mut pg_sys::TargetEntry> =
-            (0..if tl.is_null() { 0 } else { (*tl).length }).map(|i| pg_sys::list_nth(tl, i) as *mut pg_sys::TargetEntry).collect();
+            (0..if tl.is_null() { 0 } else { (*tl).length }).map(|i| crate::fast_ffi::list_nth(tl, i) as *mut pg_sys::TargetEntry).collect();
         let mut new_tl: *mut pg_sys::List = std::ptr::null_mut();
         for &e in entries.iter().filter(|&&e| !(*e).resjunk) {
             new_tl = pg_sys::lappend(new_tl, e as *mut std::ffi::c_void);
@@ -225,7 +225,7 @@ unsafe fn mark_for_locking(
         match (*item).type_ {
             pg_sys::NodeTag::T_RangeTblRef => {
                 let rti = (*(item as *mut pg_sys::RangeTblRef)).rtindex;
-                let rte = pg_sys::list_nth((*q).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
+                let rte = crate::fast_ffi::list_nth((*q).rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
                 if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION {
                     pg_sys::applyLockingClause(q, rti as pg_sys::Index, strength, wait, true);
                     (*rte).requiredPerms |= pg_sys::ACL_SELECT_FOR_UPDATE as pg_sys::AclMode;
@@ -239,7 +239,7 @@ unsafe fn mark_for_locking(
                 let list = (*(item as *mut pg_sys::FromExpr)).fromlist;
                 if !list.is_null() {
                     for i in 0..(*list).length {
-                        mark_for_locking(q, pg_sys::list_nth(list, i) as *mut pg_sys::Node, strength, wait);
+                        mark_for_locking(q, crate::fast_ffi::list_nth(list, i) as *mut pg_sys::Node, strength, wait);
                     }
                 }
             }
@@ -262,7 +262,7 @@ unsafe fn wrap(q: *mut pg_sys::Query, locked: &[Locked], world: i32) {
         // the target list: the visible columns, then each locked row's key columns, then the junk ones
         let tl = (*inner).targetList;
         let entries: Vec<*mut pg_sys::TargetEntry> =
-            (0..if tl.is_null() { 0 } else { (*tl).length }).map(|i| pg_sys::list_nth(tl, i) as *mut pg_sys::TargetEntry).collect();
+            (0..if tl.is_null() { 0 } else { (*tl).length }).map(|i| crate::fast_ffi::list_nth(tl, i) as *mut pg_sys::TargetEntry).collect();
         let visible: Vec<*mut pg_sys::TargetEntry> = entries.iter().copied().filter(|&e| !(*e).resjunk).collect();
         let mut new_tl: *mut pg_sys::List = std::ptr::null_mut();
         for &e in &visible {
@@ -331,7 +331,7 @@ unsafe fn wrap(q: *mut pg_sys::Query, locked: &[Locked], world: i32) {
             let call = pg_sys::makeFuncExpr(lock_fn, pg_sys::BOOLOID, args, pg_sys::Oid::INVALID, pg_sys::Oid::INVALID, pg_sys::CoercionForm::COERCE_EXPLICIT_CALL);
             quals = pg_sys::lappend(quals, call as *mut std::ffi::c_void);
         }
-        let qual = if (*quals).length == 1 { pg_sys::list_nth(quals, 0) as *mut pg_sys::Node } else { pg_sys::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, quals, -1) as *mut pg_sys::Node };
+        let qual = if (*quals).length == 1 { crate::fast_ffi::list_nth(quals, 0) as *mut pg_sys::Node } else { pg_sys::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, quals, -1) as *mut pg_sys::Node };
         let rtr = pg_sys::palloc0(std::mem::size_of::<pg_sys::RangeTblRef>()) as *mut pg_sys::RangeTblRef;
         (*rtr).type_ = pg_sys::NodeTag::T_RangeTblRef;
         (*rtr).rtindex = 1;
@@ -411,7 +411,7 @@ pub unsafe fn lock_calls(stmt: *mut pg_sys::PlannedStmt) -> Vec<LockCall> {
             }
             let f = *lock_fn.get_or_insert_with(lock_row_function);
             for i in 0..(*qual).length {
-                calls_in(pg_sys::list_nth(qual, i) as *mut pg_sys::Node, f, &mut out);
+                calls_in(crate::fast_ffi::list_nth(qual, i) as *mut pg_sys::Node, f, &mut out);
             }
         }
         out
@@ -426,7 +426,7 @@ unsafe fn calls_in(node: *mut pg_sys::Node, f: pg_sys::Oid, out: &mut Vec<LockCa
         if (*node).type_ == pg_sys::NodeTag::T_BoolExpr {
             let args = (*(node as *mut pg_sys::BoolExpr)).args;
             for i in 0..if args.is_null() { 0 } else { (*args).length } {
-                calls_in(pg_sys::list_nth(args, i) as *mut pg_sys::Node, f, out);
+                calls_in(crate::fast_ffi::list_nth(args, i) as *mut pg_sys::Node, f, out);
             }
             return;
         }
@@ -435,7 +435,7 @@ unsafe fn calls_in(node: *mut pg_sys::Node, f: pg_sys::Oid, out: &mut Vec<LockCa
         }
         let args = (*(node as *mut pg_sys::FuncExpr)).args;
         let int_at = |i: i32| {
-            let c = pg_sys::list_nth(args, i) as *mut pg_sys::Const;
+            let c = crate::fast_ffi::list_nth(args, i) as *mut pg_sys::Const;
             ((*c).xpr.type_ == pg_sys::NodeTag::T_Const).then(|| (*c).constvalue.value() as i32)
         };
         if let (Some(tabno), Some(strength), Some(wait)) = (int_at(1), int_at(2), int_at(3)) {

@@ -49,7 +49,7 @@ pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, la
         (*select).cteList = std::ptr::null_mut();
         (*select).hasModifyingCTE = false;
         (*select).hasRecursive = false;
-        let target = pg_sys::list_nth((*select).rtable, result_index - 1) as *mut pg_sys::RangeTblEntry;
+        let target = crate::fast_ffi::list_nth((*select).rtable, result_index - 1) as *mut pg_sys::RangeTblEntry;
         let alias = std::ffi::CString::new(TARGET_ALIAS).unwrap();
         (*target).alias = pg_sys::makeAlias(alias.as_ptr(), std::ptr::null_mut());
         (*target).inFromCl = true; // the deparser prints only FROM-clause entries
@@ -60,7 +60,7 @@ pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, la
         let set_expr = |attno: i16| -> Option<*mut pg_sys::Expr> {
             let n = if sets.is_null() { 0 } else { (*sets).length };
             (0..n).find_map(|i| {
-                let te = pg_sys::list_nth(sets, i) as *mut pg_sys::TargetEntry;
+                let te = crate::fast_ffi::list_nth(sets, i) as *mut pg_sys::TargetEntry;
                 ((*te).resno == attno).then(|| pg_sys::copyObjectImpl((*te).expr as *const std::ffi::c_void) as *mut pg_sys::Expr)
             })
         };
@@ -267,7 +267,7 @@ unsafe fn arbiter_columns(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) -> V
             let n = if elems.is_null() { 0 } else { (*elems).length };
             (0..n)
                 .map(|i| {
-                    let el = pg_sys::list_nth(elems, i) as *mut pg_sys::InferenceElem;
+                    let el = crate::fast_ffi::list_nth(elems, i) as *mut pg_sys::InferenceElem;
                     let e = (*el).expr;
                     if e.is_null() || (*e).type_ != pg_sys::NodeTag::T_Var {
                         refuse();

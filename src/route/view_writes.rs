@@ -24,7 +24,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
         let rtable = (*body).rtable;
         let mut bases = Vec::new();
         for i in 0..(*rtable).length {
-            let r = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            let r = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
             if (*r).rtekind != pg_sys::RTEKind::RTE_RELATION || (*r).relid == view {
                 continue; // the rule's OLD and NEW entries name the view itself
             }

@@ -107,7 +107,7 @@ unsafe fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
         if list.is_null() {
             return Vec::new();
         }
-        (0..(*list).length).map(|i| pg_sys::list_nth(list, i) as *mut T).collect()
+        (0..(*list).length).map(|i| crate::fast_ffi::list_nth(list, i) as *mut T).collect()
     }
 }
 
@@ -168,7 +168,7 @@ unsafe fn key_order(rel: *mut pg_sys::RelOptInfo, path: *mut pg_sys::Path, key_a
         if keys.is_null() || (*keys).length != 1 {
             return 0;
         }
-        let pk = pg_sys::list_nth(keys, 0) as *mut pg_sys::PathKey;
+        let pk = crate::fast_ffi::list_nth(keys, 0) as *mut pg_sys::PathKey;
         let ec = (*pk).pk_eclass;
         let on_key = list_items::<pg_sys::EquivalenceMember>((*ec).ec_members).into_iter().any(|em| {
             let e = (*em).em_expr as *mut pg_sys::Node;
@@ -337,7 +337,7 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
         let tabno = int_at((*cscan).custom_private, 0);
         let order = int_at((*cscan).custom_private, 1);
-        let child = pg_sys::ExecInitNode(pg_sys::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
+        let child = pg_sys::ExecInitNode(crate::fast_ffi::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
         // Main's plan reads a table's tuples as stored when its parent needs no particular columns; a custom
         // scan's child never gets that physical target list, so it would project every row (a full scan's
         // largest cost in a world). When the node's output is the stored row or no columns, the child's
@@ -413,7 +413,7 @@ unsafe fn tup_is_null(slot: *mut pg_sys::TupleTableSlot) -> bool {
 unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64> {
     unsafe {
         let mut isnull = false;
-        let d = pg_sys::slot_getattr(slot, attno, &mut isnull);
+        let d = crate::fast_ffi::slot_getattr(slot, attno, &mut isnull);
         // int2, int4 and int8 datums all hold the value sign-extended
         (!isnull).then(|| d.value() as i64)
     }
@@ -978,7 +978,7 @@ unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relatio
     unsafe {
         let list = pg_sys::RelationGetIndexList(rel);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let oid = pg_sys::list_nth_oid(list, i);
+            let oid = crate::fast_ffi::list_nth_oid(list, i);
             let index = pg_sys::index_open(oid, pg_sys::AccessShareLock as i32);
             let ix = (*index).rd_index;
             if *(*ix).indkey.values.as_ptr() as i32 == key_attno && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID && pg_sys::RelationGetIndexPredicate(index).is_null() {
@@ -1118,7 +1118,7 @@ pub unsafe fn key_condition(plan: *mut pg_sys::Plan) -> Option<(*mut pg_sys::Exp
                     if (*(*op).args).length != 2 {
                         continue;
                     }
-                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    let (a, b) = (crate::fast_ffi::list_nth((*op).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*op).args, 1) as *mut pg_sys::Node);
                     // an equality operator (mergejoinable), the key on either side
                     if !pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
                         continue;
@@ -1135,7 +1135,7 @@ pub unsafe fn key_condition(plan: *mut pg_sys::Plan) -> Option<(*mut pg_sys::Exp
                     if !(*op).useOr || (*(*op).args).length != 2 {
                         continue;
                     }
-                    let (a, b) = (pg_sys::list_nth((*op).args, 0) as *mut pg_sys::Node, pg_sys::list_nth((*op).args, 1) as *mut pg_sys::Node);
+                    let (a, b) = (crate::fast_ffi::list_nth((*op).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*op).args, 1) as *mut pg_sys::Node);
                     if is_key(a) && pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
                         return Some((b as *mut pg_sys::Expr, true));
                     }

@@ -101,7 +101,7 @@ pub unsafe extern "C-unwind" fn worlds_dropped_value(fcinfo: pg_sys::FunctionCal
         let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
         tuple.t_self = *tid;
         let mut buffer: pg_sys::Buffer = 0;
-        let found = pg_sys::heap_fetch(rel, pg_sys::GetActiveSnapshot(), &mut tuple, &mut buffer, false);
+        let found = pg_sys::heap_fetch(rel, crate::fast_ffi::GetActiveSnapshot(), &mut tuple, &mut buffer, false);
         let mut result = None;
         if found {
             let mut isnull = false;

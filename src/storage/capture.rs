@@ -364,7 +364,7 @@ pub(super) unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, Index
                 let mut all_btree = true;
                 let mut plan = Vec::new();
                 for i in 0..if list.is_null() { 0 } else { (*list).length } {
-                    let oid = pg_sys::list_nth_oid(list, i);
+                    let oid = crate::fast_ffi::list_nth_oid(list, i);
                     let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
                     HELD.with(|h| h.borrow_mut().opening.push(index));
                     let info = pg_sys::BuildIndexInfo(index);

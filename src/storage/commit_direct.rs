@@ -18,27 +18,19 @@ use pgrx::prelude::*;
 /// Inside a transaction, a snapshot active, as pg_worlds (as_internal).
 pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, rows: i64, k: i64) -> Option<i64> {
     unsafe {
-        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !pg_sys::ActiveSnapshotSet() {
+        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !crate::fast_ffi::ActiveSnapshotSet() {
             return None;
         }
-        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
-        if ns == pg_sys::Oid::INVALID {
-            return None;
-        }
-        let (world_id, event_id) = (pg_sys::get_relname_relid(c"world".as_ptr(), ns), pg_sys::get_relname_relid(c"event".as_ptr(), ns));
-        if world_id == pg_sys::Oid::INVALID || event_id == pg_sys::Oid::INVALID {
-            return None;
-        }
+        let Some(c) = catalog() else { return None };
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        let world = pg_sys::table_open(world_id, lock);
-        let events = pg_sys::table_open(event_id, lock);
+        let world = pg_sys::table_open(c.world, lock);
+        let events = pg_sys::table_open(c.event, lock);
         let close = || {
             pg_sys::table_close(events, pg_sys::NoLock as i32);
             pg_sys::table_close(world, pg_sys::NoLock as i32);
         };
-        let attno = |rel: pg_sys::Relation, name: &std::ffi::CStr| pg_sys::get_attnum((*rel).rd_id, name.as_ptr()) as usize;
-        let (w_num, w_version, w_active) = (attno(world, c"num"), attno(world, c"version"), attno(world, c"active"));
-        let e_cols = [c"seq", c"at", c"world", c"event", c"rows", c"xid"].map(|c| attno(events, c));
+        let (w_num, w_version, w_active) = (c.w_num, c.w_version, c.w_active);
+        let e_cols = c.e_cols;
         let pkey = pg_sys::RelationGetPrimaryKeyIndex(world);
         // nothing of the table's own code on either relation but its constraints and the foreign keys'
         // AFTER triggers (which these calls run as the statement would)
@@ -70,7 +62,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         let event_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
         pg_sys::InitResultRelInfo(event_info, events, 2, std::ptr::null_mut(), 0);
         (*estate).es_output_cid = pg_sys::GetCurrentCommandId(true);
-        (*estate).es_snapshot = pg_sys::GetActiveSnapshot();
+        (*estate).es_snapshot = crate::fast_ffi::GetActiveSnapshot();
         pg_sys::AfterTriggerBeginQuery();
         pg_sys::ExecOpenIndices(world_info, false);
         pg_sys::ExecOpenIndices(event_info, false);
@@ -85,7 +77,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         let mut version = None;
         if found {
             let mut isnull = false;
-            let v = pg_sys::slot_getattr(found_slot, w_version as i32, &mut isnull);
+            let v = crate::fast_ffi::slot_getattr(found_slot, w_version as i32, &mut isnull);
             if !isnull {
                 // the event
                 let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
@@ -132,6 +124,57 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
     }
 }
 
+/// worlds.world's and worlds.event's relids and the attnums `commit` writes, looked up once per backend
+/// (forgotten at a relcache invalidation of either).
+#[derive(Clone, Copy)]
+struct Catalog {
+    world: pg_sys::Oid,
+    event: pg_sys::Oid,
+    w_num: usize,
+    w_version: usize,
+    w_active: usize,
+    e_cols: [usize; 6],
+}
+
+thread_local! {
+    static CATALOG: std::cell::Cell<Option<Catalog>> = const { std::cell::Cell::new(None) };
+}
+
+pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
+    CATALOG.with(|c| {
+        if relid == pg_sys::Oid::INVALID || c.get().is_some_and(|t| t.world == relid || t.event == relid) {
+            c.set(None);
+        }
+    });
+}
+
+unsafe fn catalog() -> Option<Catalog> {
+    if let Some(c) = CATALOG.with(|c| c.get()) {
+        return Some(c);
+    }
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+        if ns == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let (world, event) = (pg_sys::get_relname_relid(c"world".as_ptr(), ns), pg_sys::get_relname_relid(c"event".as_ptr(), ns));
+        if world == pg_sys::Oid::INVALID || event == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let attno = |rel: pg_sys::Oid, name: &std::ffi::CStr| pg_sys::get_attnum(rel, name.as_ptr()).max(0) as usize;
+        let c = Catalog {
+            world,
+            event,
+            w_num: attno(world, c"num"),
+            w_version: attno(world, c"version"),
+            w_active: attno(world, c"active"),
+            e_cols: [c"seq", c"at", c"world", c"event", c"rows", c"xid"].map(|n| attno(event, n)),
+        };
+        CATALOG.with(|x| x.set(Some(c)));
+        Some(c)
+    }
+}
+
 /// World `num`'s row at its latest version, locked (FOR NO KEY UPDATE) into `slot`, as logical replication
 /// finds a row to update: through the primary key with a dirty snapshot, waiting for a transaction still
 /// writing it, then locked on the latest snapshot, again from the start when a writer committed in between.
@@ -162,7 +205,7 @@ unsafe fn find_and_lock(rel: pg_sys::Relation, pkey: pg_sys::Oid, num: i32, slot
             let res = lock_tuple(
                 rel,
                 &mut (*slot).tts_tid,
-                pg_sys::GetActiveSnapshot(),
+                crate::fast_ffi::GetActiveSnapshot(),
                 slot,
                 pg_sys::GetCurrentCommandId(false),
                 pg_sys::LockTupleMode::LockTupleNoKeyExclusive,

@@ -48,7 +48,7 @@ unsafe fn delta_is_plain(delta: pg_sys::Oid) -> bool {
             if !plain {
                 break;
             }
-            let index = pg_sys::index_open(pg_sys::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
+            let index = pg_sys::index_open(crate::fast_ffi::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
             let ix = (*index).rd_index;
             plain = (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID
                 && !(*ix).indisunique

@@ -82,7 +82,7 @@ fn worker_can_make(relid: pg_sys::Oid) -> bool {
             || pg_sys::creating_extension
             || pg_sys::RecoveryInProgress()
             || pg_sys::IsInParallelMode()
-            || !pg_sys::IsTransactionState()
+            || !crate::fast_ffi::IsTransactionState()
         {
             return false;
         }

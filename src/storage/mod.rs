@@ -149,7 +149,7 @@ pub fn as_session_user<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     let path = SESSION_SEARCH_PATH.with(|p| p.borrow().clone());
-    let _p = path.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    let _p = path.filter(|_| unsafe { crate::fast_ffi::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
     f()
 }
 
@@ -272,7 +272,7 @@ fn internal_work<R>(lazy: bool, f: impl FnOnce() -> R) -> R {
             }
         } else {
             SESSION_USER.with(|s| s.set((user, sec)));
-            if pg_sys::IsTransactionState() {
+            if crate::fast_ffi::IsTransactionState() {
                 let path = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), true);
                 let path = if path.is_null() { None } else { Some(std::ffi::CStr::from_ptr(path).to_owned()) };
                 if path.as_deref() != Some(SAFE_SEARCH_PATH) {
@@ -312,7 +312,7 @@ pub fn in_session_search_path<R>(f: impl FnOnce() -> R) -> R {
     // (the safe path an as_internal_lazy deferred goes first, below the session's)
     ensure_safe_path();
     let path = if internal() { SESSION_SEARCH_PATH.with(|p| p.borrow().clone()) } else { None };
-    let _p = path.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    let _p = path.filter(|_| unsafe { crate::fast_ffi::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
     f()
 }
 
@@ -332,7 +332,7 @@ pub fn in_caller_search_path<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     let saved = caller_path();
-    let _p = saved.filter(|_| unsafe { pg_sys::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
+    let _p = saved.filter(|_| unsafe { crate::fast_ffi::IsTransactionState() }).map(|p| PathGuard(push_setting(c"search_path", &p)));
     f()
 }
 
@@ -614,6 +614,12 @@ pub fn tracked_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
     load_tracked().0
 }
 
+/// Is the table tracked, as far as this backend's loaded map says? (False when it isn't loaded: never
+/// loads it.)
+pub fn is_tracked(relid: pg_sys::Oid) -> bool {
+    TRACKED.with(|t| t.borrow().as_ref().is_some_and(|m| m.contains_key(&relid)))
+}
+
 /// relid -> tabno of the tracked tables a world's statement is routed for: those with storage. A table
 /// tracked at CREATE TABLE gets it at its first captured write (worlds._make_history) or with the
 /// database's first world; until then nothing changed it since it was tracked, and a moment of main's
@@ -699,6 +705,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     rewrite::on_relcache_invalidation(relid);
     overlay::worlds::on_relcache_invalidation(relid);
     overlay::delta_since::on_relcache_invalidation(relid);
+    commit_direct::on_relcache_invalidation(relid);
     crate::governance::agents::on_relcache_invalidation(relid);
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {

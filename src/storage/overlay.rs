@@ -471,10 +471,10 @@ fn chain_of(world: &World) -> Vec<(i32, Option<String>)> {
 /// in-progress ones sorted and each once. (A query here was a third of a world statement's catch-up.)
 pub(crate) fn active_snapshot_text() -> Option<String> {
     unsafe {
-        if !pg_sys::ActiveSnapshotSet() {
+        if !crate::fast_ffi::ActiveSnapshotSet() {
             return snapshot_spi::query("SELECT pg_current_snapshot()::text", &[], &[], |r| r.get::<String>(1)).into_iter().next().flatten();
         }
-        let snap = pg_sys::GetActiveSnapshot();
+        let snap = crate::fast_ffi::GetActiveSnapshot();
         let next = pg_sys::ReadNextFullTransactionId().value;
         let widen = |xid: pg_sys::TransactionId| -> u64 {
             let diff = xid.into_inner().wrapping_sub(next as u32) as i32 as i64;

@@ -86,7 +86,7 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
         return;
     }
     // a transaction that wrote nothing moved nothing (a rewrite assigns a transaction id)
-    if unsafe { pg_sys::GetCurrentTransactionIdIfAny() } == pg_sys::InvalidTransactionId || !super::extension_installed() {
+    if unsafe { crate::fast_ffi::GetCurrentTransactionIdIfAny() } == pg_sys::InvalidTransactionId || !super::extension_installed() {
         CANDIDATES.with(|c| *c.borrow_mut() = Some(Vec::new()));
         return;
     }
@@ -108,7 +108,7 @@ pub fn on_xact(event: pg_sys::XactEvent::Type) {
             }
         }
     }
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    let pushed = unsafe { !crate::fast_ffi::ActiveSnapshotSet() };
     if pushed {
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     }

@@ -78,7 +78,7 @@ fn held_num(num: i32) -> Option<Mode> {
 }
 
 fn note(num: i32, mode: Mode) {
-    let (x, sub) = (lxid(), unsafe { pg_sys::GetCurrentSubTransactionId() });
+    let (x, sub) = (lxid(), unsafe { crate::fast_ffi::GetCurrentSubTransactionId() });
     HELD.with(|h| {
         let mut h = h.borrow_mut();
         h.retain(|e| e.0 == x);

@@ -20,7 +20,7 @@ const COMMIT: usize = 2;
 fn done_in(what: usize) {
     DONE_IN.with(|d| {
         let mut v = d.get();
-        v[what] = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        v[what] = unsafe { crate::fast_ffi::GetCurrentSubTransactionId() };
         d.set(v);
     });
 }
@@ -175,7 +175,7 @@ pub(super) fn bump_version(world: &World) {
         // reserved now, written at the next flush (PendingEvent)
         let seq = super::capture::next_hseq();
         let at = unsafe { pg_sys::GetCurrentTimestamp() };
-        let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        let sub = unsafe { crate::fast_ffi::GetCurrentSubTransactionId() };
         PENDING_EVENT.with(|p| p.set(Some(PendingEvent { seq, at, world: world.num, commit: in_block, sub })));
         if in_block {
             COMMIT_EVENT.with(|c| c.set((stmt.0, seq)));
@@ -186,7 +186,7 @@ pub(super) fn bump_version(world: &World) {
     WRITE_EVENT.with(|e| e.set(event));
     // the version itself moves at commit (apply_version_bumps): an UPDATE of the world's row here would
     // hold its row lock until commit, and every other writer of the world would queue behind it
-    let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    let sub = unsafe { crate::fast_ffi::GetCurrentSubTransactionId() };
     PENDING_BUMPS.with(|p| p.borrow_mut().push((stmt.0, world.num, sub)));
 }
 
@@ -282,7 +282,7 @@ pub fn apply_version_bumps() {
 
 /// Runs `f` with a snapshot active: at commit none is (as for deferred triggers, one is taken).
 fn with_snapshot(f: impl FnOnce()) {
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    let pushed = unsafe { !crate::fast_ffi::ActiveSnapshotSet() };
     if pushed {
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     }

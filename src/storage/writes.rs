@@ -151,7 +151,7 @@ fn upsert(
     fire_update: &dyn Fn(pg_sys::HeapTuple, pg_sys::HeapTuple) -> Option<pg_sys::HeapTuple>,
 ) -> Option<pg_sys::HeapTuple> {
     // the statement's command id: versions this statement writes come at or after it
-    let statement_cid = unsafe { (*pg_sys::GetActiveSnapshot()).curcid };
+    let statement_cid = unsafe { (*crate::fast_ffi::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
     let Some(action) = crate::route::upsert::decode(action) else {
         raise("XX000", "pg_worlds: a malformed ON CONFLICT action reached the trigger");

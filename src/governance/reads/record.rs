@@ -76,7 +76,7 @@ unsafe fn list<T>(l: *mut pg_sys::List) -> Vec<*mut T> {
         if l.is_null() {
             return Vec::new();
         }
-        (0..(*l).length).map(|i| pg_sys::list_nth(l, i) as *mut T).collect()
+        (0..(*l).length).map(|i| crate::fast_ffi::list_nth(l, i) as *mut T).collect()
     }
 }
 
@@ -407,7 +407,7 @@ unsafe fn columns(stmt: *mut pg_sys::PlannedStmt, tracked: &HashMap<pg_sys::Oid,
             let c = out.entry(relid).or_default();
             let mut m = -1;
             loop {
-                m = pg_sys::bms_next_member((*rte).selectedCols, m);
+                m = crate::fast_ffi::bms_next_member((*rte).selectedCols, m);
                 if m < 0 {
                     break;
                 }
@@ -469,7 +469,7 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             if rtable.is_null() || scanrelid as i32 > (*rtable).length {
                 continue;
             }
-            let rte = pg_sys::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
+            let rte = crate::fast_ffi::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
             let Some(&tabno) = tracked.get(&(*rte).relid) else { continue };
             // (read whole already: nothing this scan says adds to it)
             if SENT.with(|s| s.borrow().get(&(world.num, (*rte).relid.to_u32())).is_some_and(|l| l.whole)) {

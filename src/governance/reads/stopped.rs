@@ -54,7 +54,7 @@ pub(super) unsafe fn stopping_scan(stmt: *mut pg_sys::PlannedStmt, eflags: std::
             if children.is_null() || (*children).length != 1 {
                 return None;
             }
-            q = pg_sys::list_nth(children, 0) as *mut pg_sys::Plan;
+            q = crate::fast_ffi::list_nth(children, 0) as *mut pg_sys::Plan;
         }
         if q.is_null() || tag(q) != pg_sys::NodeTag::T_IndexScan {
             return None;
@@ -65,7 +65,7 @@ pub(super) unsafe fn stopping_scan(stmt: *mut pg_sys::PlannedStmt, eflags: std::
         if rtable.is_null() || scanrelid == 0 || scanrelid as i32 > (*rtable).length {
             return None;
         }
-        let rte = pg_sys::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
+        let rte = crate::fast_ffi::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
         let key = key_attno((*rte).relid.to_u32())?;
         let index = pg_sys::RelationIdGetRelation((*scan).indexid);
         if index.is_null() {
@@ -132,7 +132,7 @@ pub unsafe fn finish(query_desc: *mut pg_sys::QueryDesc) {
                 None
             } else {
                 let mut isnull = false;
-                let d = pg_sys::slot_getattr(slot, held.key_attno as i32, &mut isnull);
+                let d = crate::fast_ffi::slot_getattr(slot, held.key_attno as i32, &mut isnull);
                 (!isnull).then(|| super::record::text_of(held.key_type, d))
             };
             let read = match (stopped_at, held.read) {

@@ -8,9 +8,9 @@ use super::*;
 pub(super) fn routing_active() -> bool {
     if overlay::override_active() {
         // a merge or diff reading or writing another world on purpose
-        return unsafe { pg_sys::IsTransactionState() };
+        return unsafe { crate::fast_ffi::IsTransactionState() };
     }
-    !guc::in_main() && !storage::internal() && unsafe { pg_sys::IsTransactionState() }
+    !guc::in_main() && !storage::internal() && unsafe { crate::fast_ffi::IsTransactionState() }
 }
 
 #[pg_guard]
@@ -29,7 +29,7 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
         }
         if crate::time::past_schema::out_of_step()
             && past_schema_can_sync()
-            && pg_sys::ActiveSnapshotSet()
+            && crate::fast_ffi::ActiveSnapshotSet()
             // a write's target is open until analysis ends: its view can't be dropped now (and a write in
             // the past fails anyway)
             && matches!((*query).commandType, pg_sys::CmdType::CMD_SELECT | pg_sys::CmdType::CMD_UTILITY)
@@ -75,7 +75,9 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
             if (*query).commandType == pg_sys::CmdType::CMD_MERGE && merge_into_tracked(query) {
                 crate::route::merge_command::remember(pstate, query);
             }
-            route_query(query);
+            if route_query(query) {
+                return; // (its walk kept the query's pg_notify() calls too)
+            }
         }
         if (*query).commandType != pg_sys::CmdType::CMD_UTILITY && routing_active() {
             // pg_notify() in a world (in any query, with tables or none): kept in its outbox
@@ -96,26 +98,34 @@ unsafe fn keep_notifies(query: *mut pg_sys::Query) {
             if (*node).type_ == pg_sys::NodeTag::T_Query {
                 return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(walker), context, 0);
             }
-            if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
-                // (the session's world is looked up only for a query that notifies: one in a world that
-                // is gone fails here, as its other statements do)
-                let keep = &mut *(context as *mut Option<pg_sys::Oid>);
-                let oid = *keep.get_or_insert_with(|| {
-                    if overlay::routing_world().is_some_and(|w| w.num > 0 && !w.read_only) {
-                        crate::governance::outbox::world_notify_oid()
-                    } else {
-                        pg_sys::Oid::INVALID
-                    }
-                });
-                if oid != pg_sys::Oid::INVALID {
-                    (*(node as *mut pg_sys::FuncExpr)).funcid = oid;
-                }
-            }
+            keep_notify(node, &mut *(context as *mut Option<pg_sys::Oid>));
             pg_sys::expression_tree_walker(node, Some(walker), context)
         }
     }
     let mut keep: Option<pg_sys::Oid> = None;
     unsafe { walker(query as *mut pg_sys::Node, &mut keep as *mut Option<pg_sys::Oid> as *mut std::ffi::c_void) };
+}
+
+/// A `pg_notify()` call pointed at worlds._world_notify when the session is in a world that can write;
+/// `keep` caches that function's oid for the statement (INVALID: leave the calls as they are).
+#[inline]
+unsafe fn keep_notify(node: *mut pg_sys::Node, keep: &mut Option<pg_sys::Oid>) {
+    unsafe {
+        if (*node).type_ == pg_sys::NodeTag::T_FuncExpr && (*(node as *mut pg_sys::FuncExpr)).funcid == pg_sys::Oid::from(pg_sys::F_PG_NOTIFY) {
+            // (the session's world is looked up only for a query that notifies: one in a world that
+            // is gone fails here, as its other statements do)
+            let oid = *keep.get_or_insert_with(|| {
+                if overlay::routing_world().is_some_and(|w| w.num > 0 && !w.read_only) {
+                    crate::governance::outbox::world_notify_oid()
+                } else {
+                    pg_sys::Oid::INVALID
+                }
+            });
+            if oid != pg_sys::Oid::INVALID {
+                (*(node as *mut pg_sys::FuncExpr)).funcid = oid;
+            }
+        }
+    }
 }
 
 thread_local! {
@@ -135,7 +145,7 @@ pub(super) fn past_schema_can_sync() -> bool {
         && !storage::internal()
         && !overlay::override_active()
         && context & pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 == 0
-        && unsafe { pg_sys::IsTransactionState() && pg_sys::get_namespace_oid(c"worlds".as_ptr(), true) != pg_sys::Oid::INVALID }
+        && unsafe { crate::fast_ffi::IsTransactionState() && pg_sys::get_namespace_oid(c"worlds".as_ptr(), true) != pg_sys::Oid::INVALID }
 }
 
 /// Makes (or drops) the views of a session in the past now, if they are out of step (after SWITCH WORLD).
@@ -143,7 +153,7 @@ pub fn sync_past_schema() {
     if crate::time::past_schema::out_of_step() && past_schema_can_sync() {
         PAST_SYNC.with(|s| s.set(true));
         // SET runs without a snapshot; the views' statements need one
-        let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+        let pushed = unsafe { !crate::fast_ffi::ActiveSnapshotSet() };
         if pushed {
             unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
         }
@@ -178,7 +188,7 @@ pub(super) unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut 
             return false;
         }
         let fresh = pg_sys::parse_analyze_fixedparams(
-            pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt,
+            crate::fast_ffi::list_nth(raw, 0) as *mut pg_sys::RawStmt,
             statement,
             std::ptr::null(),
             0,
@@ -222,7 +232,7 @@ pub(super) unsafe fn replace_with_select(pstate: *mut pg_sys::ParseState, query:
     unsafe {
         let text = pg_sys::pstrdup(select.as_ptr());
         let raw = pg_sys::raw_parser(text, pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
-        let fresh = pg_sys::parse_analyze_fixedparams(pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt, text, std::ptr::null(), 0, (*pstate).p_queryEnv);
+        let fresh = pg_sys::parse_analyze_fixedparams(crate::fast_ffi::list_nth(raw, 0) as *mut pg_sys::RawStmt, text, std::ptr::null(), 0, (*pstate).p_queryEnv);
         (*fresh).stmt_location = (*query).stmt_location;
         (*fresh).stmt_len = (*query).stmt_len;
         std::ptr::copy_nonoverlapping(fresh, query, 1);
@@ -246,7 +256,7 @@ pub(super) unsafe fn history_retention_value(stmt: *mut pg_sys::Node) -> Option<
         if (*set).kind != pg_sys::VariableSetKind::VAR_SET_VALUE || (*set).args.is_null() || (*(*set).args).length != 1 {
             raise("42601", "ALTER SYSTEM SET history_retention takes one value: = '<interval>' or TO '0'");
         }
-        let arg = pg_sys::list_nth((*set).args, 0) as *mut pg_sys::Node;
+        let arg = crate::fast_ffi::list_nth((*set).args, 0) as *mut pg_sys::Node;
         if (*arg).type_ != pg_sys::NodeTag::T_A_Const {
             raise("42601", "ALTER SYSTEM SET history_retention takes an interval as a string: = '<interval>'");
         }
@@ -286,6 +296,8 @@ pub(super) struct RouteContext {
     /// the statement itself: the planner hook sees its target (a write in WITH or a sub-query is a level
     /// below, never given the write twin)
     pub(super) top: *mut pg_sys::Query,
+    /// the oid `pg_notify()` calls are pointed at, once looked up (`keep_notify`)
+    pub(super) notify: Option<pg_sys::Oid>,
 }
 
 thread_local! {
@@ -321,19 +333,23 @@ pub(super) unsafe fn utility_query(stmt: *mut pg_sys::Node) -> Option<*mut pg_sy
 
 pub(super) unsafe fn merge_into_tracked(query: *mut pg_sys::Query) -> bool {
     unsafe {
-        let rte = pg_sys::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
+        let rte = crate::fast_ffi::list_nth((*query).rtable, (*query).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
         storage::routed_tables().contains_key(&(*rte).relid)
     }
 }
 
 /// Routes a query pg_worlds built itself (MERGE's join).
 pub(crate) unsafe fn route_select(query: *mut pg_sys::Query) {
-    unsafe { route_query(query) }
+    unsafe {
+        route_query(query);
+    }
 }
 
-pub(super) unsafe fn route_query(query: *mut pg_sys::Query) {
+/// Routes every level of the query; true when its walk reached every node of it (its `pg_notify()` calls
+/// were kept on the way: no separate walk for them).
+pub(super) unsafe fn route_query(query: *mut pg_sys::Query) -> bool {
     if ROUTING.with(|r| r.replace(true)) {
-        return;
+        return false;
     }
     struct Reset;
     impl Drop for Reset {
@@ -344,24 +360,29 @@ pub(super) unsafe fn route_query(query: *mut pg_sys::Query) {
     let _reset = Reset;
     let tracked = storage::routed_tables();
     if tracked.is_empty() {
-        return;
+        return false;
     }
     let overlays = storage::overlay_relations();
+    // (one walk to tell whether any level locks rows; most statements don't, and skip the rewrite's walk)
+    let locking = unsafe { locks_rows(query) };
     // FOR UPDATE / SHARE of a world's rows: key locks (row_locks.rs), read through the overlay views (whose
     // key lookups name the keys a statement locks before it reads)
-    let row_locks = match overlay::routing_world().filter(|w| w.num > 0 && !w.read_only) {
+    let row_locks = match overlay::routing_world().filter(|w| locking && w.num > 0 && !w.read_only) {
         Some(w) => unsafe { crate::route::row_locks::rewrite(query, &tracked, w.num) },
         None => false,
     };
+    // (a rewrite that moved no clause leaves the levels' row marks as they were)
     let world_scan = guc::WORLD_SCAN.get()
         && !row_locks
-        && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE && !locks_rows(query) };
-    let mut ctx = RouteContext { tracked, world_scan, overlays, top: query };
+        && !locking
+        && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE };
+    let mut ctx = RouteContext { tracked, world_scan, overlays, top: query, notify: None };
     unsafe {
         // called directly, not through the guarded walker: an error must unwind through this frame (so
         // the ROUTING flag resets), not longjmp over it
         route_node(query as *mut pg_sys::Node, &mut ctx as *mut RouteContext as *mut std::ffi::c_void);
     }
+    true
 }
 
 /// Does the query (or any sub-query) lock rows (FOR UPDATE / SHARE)? The planner then marks every table of
@@ -372,6 +393,11 @@ pub(super) unsafe fn locks_rows(query: *mut pg_sys::Query) -> bool {
 
 /// Does any level of the statement (itself, its sub-queries, CTEs and sub-links) pass `test`?
 pub(super) unsafe fn any_query_level(query: *mut pg_sys::Query, test: unsafe fn(*mut pg_sys::Query) -> bool) -> bool {
+    // a statement of one level (no sub-links, CTEs or sub-queries in FROM: most are) is tested without a
+    // walk of its expressions
+    if unsafe { single_level(query) } {
+        return unsafe { test(query) };
+    }
     #[pg_guard]
     unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
         unsafe {
@@ -387,6 +413,21 @@ pub(super) unsafe fn any_query_level(query: *mut pg_sys::Query, test: unsafe fn(
         }
     }
     unsafe { walker(query as *mut pg_sys::Node, &test as *const _ as *mut std::ffi::c_void) }
+}
+
+/// Has the query no level below it: no sub-link in any expression, no CTE, no sub-query in its range
+/// table (a set operation's branches and a view expanded here are such sub-queries)?
+pub(super) unsafe fn single_level(query: *mut pg_sys::Query) -> bool {
+    unsafe {
+        if (*query).hasSubLinks || !(*query).cteList.is_null() || !(*query).setOperations.is_null() {
+            return false;
+        }
+        let rtable = (*query).rtable;
+        (0..if rtable.is_null() { 0 } else { (*rtable).length }).all(|i| {
+            let rte = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY && (*rte).subquery.is_null()
+        })
+    }
 }
 
 #[pg_guard]
@@ -405,6 +446,8 @@ pub(super) unsafe fn route_node(node: *mut pg_sys::Node, context: *mut std::ffi:
             route_range_table(query, ctx);
             return pg_sys::query_tree_walker(query, Some(route_walker), context, 0);
         }
+        // pg_notify() in a world: kept in its outbox (the calls of a view inlined here too)
+        keep_notify(node, &mut (*(context as *mut RouteContext)).notify);
         pg_sys::expression_tree_walker(node, Some(route_walker), context)
     }
 }
@@ -415,7 +458,7 @@ pub(super) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
         let n = if rtable.is_null() { 0 } else { (*rtable).length };
         let mut perm_copies: Vec<*mut pg_sys::RangeTblEntry> = Vec::new();
         for i in 0..n {
-            let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            let rte = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
             if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION {
                 continue;
             }
@@ -624,7 +667,7 @@ pub(super) unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: p
             let tlist = (*query).targetList;
             let mut kept: *mut pg_sys::List = std::ptr::null_mut();
             for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
-                let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+                let tle = crate::fast_ffi::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
                 let attno = (*tle).resno as i32;
                 let identity = !(*tle).resjunk
                     && attno > 0
@@ -639,7 +682,7 @@ pub(super) unsafe fn refuse_generated_values(query: *mut pg_sys::Query, relid: p
         let tlist = (*query).targetList;
         let mut refused: Option<(String, bool)> = None;
         for i in 0..if tlist.is_null() { 0 } else { (*tlist).length } {
-            let tle = pg_sys::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+            let tle = crate::fast_ffi::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
             let attno = (*tle).resno as i32;
             if (*tle).resjunk || attno <= 0 || attno > (*desc).natts {
                 continue;
@@ -682,14 +725,14 @@ pub(super) unsafe fn is_default(query: *mut pg_sys::Query, expr: *mut pg_sys::No
             pg_sys::NodeTag::T_SetToDefault => true,
             pg_sys::NodeTag::T_Var => {
                 let var = expr as *mut pg_sys::Var;
-                let rte = pg_sys::list_nth((*query).rtable, (*var).varno - 1) as *mut pg_sys::RangeTblEntry;
+                let rte = crate::fast_ffi::list_nth((*query).rtable, (*var).varno - 1) as *mut pg_sys::RangeTblEntry;
                 if (*var).varlevelsup != 0 || (*rte).rtekind != pg_sys::RTEKind::RTE_VALUES {
                     return false;
                 }
                 let rows = (*rte).values_lists;
                 (0..(*rows).length).all(|r| {
-                    let row = pg_sys::list_nth(rows, r) as *mut pg_sys::List;
-                    let v = pg_sys::list_nth(row, (*var).varattno as i32 - 1) as *mut pg_sys::Node;
+                    let row = crate::fast_ffi::list_nth(rows, r) as *mut pg_sys::List;
+                    let v = crate::fast_ffi::list_nth(row, (*var).varattno as i32 - 1) as *mut pg_sys::Node;
                     !v.is_null() && (*v).type_ == pg_sys::NodeTag::T_SetToDefault
                 })
             }
@@ -708,7 +751,7 @@ pub(super) unsafe fn refuse_system_columns(query: *mut pg_sys::Query, rt_index: 
         }
         let mut member = -1;
         loop {
-            member = pg_sys::bms_next_member(attnos, member);
+            member = crate::fast_ffi::bms_next_member(attnos, member);
             if member < 0 {
                 break;
             }

@@ -57,7 +57,7 @@ unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
             return;
         }
         let relations: Vec<pg_sys::Oid> = (0..(*results).length)
-            .map(|i| (*(pg_sys::list_nth((*stmt).rtable, pg_sys::list_nth_int(results, i) - 1) as *mut pg_sys::RangeTblEntry)).relid)
+            .map(|i| (*(crate::fast_ffi::list_nth((*stmt).rtable, crate::fast_ffi::list_nth_int(results, i) - 1) as *mut pg_sys::RangeTblEntry)).relid)
             .collect();
         if routing_active() {
             // a write the router sent to a world (the overlay views and twins in worlds_data; a MERGE
@@ -88,7 +88,7 @@ pub(super) unsafe fn executor_start_after(query_desc: *mut pg_sys::QueryDesc) {
             let rtable = (*(*query_desc).plannedstmt).rtable;
             let tracked = storage::routed_tables();
             let tabnos: Vec<i32> = (0..if rtable.is_null() { 0 } else { (*rtable).length })
-                .map(|i| pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry)
+                .map(|i| crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry)
                 .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
                 .filter_map(|rte| tracked.get(&(*rte).relid).copied())
                 .collect();
@@ -167,9 +167,9 @@ pub(super) unsafe fn row_security_checked_table(query_desc: *mut pg_sys::QueryDe
         }
         let mut table = None;
         for i in 0..(*lists).length {
-            let list = pg_sys::list_nth(lists, i) as *mut pg_sys::List;
+            let list = crate::fast_ffi::list_nth(lists, i) as *mut pg_sys::List;
             for k in 0..if list.is_null() { 0 } else { (*list).length } {
-                let wco = pg_sys::list_nth(list, k) as *mut pg_sys::WithCheckOption;
+                let wco = crate::fast_ffi::list_nth(list, k) as *mut pg_sys::WithCheckOption;
                 if (*wco).kind != pg_sys::WCOKind::WCO_VIEW_CHECK {
                     continue;
                 }
@@ -207,8 +207,8 @@ pub(super) unsafe fn refuse_writes_to_main(stmt: *mut pg_sys::PlannedStmt) {
         }
         let tracked = storage::tracked_tables();
         for i in 0..(*results).length {
-            let index = pg_sys::list_nth_int(results, i);
-            let rte = pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
+            let index = crate::fast_ffi::list_nth_int(results, i);
+            let rte = crate::fast_ffi::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
             // (the world is resolved only for a write of a tracked table: pg_worlds' own catalog writes
             // run in a session whose world doesn't exist)
             if tracked.contains_key(&(*rte).relid) && overlay::routing_world().is_some() {

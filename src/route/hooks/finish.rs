@@ -34,7 +34,7 @@ unsafe fn forget_capture_counters(list: *mut pg_sys::List) {
             return;
         }
         for i in 0..(*list).length {
-            let rel = pg_sys::list_nth(list, i) as *mut pg_sys::ResultRelInfo;
+            let rel = crate::fast_ffi::list_nth(list, i) as *mut pg_sys::ResultRelInfo;
             let (desc, instr) = ((*rel).ri_TrigDesc, (*rel).ri_TrigInstrument);
             if desc.is_null() || instr.is_null() {
                 continue;

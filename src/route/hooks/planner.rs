@@ -51,11 +51,11 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
     unsafe {
         // (in main no target is a world's: the write twin is chosen in a world only, and a switch of world
         // analyses every statement again)
-        if guc::in_main() || !pg_sys::IsTransactionState() {
+        if guc::in_main() || !crate::fast_ffi::IsTransactionState() {
             return;
         }
         let rtable = (*parse).rtable;
-        let result = pg_sys::list_nth(rtable, (*parse).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
+        let result = crate::fast_ffi::list_nth(rtable, (*parse).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
         if (*result).rtekind != pg_sys::RTEKind::RTE_RELATION || (*result).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
             return;
         }
@@ -112,7 +112,7 @@ unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) ->
         }
         // the entry the rewriter expanded the view's body into: the one the `wholerow` junk column reads
         let Some(source) = wholerow_source(parse) else { return false };
-        let rte = pg_sys::list_nth((*parse).rtable, source - 1) as *mut pg_sys::RangeTblEntry;
+        let rte = crate::fast_ffi::list_nth((*parse).rtable, source - 1) as *mut pg_sys::RangeTblEntry;
         if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || !(*rte).securityQuals.is_null() || (*rte).lateral {
             return false;
         }
@@ -139,7 +139,7 @@ unsafe fn wholerow_source(parse: *mut pg_sys::Query) -> Option<i32> {
     unsafe {
         let tl = (*parse).targetList;
         for i in 0..if tl.is_null() { 0 } else { (*tl).length } {
-            let te = pg_sys::list_nth(tl, i) as *mut pg_sys::TargetEntry;
+            let te = crate::fast_ffi::list_nth(tl, i) as *mut pg_sys::TargetEntry;
             if !(*te).resjunk || (*te).resname.is_null() || std::ffi::CStr::from_ptr((*te).resname).to_bytes() != b"wholerow" {
                 continue;
             }

@@ -82,7 +82,7 @@ pub(super) unsafe fn process_utility_before(
             // what pg_worlds granted the roles on its storage goes first: they drop as without pg_worlds
             let roles = (*(stmt as *mut pg_sys::DropRoleStmt)).roles;
             for i in 0..if roles.is_null() { 0 } else { (*roles).length } {
-                let role = pg_sys::get_rolespec_oid(pg_sys::list_nth(roles, i) as *mut pg_sys::RoleSpec, true);
+                let role = pg_sys::get_rolespec_oid(crate::fast_ffi::list_nth(roles, i) as *mut pg_sys::RoleSpec, true);
                 if role != pg_sys::Oid::INVALID {
                     storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._forget_role($1)", &[role.into()])).ok();
                 }
@@ -300,7 +300,7 @@ pub(super) unsafe fn before_drop_of_storage_types(d: *mut pg_sys::DropStmt) -> V
         let mut found: [Vec<pg_sys::Oid>; 6] = Default::default();
         let [types, schemas, collations, functions, extensions, tables] = &mut found;
         for i in 0..(*(*d).objects).length {
-            let o = pg_sys::list_nth((*d).objects, i);
+            let o = crate::fast_ffi::list_nth((*d).objects, i);
             match (*d).removeType {
                 pg_sys::ObjectType::OBJECT_TYPE | pg_sys::ObjectType::OBJECT_DOMAIN => {
                     types.push(pg_sys::LookupTypeNameOid(std::ptr::null_mut(), o as *const pg_sys::TypeName, true))
@@ -399,7 +399,7 @@ pub(super) unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
                 let cmds = (*a).cmds;
                 let trips = !cmds.is_null()
                     && (0..(*cmds).length).any(|i| {
-                        let c = pg_sys::list_nth(cmds, i) as *mut pg_sys::AlterTableCmd;
+                        let c = crate::fast_ffi::list_nth(cmds, i) as *mut pg_sys::AlterTableCmd;
                         matches!((*c).subtype, pg_sys::AlterTableType::AT_AlterColumnType | pg_sys::AlterTableType::AT_DropColumn)
                     });
                 if trips {
@@ -410,7 +410,7 @@ pub(super) unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
                 let d = stmt as *mut pg_sys::DropStmt;
                 if (*d).removeType == pg_sys::ObjectType::OBJECT_TABLE && !(*d).objects.is_null() {
                     for i in 0..(*(*d).objects).length {
-                        let names = pg_sys::list_nth((*d).objects, i) as *mut pg_sys::List;
+                        let names = crate::fast_ffi::list_nth((*d).objects, i) as *mut pg_sys::List;
                         let rv = pg_sys::makeRangeVarFromNameList(names);
                         rels.push(lookup(rv));
                     }
@@ -423,7 +423,7 @@ pub(super) unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
                     && crate::storage::extension_installed()
                 {
                     let schemas: Vec<pg_sys::Oid> = (0..(*(*d).objects).length)
-                        .map(|i| pg_sys::get_namespace_oid((*(pg_sys::list_nth((*d).objects, i) as *mut pg_sys::String)).sval, true))
+                        .map(|i| pg_sys::get_namespace_oid((*(crate::fast_ffi::list_nth((*d).objects, i) as *mut pg_sys::String)).sval, true))
                         .filter(|o| *o != pg_sys::Oid::INVALID)
                         .collect();
                     rels.extend(storage::tracked_tables().keys().copied().filter(|r| schemas.contains(&pg_sys::get_rel_namespace(*r))));
@@ -433,7 +433,7 @@ pub(super) unsafe fn release_overlays_before_ddl(stmt: *mut pg_sys::Node) {
             pg_sys::NodeTag::T_DropOwnedStmt if crate::storage::extension_installed() => {
                 let roles = (*(stmt as *mut pg_sys::DropOwnedStmt)).roles;
                 let owners: Vec<pg_sys::Oid> = (0..if roles.is_null() { 0 } else { (*roles).length })
-                    .map(|i| pg_sys::get_rolespec_oid(pg_sys::list_nth(roles, i) as *mut pg_sys::RoleSpec, true))
+                    .map(|i| pg_sys::get_rolespec_oid(crate::fast_ffi::list_nth(roles, i) as *mut pg_sys::RoleSpec, true))
                     .filter(|o| *o != pg_sys::Oid::INVALID)
                     .collect();
                 for r in storage::tracked_tables().keys().copied() {
@@ -481,7 +481,7 @@ pub(super) unsafe fn merge_by_columns_options(stmt: *mut pg_sys::AlterTableStmt)
             return found;
         }
         for i in 0..(*cmds).length as usize {
-            let cmd = pg_sys::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
+            let cmd = crate::fast_ffi::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
             let set = (*cmd).subtype == pg_sys::AlterTableType::AT_SetRelOptions;
             if !set && (*cmd).subtype != pg_sys::AlterTableType::AT_ResetRelOptions {
                 continue;
@@ -491,7 +491,7 @@ pub(super) unsafe fn merge_by_columns_options(stmt: *mut pg_sys::AlterTableStmt)
                 continue;
             }
             for j in 0..(*opts).length as usize {
-                let d = pg_sys::list_nth(opts, j as i32) as *mut pg_sys::DefElem;
+                let d = crate::fast_ffi::list_nth(opts, j as i32) as *mut pg_sys::DefElem;
                 if std::ffi::CStr::from_ptr((*d).defname).to_bytes() == b"merge_by_columns" {
                     found.push((i, j, set && ((*d).arg.is_null() || pg_sys::defGetBoolean(d))));
                 }
@@ -528,12 +528,12 @@ pub(super) unsafe fn take_merge_by_columns(stmt: *mut pg_sys::AlterTableStmt) ->
         // drop the options (last first, so indexes stay valid), then the commands left empty
         let cmds = (*stmt).cmds;
         for &(i, j, _) in found.iter().rev() {
-            let cmd = pg_sys::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
+            let cmd = crate::fast_ffi::list_nth(cmds, i as i32) as *mut pg_sys::AlterTableCmd;
             (*cmd).def = pg_sys::list_delete_nth_cell((*cmd).def as *mut pg_sys::List, j as i32) as *mut pg_sys::Node;
         }
         let mut i = (*cmds).length - 1;
         while i >= 0 {
-            let cmd = pg_sys::list_nth((*stmt).cmds, i) as *mut pg_sys::AlterTableCmd;
+            let cmd = crate::fast_ffi::list_nth((*stmt).cmds, i) as *mut pg_sys::AlterTableCmd;
             let opts = (*cmd).def as *mut pg_sys::List;
             if ((*cmd).subtype == pg_sys::AlterTableType::AT_SetRelOptions || (*cmd).subtype == pg_sys::AlterTableType::AT_ResetRelOptions)
                 && (opts.is_null() || (*opts).length == 0)
@@ -553,7 +553,7 @@ pub(super) unsafe fn drops_this_extension(drop: *mut pg_sys::DropStmt) -> bool {
         }
         let objects = (*drop).objects;
         (0..(*objects).length).any(|i| {
-            let name = pg_sys::list_nth(objects, i) as *mut pg_sys::String;
+            let name = crate::fast_ffi::list_nth(objects, i) as *mut pg_sys::String;
             !name.is_null() && std::ffi::CStr::from_ptr((*name).sval).to_bytes() == b"pg_worlds"
         }) && crate::spi_calls::get_one::<bool>("SELECT to_regnamespace('worlds') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_worlds')")
             .ok()
@@ -595,7 +595,7 @@ pub(super) unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::O
             let l = (*copy).attlist;
             (0..(*l).length)
                 .map(|i| {
-                    let s = pg_sys::list_nth(l, i) as *mut pg_sys::String;
+                    let s = crate::fast_ffi::list_nth(l, i) as *mut pg_sys::String;
                     overlay::quote_ident(&name((*s).sval))
                 })
                 .collect::<Vec<_>>()
@@ -603,7 +603,7 @@ pub(super) unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::O
         };
         let sql = std::ffi::CString::new(format!("SELECT {cols} FROM {qualified}")).unwrap();
         let raw = pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
-        let raw_stmt = pg_sys::list_nth(raw, 0) as *mut pg_sys::RawStmt;
+        let raw_stmt = crate::fast_ffi::list_nth(raw, 0) as *mut pg_sys::RawStmt;
         (*copy).query = (*raw_stmt).stmt;
         (*copy).relation = std::ptr::null_mut();
         (*copy).attlist = std::ptr::null_mut();
@@ -652,7 +652,7 @@ pub(super) unsafe fn copy_from_into_world(
             let l = (*copy).attlist;
             (0..(*l).length)
                 .map(|i| {
-                    let c = name((*(pg_sys::list_nth(l, i) as *mut pg_sys::String)).sval);
+                    let c = name((*(crate::fast_ffi::list_nth(l, i) as *mut pg_sys::String)).sval);
                     if generated.contains(&c) {
                         crate::api::raise_with(
                             "42P10",

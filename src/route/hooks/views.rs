@@ -36,7 +36,7 @@ pub(super) unsafe fn apply_row_security(query: *mut pg_sys::Query, rte: *mut pg_
         }
         if !checks.is_null() {
             for k in 0..(*checks).length {
-                let wco = pg_sys::list_nth(checks, k) as *mut pg_sys::WithCheckOption;
+                let wco = crate::fast_ffi::list_nth(checks, k) as *mut pg_sys::WithCheckOption;
                 (*wco).kind = pg_sys::WCOKind::WCO_VIEW_CHECK;
                 (*wco).polname = pg_sys::pstrdup(RLS_CHECK.as_ptr());
             }
@@ -146,7 +146,7 @@ pub(crate) unsafe fn inline_view(rte: *mut pg_sys::RangeTblEntry) {
         let rel = pg_sys::relation_open((*rte).relid, pg_sys::NoLock as i32);
         let body = pg_sys::copyObjectImpl(pg_sys::get_view_query(rel) as *const std::ffi::c_void) as *mut pg_sys::Query;
         pg_sys::AcquireRewriteLocks(body, true, false);
-        let old = pg_sys::list_nth((*body).rtable, 0) as *mut pg_sys::RangeTblEntry;
+        let old = crate::fast_ffi::list_nth((*body).rtable, 0) as *mut pg_sys::RangeTblEntry;
         (*old).requiredPerms = (*rte).requiredPerms;
         (*old).checkAsUser = (*rte).checkAsUser;
         (*old).selectedCols = (*rte).selectedCols;
@@ -190,7 +190,7 @@ pub(super) unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
         }
         let rtable = (*query).rtable;
         (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
-            let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            let rte = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
             matches!((*rte).rtekind, pg_sys::RTEKind::RTE_RELATION | pg_sys::RTEKind::RTE_SUBQUERY | pg_sys::RTEKind::RTE_JOIN)
         })
     }
@@ -205,10 +205,13 @@ pub(super) unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
         unsafe {
             let rtable = (*q).rtable;
             (0..if rtable.is_null() { 0 } else { (*rtable).length }).any(|i| {
-                let rte = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+                let rte = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
                 (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
                     // a temporary view may read tracked tables (the views of a session in the past do)
-                    && ((*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char || !is_own_or_system((*rte).relid))
+                    && ((*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char
+                        // (a tracked table is a user's: no catalog lookup for it)
+                        || storage::is_tracked((*rte).relid)
+                        || !is_own_or_system((*rte).relid))
             })
         }
     }
@@ -272,7 +275,7 @@ pub(super) unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -
         let n = if rtable.is_null() { 0 } else { (*rtable).length };
         let mut found = false;
         for i in 0..n {
-            let r = pg_sys::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            let r = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
             if (*r).rtekind == pg_sys::RTEKind::RTE_RELATION
                 && (ctx.tracked.contains_key(&(*r).relid)
                     || ((*r).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && (*r).relid != view && view_reads_tracked((*r).relid, ctx)))

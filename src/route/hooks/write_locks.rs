@@ -85,14 +85,14 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
         let mut read_after_locks = !fresh;
         if fresh
             && pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32
-            && pg_sys::ActiveSnapshotSet()
+            && crate::fast_ffi::ActiveSnapshotSet()
             && !(*query_desc).snapshot.is_null()
-            && (*query_desc).snapshot == pg_sys::GetActiveSnapshot()
+            && (*query_desc).snapshot == crate::fast_ffi::GetActiveSnapshot()
         {
             pg_sys::PopActiveSnapshot();
             pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
             pg_sys::UnregisterSnapshot((*query_desc).snapshot);
-            (*query_desc).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
+            (*query_desc).snapshot = pg_sys::RegisterSnapshot(crate::fast_ffi::GetActiveSnapshot());
             overlay::next_statement();
             read_after_locks = true;
         }
@@ -114,8 +114,8 @@ unsafe fn world_targets(stmt: *mut pg_sys::PlannedStmt) -> Vec<i32> {
         let overlays = storage::overlay_relations();
         let mut out = Vec::new();
         for i in 0..(*results).length {
-            let index = pg_sys::list_nth_int(results, i);
-            let relid = (*(pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry)).relid;
+            let index = crate::fast_ffi::list_nth_int(results, i);
+            let relid = (*(crate::fast_ffi::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry)).relid;
             if let Some(&t) = overlays.get(&relid) {
                 out.push(t);
             }
@@ -132,8 +132,8 @@ unsafe fn writes_a_world(stmt: *mut pg_sys::PlannedStmt) -> bool {
             return false;
         }
         (0..(*results).length).any(|i| {
-            let index = pg_sys::list_nth_int(results, i);
-            let rte = pg_sys::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
+            let index = crate::fast_ffi::list_nth_int(results, i);
+            let rte = crate::fast_ffi::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
             let ns = pg_sys::get_rel_namespace((*rte).relid);
             let name = pg_sys::get_namespace_name(ns);
             !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == b"worlds_data"

@@ -55,7 +55,7 @@ unsafe fn look_up_meta(layout: &Layout) -> Option<Meta> {
         let mut index = pg_sys::Oid::INVALID;
         let list = pg_sys::RelationGetIndexList(rel);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let ix = pg_sys::index_open(pg_sys::list_nth_oid(list, i), lock);
+            let ix = pg_sys::index_open(crate::fast_ffi::list_nth_oid(list, i), lock);
             let form = (*ix).rd_index;
             let keys = (*form).indkey.values.as_ptr();
             let found = (*form).indnkeyatts == 2 && *keys == world_at && *keys.add(1) == xid_at && (*(*ix).rd_rel).relam == pg_sys::BTREE_AM_OID;
@@ -87,7 +87,7 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
     }
     let f = worlds_core::snapshot::Snapshot::parse(frontier)?;
     unsafe {
-        if !pg_sys::ActiveSnapshotSet() {
+        if !crate::fast_ffi::ActiveSnapshotSet() {
             return None;
         }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
@@ -99,12 +99,12 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
         pg_sys::ScanKeyInit(&mut keys[0], 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(world));
         pg_sys::ScanKeyInit(&mut keys[1], 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_XID8GE), pg_sys::Datum::from(f.xmin));
         let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let scan = pg_sys::index_beginscan(rel, index, pg_sys::GetActiveSnapshot(), 2, 0);
+        let scan = pg_sys::index_beginscan(rel, index, crate::fast_ffi::GetActiveSnapshot(), 2, 0);
         pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
         let mut out = Vec::new();
         let get = |slot: *mut pg_sys::TupleTableSlot, at: i16| -> Option<pg_sys::Datum> {
             let mut isnull = false;
-            let d = pg_sys::slot_getattr(slot, at as i32, &mut isnull);
+            let d = crate::fast_ffi::slot_getattr(slot, at as i32, &mut isnull);
             (!isnull).then_some(d)
         };
         while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {

@@ -54,8 +54,8 @@ pub fn session_world() -> Option<World> {
         }
         // a new statement: the world is still live at the same version? (one lookup by its key, on the
         // statement's snapshot)
-        let row = if unsafe { pg_sys::ActiveSnapshotSet() } {
-            unsafe { live_world_row(w.num, pg_sys::GetActiveSnapshot()) }
+        let row = if unsafe { crate::fast_ffi::ActiveSnapshotSet() } {
+            unsafe { live_world_row(w.num, crate::fast_ffi::GetActiveSnapshot()) }
         } else {
             as_internal(|| {
                 snapshot_spi::query(
@@ -130,6 +130,53 @@ pub(crate) unsafe fn live_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Opt
 /// As `live_world_row`.
 pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
     unsafe {
+        // two reads on snapshots that see the same transactions as committed, in the same command of the
+        // same (sub)transaction, find the same row: the write lock's fresh snapshot and the statement's
+        // are usually such a pair (nothing committed between them)
+        let seen = seen_by(snapshot);
+        if seen != 0 {
+            if let Some(row) = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.0 == seen && e.1 == num).map(|e| e.2.clone())) {
+                return row;
+            }
+        }
+        let found = read_world_row(num, snapshot);
+        if seen != 0 {
+            LAST_ROW.with(|l| *l.borrow_mut() = Some((seen, num, found.clone())));
+        }
+        found
+    }
+}
+
+/// What decides which version of a row `snapshot` sees, as a hash: the committed transactions it sees
+/// (xmin, xmax, in-progress list), and this transaction's own changes it sees (its xid, subtransaction,
+/// command). 0 for a snapshot that isn't an MVCC one, or one whose subtransaction list overflowed.
+unsafe fn seen_by(snapshot: pg_sys::Snapshot) -> u64 {
+    use std::hash::Hasher;
+    unsafe {
+        if snapshot.is_null() || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_MVCC || (*snapshot).suboverflowed {
+            return 0;
+        }
+        let mut h = Fx::default();
+        h.write_u64((*snapshot).xmin.into_inner() as u64);
+        h.write_u64((*snapshot).xmax.into_inner() as u64);
+        h.write_u64(u64::from((*snapshot).xcnt));
+        for i in 0..(*snapshot).xcnt as usize {
+            h.write_u64((*(*snapshot).xip.add(i)).into_inner() as u64);
+        }
+        h.write_u64(u64::from((*snapshot).subxcnt as u32));
+        for i in 0..(*snapshot).subxcnt.max(0) as usize {
+            h.write_u64((*(*snapshot).subxip.add(i)).into_inner() as u64);
+        }
+        h.write_u64(u64::from((*snapshot).curcid));
+        h.write_u64(crate::fast_ffi::GetCurrentTransactionIdIfAny().into_inner() as u64);
+        h.write_u64(u64::from(crate::fast_ffi::GetCurrentSubTransactionId()));
+        h.write_u64(u64::from(pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0)));
+        h.finish() | 1
+    }
+}
+
+unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
+    unsafe {
         let Some(t) = world_table() else { return None };
         let rel = pg_sys::table_open(t.relid, pg_sys::AccessShareLock as i32);
         let index = pg_sys::RelationGetPrimaryKeyIndex(rel);
@@ -182,12 +229,17 @@ thread_local! {
     /// the last value of an output-converted column (its bytes) and its text: a world's fork point is the
     /// same statement after statement, and pg_snapshot's output function ran for each
     static LAST_TEXT: RefCell<Vec<(Vec<u8>, String)>> = const { RefCell::new(Vec::new()) };
+    /// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row)
+    static LAST_ROW: RefCell<Option<(u64, i32, Option<WorldRow>)>> = const { RefCell::new(None) };
 }
+
+type WorldRow = (bool, Option<i64>, Option<String>, Option<String>);
 
 pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
     WORLD_TABLE.with(|w| {
         if relid == pg_sys::Oid::INVALID || w.get().is_some_and(|t| t.relid == relid) {
             w.set(None);
+            LAST_ROW.with(|l| *l.borrow_mut() = None);
         }
     });
 }
@@ -283,10 +335,10 @@ fn own_fork(w: &World) -> &str {
 pub(super) fn snapshot_signature() -> u64 {
     use std::hash::Hasher;
     unsafe {
-        if !pg_sys::ActiveSnapshotSet() {
+        if !crate::fast_ffi::ActiveSnapshotSet() {
             return 0;
         }
-        let snap = pg_sys::GetActiveSnapshot();
+        let snap = crate::fast_ffi::GetActiveSnapshot();
         if snap.is_null() {
             return 0;
         }
