@@ -24,7 +24,10 @@ CREATE TABLE worlds.world (
     fork_at       timestamptz,                         -- forked from main as it was at this time ('main@when')
     rebased       timestamptz,                         -- when its fork point last moved (REBASE)
     dropped       timestamptz                          -- null while live
-);
+)
+-- a world's row gets a new version at each commit of its writers (version, active): pages kept mostly
+-- free, so each read of the row prunes the dead versions ahead of it instead of walking up to a page of them
+WITH (fillfactor = 10);
 CREATE UNIQUE INDEX world_live_name ON worlds.world (name) WHERE dropped IS NULL;
 CREATE SEQUENCE worlds.world_num_seq START 1 OWNED BY worlds.world.num;
 INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main', NULL, 0);
