@@ -90,6 +90,39 @@ mod tests {
         assert_eq!(ours, theirs);
     }
 
+    /// `worlds::world_row` remembers its last read by what the snapshot sees: a later read must still see
+    /// this transaction's own change of the row, and no longer see one a rolled-back subtransaction made.
+    #[pg_test]
+    fn world_row_sees_own_changes_and_rollbacks() {
+        make_test_world(901, false);
+        let version = || unsafe {
+            pg_sys::CommandCounterIncrement();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            let row = crate::storage::overlay::world_row(901, pg_sys::GetActiveSnapshot());
+            pg_sys::PopActiveSnapshot();
+            row.and_then(|r| r.1)
+        };
+        assert_eq!(version(), Some(0));
+        assert_eq!(version(), Some(0), "read twice on the same view of the row");
+        crate::spi_calls::run("UPDATE worlds.world SET version = 7 WHERE num = 901").unwrap();
+        assert_eq!(version(), Some(7), "this transaction's own change");
+        unsafe { pg_sys::BeginInternalSubTransaction(std::ptr::null()) };
+        crate::spi_calls::run("UPDATE worlds.world SET version = 9 WHERE num = 901").unwrap();
+        assert_eq!(version(), Some(9), "the subtransaction's change, inside it");
+        unsafe { pg_sys::RollbackAndReleaseCurrentSubTransaction() };
+        assert_eq!(version(), Some(7), "the rolled-back subtransaction's change is gone");
+        crate::spi_calls::run("UPDATE worlds.world SET dropped = now() WHERE num = 901").unwrap();
+        assert_eq!(version(), Some(7));
+        let dropped = unsafe {
+            pg_sys::CommandCounterIncrement();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            let row = crate::storage::overlay::world_row(901, pg_sys::GetActiveSnapshot());
+            pg_sys::PopActiveSnapshot();
+            row.map(|r| r.0)
+        };
+        assert_eq!(dropped, Some(true), "the drop is seen");
+    }
+
     #[pg_test]
     fn library_is_preloaded_and_hooks_installed() {
         assert!(crate::preloaded());
