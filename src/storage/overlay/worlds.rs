@@ -134,44 +134,43 @@ pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(
         // same (sub)transaction, find the same row: the write lock's fresh snapshot and the statement's
         // are usually such a pair (nothing committed between them)
         let seen = seen_by(snapshot);
-        if seen != 0 {
-            if let Some(row) = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.0 == seen && e.1 == num).map(|e| e.2.clone())) {
+        if let Some(seen) = &seen {
+            if let Some(row) = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.0 == *seen && e.1 == num).map(|e| e.2.clone())) {
                 return row;
             }
         }
         let found = read_world_row(num, snapshot);
-        if seen != 0 {
+        if let Some(seen) = seen {
             LAST_ROW.with(|l| *l.borrow_mut() = Some((seen, num, found.clone())));
         }
         found
     }
 }
 
-/// What decides which version of a row `snapshot` sees, as a hash: the committed transactions it sees
-/// (xmin, xmax, in-progress list), and this transaction's own changes it sees (its xid, subtransaction,
-/// command). 0 for a snapshot that isn't an MVCC one, or one whose subtransaction list overflowed.
-unsafe fn seen_by(snapshot: pg_sys::Snapshot) -> u64 {
-    use std::hash::Hasher;
+/// What decides which version of a row `snapshot` sees, exactly: the committed transactions it sees (xmin,
+/// xmax, in-progress and sub-transaction lists), and this transaction's own changes it sees (its xid,
+/// subtransaction, command). None for a snapshot that isn't an MVCC one, or whose subtransaction list
+/// overflowed.
+unsafe fn seen_by(snapshot: pg_sys::Snapshot) -> Option<Vec<u64>> {
     unsafe {
         if snapshot.is_null() || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_MVCC || (*snapshot).suboverflowed {
-            return 0;
+            return None;
         }
-        let mut h = Fx::default();
-        h.write_u64((*snapshot).xmin.into_inner() as u64);
-        h.write_u64((*snapshot).xmax.into_inner() as u64);
-        h.write_u64(u64::from((*snapshot).xcnt));
-        for i in 0..(*snapshot).xcnt as usize {
-            h.write_u64((*(*snapshot).xip.add(i)).into_inner() as u64);
-        }
-        h.write_u64(u64::from((*snapshot).subxcnt as u32));
-        for i in 0..(*snapshot).subxcnt.max(0) as usize {
-            h.write_u64((*(*snapshot).subxip.add(i)).into_inner() as u64);
-        }
-        h.write_u64(u64::from((*snapshot).curcid));
-        h.write_u64(crate::fast_ffi::GetCurrentTransactionIdIfAny().into_inner() as u64);
-        h.write_u64(u64::from(crate::fast_ffi::GetCurrentSubTransactionId()));
-        h.write_u64(u64::from(pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0)));
-        h.finish() | 1
+        let (xcnt, subxcnt) = ((*snapshot).xcnt as usize, (*snapshot).subxcnt.max(0) as usize);
+        let mut key = Vec::with_capacity(8 + xcnt + subxcnt);
+        key.extend([
+            (*snapshot).xmin.into_inner() as u64,
+            (*snapshot).xmax.into_inner() as u64,
+            u64::from((*snapshot).curcid),
+            crate::fast_ffi::GetCurrentTransactionIdIfAny().into_inner() as u64,
+            u64::from(crate::fast_ffi::GetCurrentSubTransactionId()),
+            u64::from(pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0)),
+            xcnt as u64,
+            subxcnt as u64,
+        ]);
+        key.extend((0..xcnt).map(|i| (*(*snapshot).xip.add(i)).into_inner() as u64));
+        key.extend((0..subxcnt).map(|i| (*(*snapshot).subxip.add(i)).into_inner() as u64));
+        Some(key)
     }
 }
 
@@ -230,7 +229,7 @@ thread_local! {
     /// same statement after statement, and pg_snapshot's output function ran for each
     static LAST_TEXT: RefCell<Vec<(Vec<u8>, String)>> = const { RefCell::new(Vec::new()) };
     /// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row)
-    static LAST_ROW: RefCell<Option<(u64, i32, Option<WorldRow>)>> = const { RefCell::new(None) };
+    static LAST_ROW: RefCell<Option<(Vec<u64>, i32, Option<WorldRow>)>> = const { RefCell::new(None) };
 }
 
 type WorldRow = (bool, Option<i64>, Option<String>, Option<String>);
