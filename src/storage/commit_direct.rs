@@ -21,16 +21,16 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !crate::fast_ffi::ActiveSnapshotSet() {
             return None;
         }
-        let Some(c) = catalog() else { return None };
+        let (Some(w), Some(e)) = (super::overlay::world_table(), events_table()) else { return None };
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        let world = pg_sys::table_open(c.world, lock);
-        let events = pg_sys::table_open(c.event, lock);
+        let world = pg_sys::table_open(w.relid, lock);
+        let events = pg_sys::table_open(e.relid, lock);
         let close = || {
             pg_sys::table_close(events, pg_sys::NoLock as i32);
             pg_sys::table_close(world, pg_sys::NoLock as i32);
         };
-        let (w_num, w_version, w_active) = (c.w_num, c.w_version, c.w_active);
-        let e_cols = c.e_cols;
+        let (w_num, w_version, w_active) = (w.num as usize, w.version as usize, w.active as usize);
+        let e_cols = e.cols;
         let pkey = pg_sys::RelationGetPrimaryKeyIndex(world);
         // nothing of the table's own code on either relation but its constraints and the foreign keys'
         // AFTER triggers (which these calls run as the statement would)
@@ -124,54 +124,40 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
     }
 }
 
-/// worlds.world's and worlds.event's relids and the attnums `commit` writes, looked up once per backend
-/// (forgotten at a relcache invalidation of either).
+/// worlds.event's relid and the attnums `commit` writes, looked up once per backend (forgotten at a
+/// relcache invalidation of it); worlds.world's are `overlay::world_table`'s.
 #[derive(Clone, Copy)]
-struct Catalog {
-    world: pg_sys::Oid,
-    event: pg_sys::Oid,
-    w_num: usize,
-    w_version: usize,
-    w_active: usize,
-    e_cols: [usize; 6],
+struct Events {
+    relid: pg_sys::Oid,
+    cols: [usize; 6],
 }
 
 thread_local! {
-    static CATALOG: std::cell::Cell<Option<Catalog>> = const { std::cell::Cell::new(None) };
+    static EVENTS: std::cell::Cell<Option<Events>> = const { std::cell::Cell::new(None) };
 }
 
 pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
-    CATALOG.with(|c| {
-        if relid == pg_sys::Oid::INVALID || c.get().is_some_and(|t| t.world == relid || t.event == relid) {
+    EVENTS.with(|c| {
+        if relid == pg_sys::Oid::INVALID || c.get().is_some_and(|t| t.relid == relid) {
             c.set(None);
         }
     });
 }
 
-unsafe fn catalog() -> Option<Catalog> {
-    if let Some(c) = CATALOG.with(|c| c.get()) {
+unsafe fn events_table() -> Option<Events> {
+    if let Some(c) = EVENTS.with(|c| c.get()) {
         return Some(c);
     }
     unsafe {
         let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
-        if ns == pg_sys::Oid::INVALID {
+        let relid = if ns == pg_sys::Oid::INVALID { pg_sys::Oid::INVALID } else { pg_sys::get_relname_relid(c"event".as_ptr(), ns) };
+        if relid == pg_sys::Oid::INVALID {
             return None;
         }
-        let (world, event) = (pg_sys::get_relname_relid(c"world".as_ptr(), ns), pg_sys::get_relname_relid(c"event".as_ptr(), ns));
-        if world == pg_sys::Oid::INVALID || event == pg_sys::Oid::INVALID {
-            return None;
-        }
-        let attno = |rel: pg_sys::Oid, name: &std::ffi::CStr| pg_sys::get_attnum(rel, name.as_ptr()).max(0) as usize;
-        let c = Catalog {
-            world,
-            event,
-            w_num: attno(world, c"num"),
-            w_version: attno(world, c"version"),
-            w_active: attno(world, c"active"),
-            e_cols: [c"seq", c"at", c"world", c"event", c"rows", c"xid"].map(|n| attno(event, n)),
-        };
-        CATALOG.with(|x| x.set(Some(c)));
-        Some(c)
+        let cols = [c"seq", c"at", c"world", c"event", c"rows", c"xid"].map(|n| pg_sys::get_attnum(relid, n.as_ptr()).max(0) as usize);
+        let e = Events { relid, cols };
+        EVENTS.with(|x| x.set(Some(e)));
+        Some(e)
     }
 }
 

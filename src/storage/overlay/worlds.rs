@@ -210,17 +210,18 @@ unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, 
     }
 }
 
-/// `worlds.world`'s relid and the attnums `world_row` reads, looked up once (forgotten at a relcache
-/// invalidation of the table: `on_relcache_invalidation`).
+/// `worlds.world`'s relid and the attnums `world_row` reads and the commit writes (storage/commit_direct.rs),
+/// looked up once (forgotten at a relcache invalidation of the table: `on_relcache_invalidation`).
 #[derive(Clone, Copy)]
-struct WorldTable {
-    relid: pg_sys::Oid,
-    num: i32,
+pub(crate) struct WorldTable {
+    pub(crate) relid: pg_sys::Oid,
+    pub(crate) num: i32,
     dropped: i32,
-    version: i32,
+    pub(crate) version: i32,
     name: i32,
     fork_snapshot: i32,
     fork_at: i32,
+    pub(crate) active: i32,
 }
 
 thread_local! {
@@ -243,7 +244,7 @@ pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
     });
 }
 
-unsafe fn world_table() -> Option<WorldTable> {
+pub(crate) unsafe fn world_table() -> Option<WorldTable> {
     if let Some(t) = WORLD_TABLE.with(|w| w.get()) {
         return Some(t);
     }
@@ -262,8 +263,9 @@ unsafe fn world_table() -> Option<WorldTable> {
             name: attno(c"name"),
             fork_snapshot: attno(c"fork_snapshot"),
             fork_at: attno(c"fork_at"),
+            active: attno(c"active"),
         };
-        if [t.num, t.dropped, t.version, t.name, t.fork_snapshot, t.fork_at].iter().any(|&a| a <= 0) {
+        if [t.num, t.dropped, t.version, t.name, t.fork_snapshot, t.fork_at, t.active].iter().any(|&a| a <= 0) {
             return None;
         }
         WORLD_TABLE.with(|w| w.set(Some(t)));
