@@ -92,20 +92,25 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
         let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
         let added = absent.get(&l.relid).unwrap_or(&none);
         let ktext = key_text_expr(l, "d");
-        // a row whose version in the world is main's as it stands changes nothing (decide: ours = theirs),
-        // compared as the planned way compares them: the two rows as jsonb, by their text. Only the rows
-        // main had when they were locked are updated.
+        let live = live_columns(l.relid);
+        // a row whose version in the world is main's as it stands changes nothing (decide: ours = theirs).
+        // The two rows are compared by their values' bytes (record image inequality, `*<>`: no JSON is
+        // built per row). Rows with equal bytes have equal JSON texts, which is how the planned way
+        // compares them, so no change the planned way would apply is skipped; a row whose bytes differ
+        // while its JSON text doesn't (a json value written with other spaces) is applied, and main gets
+        // the world's exact value. Only the rows main had when they were locked are updated.
         let update = if set_cols.is_empty() {
             "SELECT 1 WHERE false".to_string()
         } else {
             format!(
                 "UPDATE {table} t SET ({}) = ROW({}) FROM d
                   WHERE NOT d._w_del AND {} AND NOT ({ktext} = ANY($2::text[]))
-                    AND to_jsonb(t.*)::text IS DISTINCT FROM ({})::text RETURNING 1",
+                    AND ROW({})::record *<> ROW({})::record RETURNING 1",
                 set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
                 set_cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 key_match(l, "t", "d"),
-                json_object_expr("d", &live_columns(l.relid)),
+                live.iter().map(|c| format!("t.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+                live.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 table = l.table_name,
             )
         };

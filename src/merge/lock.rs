@@ -217,8 +217,6 @@ impl Round {
         });
         if let Some((_, k)) = found.iter().find(|(kind, _)| kind == "held") {
             let table = &self.layout.table_name;
-            let mode = if self.hold == Hold::Read { "SHARE" } else { "UPDATE" };
-            let _ = mode;
             let sql = format!("SELECT t.ctid::text FROM {table} t WHERE {} = $1", key_text_expr(&self.layout, "t"));
             ROW_RELID.with(|r| r.set(Some(self.layout.relid)));
             return Some(Blocked::Row { sql, key: k.clone() });

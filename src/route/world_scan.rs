@@ -756,14 +756,19 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
                 pg_sys::ExecClearTuple(side.slot);
                 continue;
             }
+            // (the side's key index when it is that one, already open: no second open)
+            let own = !side.key_index.is_null() && is_version_index(side.key_index, side.key_attno, side.seq_attno);
             let version_index = match &winners {
+                Some(_) if own => side.key_index,
                 Some(_) => crate::route::history_lookup::find_version_index(side.rel, side.key_attno as i16),
                 None => std::ptr::null_mut(),
             };
             match keys {
                 _ if !version_index.is_null() => {
                     read_versions(side, version_index, snapshot, winners.as_deref().unwrap_or_default(), &mut consider);
-                    pg_sys::index_close(version_index, pg_sys::NoLock as i32);
+                    if version_index != side.key_index {
+                        pg_sys::index_close(version_index, pg_sys::NoLock as i32);
+                    }
                 }
                 Some((index, scan_keys, n)) if !side.key_index.is_null() && same_operators(index, side.key_index) => {
                     let scan = pg_sys::index_beginscan(side.rel, side.key_index, snapshot, n, 0);
@@ -918,7 +923,12 @@ unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: boo
             crate::api::raise("XX000", format!("pg_worlds: storage of table {} is out of step with it", layout.table_name));
         }
         let key_index = match main_index {
-            Some(_) if is_delta => key_index_of(rel, key_attno),
+            // (the (key, _w_dseq) index, whose oid is kept per delta, when there is one: it serves main's
+            // index scans on the key and the reads of versions by (key, dseq) alike)
+            Some(_) if is_delta => {
+                let index = crate::route::history_lookup::find_version_index(rel, key_attno as i16);
+                if index.is_null() { key_index_of(rel, key_attno) } else { index }
+            }
             _ => std::ptr::null_mut(),
         };
         let slot = pg_sys::ExecAllocTableSlot(&mut (*estate).es_tupleTable, desc, pg_sys::table_slot_callbacks(rel));
@@ -974,6 +984,15 @@ unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
 }
 
 /// The relation's btree index led by the key column, opened (null when it has none).
+/// Whether `index` is the delta's btree on (key, _w_dseq).
+unsafe fn is_version_index(index: pg_sys::Relation, key_attno: i32, seq_attno: i32) -> bool {
+    unsafe {
+        let ix = (*index).rd_index;
+        let keys = (*ix).indkey.values.as_ptr();
+        (*ix).indnkeyatts == 2 && *keys as i32 == key_attno && *keys.add(1) as i32 == seq_attno && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID
+    }
+}
+
 unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relation {
     unsafe {
         let list = pg_sys::RelationGetIndexList(rel);
