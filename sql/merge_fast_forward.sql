@@ -74,3 +74,25 @@ SELECT count(*) FILTER (WHERE _w_src = w.id) AS from_world FROM worlds.world w,
  WHERE w.name = 'ff_fast' GROUP BY w.id;
 DROP OWNED BY ff_writer;
 DROP ROLE ff_writer;
+-- merge checks run on a fast-forward merge's result, as on a planned one: a broken check refuses the
+-- merge (nothing of it is left in main), a kept one lets it through (the DEBUG line names the path)
+CREATE TABLE acct (id int PRIMARY KEY, balance int);
+INSERT INTO acct VALUES (1, 10), (2, 10);
+SELECT * FROM worlds.sql('create merge check ff_no_negative on tables (acct) as select id from acct where balance < 0');
+SELECT * FROM worlds.sql('create world ff_overdraw');
+SET worlds.world = ff_overdraw;
+UPDATE acct SET balance = -5 WHERE id = 1;
+UPDATE acct SET balance = 20 WHERE id = 2;
+RESET worlds.world;
+SET client_min_messages = debug1;
+SELECT * FROM worlds.sql('merge world ff_overdraw');
+RESET client_min_messages;
+SELECT * FROM acct ORDER BY id;
+SET worlds.world = ff_overdraw;
+UPDATE acct SET balance = 5 WHERE id = 1;
+RESET worlds.world;
+SET client_min_messages = debug1;
+SELECT * FROM worlds.sql('merge world ff_overdraw');
+RESET client_min_messages;
+SELECT * FROM acct ORDER BY id;
+SELECT * FROM worlds.sql('drop merge check ff_no_negative');

@@ -232,17 +232,20 @@ fn found_rows(query: &str, timeout_ms: i32, target: Option<&World>) -> Result<Ve
     })
 }
 
-/// The checks this plan's merge must pass: those of the tables it changes, and those without ON TABLES.
-fn checks_for(plan: &[Planned]) -> Vec<(String, String, i32)> {
-    let changed: Vec<pg_sys::Oid> = {
-        let mut v: Vec<pg_sys::Oid> = plan
-            .iter()
-            .filter(|p| !matches!(p.decision.outcome, Outcome::Conflict(_)) && p.decision.result != p.row.theirs)
-            .map(|p| p.layout.relid)
-            .collect();
-        v.dedup();
-        v
-    };
+/// The tables this plan's merge changes.
+fn changed_by(plan: &[Planned]) -> Vec<pg_sys::Oid> {
+    let mut v: Vec<pg_sys::Oid> = plan
+        .iter()
+        .filter(|p| !matches!(p.decision.outcome, Outcome::Conflict(_)) && p.decision.result != p.row.theirs)
+        .map(|p| p.layout.relid)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// The checks a merge that changes these tables must pass: those of the tables, and those without ON
+/// TABLES.
+fn checks_for(changed: Vec<pg_sys::Oid>) -> Vec<(String, String, i32)> {
     if changed.is_empty() {
         return Vec::new();
     }
@@ -263,8 +266,13 @@ fn checks_for(plan: &[Planned]) -> Vec<(String, String, i32)> {
 /// Runs the plan's checks on the merged result (after the merge applied, in its transaction): the broken
 /// ones as (SQLSTATE, reason): 23514 for rows found, 57014 for a check past its timeout.
 pub fn broken(plan: &[Planned], target: Option<&World>) -> Vec<(&'static str, String)> {
+    broken_for(changed_by(plan), target)
+}
+
+/// The same, for a merge that changed these tables (a fast-forward merge has no plan: merge/fast_forward.rs).
+fn broken_for(changed: Vec<pg_sys::Oid>, target: Option<&World>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    for (name, query, timeout_ms) in checks_for(plan) {
+    for (name, query, timeout_ms) in checks_for(changed) {
         // (in name order: the order every merge takes these locks in)
         lock_check(&name);
         match found_rows(&query, timeout_ms, target) {
@@ -286,7 +294,12 @@ pub fn broken(plan: &[Planned], target: Option<&World>) -> Vec<(&'static str, St
 /// After the merge applied: a broken check refuses it (23514, or 57014 past a timeout; for an agent
 /// keeping to a policy, a broken rule: 42501, queued). No one skips a check.
 pub fn gate(plan: &[Planned], world: &WorldRow, target: Option<&World>) {
-    let broken = broken(plan, target);
+    gate_tables(changed_by(plan), world, target);
+}
+
+/// The same, for a merge that changed these tables.
+pub fn gate_tables(changed: Vec<pg_sys::Oid>, world: &WorldRow, target: Option<&World>) {
+    let broken = broken_for(changed, target);
     if broken.is_empty() {
         return;
     }

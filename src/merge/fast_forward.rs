@@ -6,8 +6,9 @@
 //!
 //! Taken only when nothing reads the plan's row values: a merge into main of a world forked from main,
 //! whole (no ONLY, RESOLVE, CONFIRM DELETES, TARGET), by a person (no agent) with no merge policy over the
-//! world, no declared scope, no merge check on its tables, and a role that may read the delta (the
-//! table's owner or a superuser). Any other merge goes the planned way. The rows main had are locked
+//! world, no declared scope, and a role that may read the delta (the table's owner or a superuser). Any
+//! other merge goes the planned way. Merge checks run on the result as applied, as the planned way runs
+//! them (governance/checks.rs), for the tables the apply changed. The rows main had are locked
 //! first (lock.rs); the keys main lacked then are the ones inserted, so a key main inserts meanwhile fails
 //! the merge with 23505, as the planned way's INSERT does, and is never updated over.
 use super::*;
@@ -39,17 +40,6 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
     {
         return false;
     }
-    let relids: Vec<pg_sys::Oid> = layouts.iter().map(|l| l.relid).collect();
-    let checked = crate::spi_calls::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM worlds.merge_check WHERE tables IS NULL OR tables::oid[] && $1::oid[])",
-        &[relids.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(true);
-    if checked {
-        return false;
-    }
     // (the delta is read as the session's user, who writes main)
     layouts.iter().all(|l| {
         crate::storage::as_session_user(|| unsafe {
@@ -59,12 +49,19 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
 }
 
 /// Applies the world's latest rows of these tables to main: deletes children first, then updates and
-/// inserts parents first (as `apply` orders a plan). Returns the rows changed and the rows deleted.
-pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64) {
+/// inserts parents first (as `apply` orders a plan). Returns the rows changed, the rows deleted and the
+/// tables it changed.
+pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
     with_merge_source(Some(world.id.clone()), || apply_tables(layouts, world, absent))
 }
 
-fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64) {
+fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
+    let mut changed: Vec<pg_sys::Oid> = Vec::new();
+    let mut note = |relid: pg_sys::Oid, n: usize| {
+        if n > 0 && !changed.contains(&relid) {
+            changed.push(relid);
+        }
+    };
     let depth = fk_depth();
     let mut ordered: Vec<&std::rc::Rc<Layout>> = layouts.iter().collect();
     ordered.sort_by_key(|l| (depth.get(&l.relid).copied().unwrap_or(0), l.relid.to_u32()));
@@ -83,6 +80,7 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
             ),
             &[world.num.into(), added.clone().into()],
         );
+        note(l.relid, n);
         applied += n;
         deletes += n as i64;
     }
@@ -125,7 +123,7 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
             table = l.table_name,
             d_cols = cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
         );
-        applied += crate::storage::as_session_user(|| {
+        let n = crate::storage::as_session_user(|| {
             Spi::connect_mut(|c| {
                 c.update(&sql, None, &[world.num.into(), added.clone().into()])
                     .and_then(|t| t.first().get::<i64>(1))
@@ -133,8 +131,10 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
                     .unwrap_or(0) as usize
             })
         });
+        note(l.relid, n);
+        applied += n;
     }
-    (applied, deletes)
+    (applied, deletes, changed)
 }
 
 /// The world's latest version of each key of the table ($1: the world).

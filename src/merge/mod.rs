@@ -177,8 +177,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             crate::governance::gate(&[], &world, true, None);
-            let (applied, deletes) = fast_forward::apply(&layouts, &world, &absent);
+            let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
             crate::governance::reads::gate_again(&world);
+            // the merge checks, on the result as applied (as below)
+            crate::governance::checks::gate_tables(changed, &world, None);
             record(&world, target_num, &target_name, false, applied as i64, deletes);
             return vec![serde_json::json!({ "tag": format!("MERGE {applied}") })];
         }
