@@ -23,6 +23,7 @@ CREATE TABLE worlds.world (
     fork_snapshot pg_snapshot,                         -- the parent's snapshot when this world forked
     fork_at       timestamptz,                         -- forked from main as it was at this time ('main@when')
     rebased       timestamptz,                         -- when its fork point last moved (REBASE)
+    merged_part   boolean NOT NULL DEFAULT false,      -- merged in part (ONLY TABLES / KEYS) at least once
     dropped       timestamptz                          -- null while live
 )
 -- a world's row gets a new version at each commit of its writers (version, active): pages kept mostly

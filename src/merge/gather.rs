@@ -217,14 +217,11 @@ pub(crate) fn main_changed(layout: &Layout, world: &WorldRow) -> bool {
     crate::spi_calls::get_one_with_args::<bool>(&probe, &[snapshot.into()]).ok().flatten().unwrap_or(true)
 }
 
+/// Whether the world was merged in part before (its row says so: record.rs sets it with the partial
+/// merge's events; reading those events instead read all of worlds.event, which every commit of every
+/// world's writers adds to, at each merge).
 pub(crate) fn partly_merged(world: &WorldRow) -> bool {
-    crate::spi_calls::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM worlds.event WHERE world = $1 AND event LIKE 'merged part into %')",
-        &[world.num.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(true)
+    world.merged_part
 }
 
 pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'static str {

@@ -7,7 +7,7 @@ use super::*;
 pub(crate) fn record(world: &WorldRow, target_num: i32, target_name: &str, partial: bool, applied: i64, deletes: i64) {
     Spi::connect_mut(|c| {
         if partial {
-            c.update("UPDATE worlds.world SET version = version + 1 WHERE num = $1", None, &[world.num.into()]).ok();
+            c.update("UPDATE worlds.world SET version = version + 1, merged_part = true WHERE num = $1", None, &[world.num.into()]).ok();
             c.update(
                 "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), ($5, 'merged part of ' || $2, $4)",
                 None,

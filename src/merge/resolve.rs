@@ -13,6 +13,9 @@ pub struct WorldRow {
     pub parent: Option<i32>,
     pub version: i64,
     pub fork_snapshot: Option<String>,
+    /// merged in part (ONLY TABLES / ONLY KEYS) at least once: its later merges leave out what main
+    /// changed of those rows before that merge (gather.rs)
+    pub merged_part: bool,
 }
 
 /// A world of that name already merged whole at version `v` (its last merge): the tag that merge
@@ -62,7 +65,7 @@ pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> 
     Spi::connect(|c| {
         c.fresh(
             &format!(
-                "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) FROM worlds.world
+                "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text), merged_part FROM worlds.world
                  WHERE dropped IS NULL AND {condition} LIMIT 1"
             ),
             None,
@@ -77,6 +80,7 @@ pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> 
                 parent: r.get(4).ok().flatten(),
                 version: r.get(5).ok().flatten().unwrap_or(0),
                 fork_snapshot: r.get(6).ok().flatten(),
+                merged_part: r.get(7).ok().flatten().unwrap_or(false),
             })
         })
     })

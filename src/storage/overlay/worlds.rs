@@ -366,14 +366,29 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         if let Some((name, when)) = setting.split_once('@') {
             return Some(past_of(name, when));
         }
-        let row = client
+        // the live world of that name, else of that ID (through the live names' and the IDs' indexes);
+        // only then the dropped ones (worlds.world keeps a row for every world ever made: a scan of them all
+        // for each switch of world was a tenth of a loop that forks, writes and merges small worlds)
+        let live = client
             .fresh(
-                "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
-                 ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
+                "SELECT num, false FROM worlds.world WHERE dropped IS NULL AND (name = $1 OR id = $1)
+                 ORDER BY (name = $1) DESC LIMIT 1",
                 None,
                 &[setting.into()],
             )
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        let row = if !live.is_empty() {
+            live
+        } else {
+            client
+                .fresh(
+                    "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
+                     ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
+                    None,
+                    &[setting.into()],
+                )
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+        };
         let Some(row) = row.into_iter().next() else {
             let restored = crate::storage::as_internal(|| {
                 crate::spi_calls::get_one_with_args::<bool>(
