@@ -36,7 +36,7 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
         || crate::governance::policies::judged_by(world).is_some()
         || crate::governance::policies::owner_policy(world.num).is_some()
         || crate::governance::scope::declared(world)
-        || partly_merged(world)
+        || world.merged_part
     {
         return false;
     }

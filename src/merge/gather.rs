@@ -137,7 +137,8 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
         // (only worlds partly merged before have one): one pass over history since the fork, joined to the
         // world's rows by key (history has no index on the key: capture would pay for one on every write)
         let (first_change, join_first, history_entry) = if main_changed {
-            let (own_join, own_filter) = if partly_merged(world) {
+            // (`merged_part`: set with a partial merge's events, record.rs)
+            let (own_join, own_filter) = if world.merged_part {
                 (
                     format!(
                         "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
@@ -215,13 +216,6 @@ pub(crate) fn main_changed(layout: &Layout, world: &WorldRow) -> bool {
     };
     let probe = format!("SELECT EXISTS (SELECT 1 FROM {} h WHERE {after_fork})", layout.history_name);
     crate::spi_calls::get_one_with_args::<bool>(&probe, &[snapshot.into()]).ok().flatten().unwrap_or(true)
-}
-
-/// Whether the world was merged in part before (its row says so: record.rs sets it with the partial
-/// merge's events; reading those events instead read all of worlds.event, which every commit of every
-/// world's writers adds to, at each merge).
-pub(crate) fn partly_merged(world: &WorldRow) -> bool {
-    world.merged_part
 }
 
 pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'static str {
