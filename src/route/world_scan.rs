@@ -207,11 +207,38 @@ unsafe extern "C-unwind" fn plan_path(
         (*cscan).custom_exprs = pg_sys::extract_actual_clauses(clauses, false);
         (*cscan).scan.scanrelid = (*rel).relid;
         (*cscan).flags = (*best_path).flags;
-        (*cscan).custom_plans = custom_plans;
+        (*cscan).custom_plans = pg_sys::lappend(std::ptr::null_mut(), ungated(crate::fast_ffi::list_nth(custom_plans, 0) as *mut pg_sys::Plan) as *mut std::ffi::c_void);
         (*cscan).custom_private = (*best_path).custom_private;
         (*cscan).methods = &SCAN_METHODS.0;
         cscan as *mut pg_sys::Plan
     }
+}
+
+/// Main's scan plan without the gating Result Postgres puts over it for a condition that names no column of
+/// the table (`where (select 1) is not null`: a one-time filter). The same gate sits above the world scan (Postgres
+/// gates every scan of the relation), so the one under it is redundant, and the world scan reads its child as the
+/// scan node itself (its scan slot, its relation, its index): a Result there was read as a scan, and crashed.
+/// The gate's target list is the scan's own (both built from the path's target), kept on the scan.
+unsafe fn ungated(plan: *mut pg_sys::Plan) -> *mut pg_sys::Plan {
+    unsafe {
+        let mut plan = plan;
+        while (*plan).type_ == pg_sys::NodeTag::T_Result {
+            let result = plan as *mut pg_sys::Result;
+            let inner = (*result).plan.lefttree;
+            if inner.is_null() || (*result).resconstantqual.is_null() || !(*result).plan.qual.is_null() {
+                break;
+            }
+            (*inner).targetlist = (*result).plan.targetlist;
+            plan = inner;
+        }
+        plan
+    }
+}
+
+/// Is this plan-state node one the world scan runs under it (a scan of the table it reads)?
+fn is_scan_state(tag: pg_sys::NodeTag) -> bool {
+    use pg_sys::NodeTag::*;
+    matches!(tag, T_SeqScanState | T_IndexScanState | T_BitmapHeapScanState | T_TidScanState | T_TidRangeScanState | T_SampleScanState)
 }
 
 // --------------------------------------------------------------------------------------------- execution
@@ -338,6 +365,10 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
         let tabno = int_at((*cscan).custom_private, 0);
         let order = int_at((*cscan).custom_private, 1);
         let child = pg_sys::ExecInitNode(crate::fast_ffi::list_nth((*cscan).custom_plans, 0) as *mut pg_sys::Plan, estate, eflags);
+        if !is_scan_state((*child).type_) {
+            // a plan shape the planner hook didn't foresee: an error, never a read of another node as a scan
+            pgrx::error!("pg_worlds: world scan over an unexpected plan node {:?}", (*child).type_);
+        }
         // Main's plan reads a table's tuples as stored when its parent needs no particular columns; a custom
         // scan's child never gets that physical target list, so it would project every row (a full scan's
         // largest cost in a world). When the node's output is the stored row or no columns, the child's
