@@ -480,6 +480,9 @@ unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_
 unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let run = run_of(node);
+        if !(*(*node).ss.ps.state).es_epq_active.is_null() {
+            return epq_row(node, run);
+        }
         if !run.gathered {
             run.gathered = true;
             gather(node, run);
@@ -511,6 +514,25 @@ unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> 
             }
             _ => next_extra(node, run),
         }
+    }
+}
+
+/// The row an EvalPlanQual re-check tests (a row-locking read or a write that waited on a row another
+/// session changed): main's scan under the world scan returns it, as every scan node does under a re-check
+/// (ExecScan: the test row of this relation, once, if it passes the scan's conditions). The world's own rows
+/// are not added: the re-check is of the one row the statement locked. Never taken by the fast path
+/// (`exec`), which runs only once the world's rows are gathered.
+unsafe fn epq_row(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
+    unsafe {
+        let child = run.child;
+        if !(*child).chgParam.is_null() {
+            pg_sys::ExecReScan(child);
+        }
+        let out = ((*child).ExecProcNode.unwrap_unchecked())(child);
+        if tup_is_null(out) {
+            return pg_sys::ExecClearTuple((*node).ss.ps.ps_ResultTupleSlot);
+        }
+        emit(node, run, out)
     }
 }
 
