@@ -95,3 +95,8 @@ END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
 GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table TO PUBLIC;
 GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;
+
+-- pg_worlds' own tables never reach a logical decoding stream (a FOR ALL TABLES publication, CDC), and
+-- have a replica identity: storage/decoding.rs
+SELECT worlds._keep_internal_out_of_decoding();
+REVOKE EXECUTE ON FUNCTION worlds._keep_internal_out_of_decoding() FROM PUBLIC;

@@ -18,6 +18,7 @@ pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
 mod commit_direct;
+pub mod decoding;
 mod delta_insert;
 pub mod history_marks;
 mod maker;

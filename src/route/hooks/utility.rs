@@ -228,6 +228,9 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
         {
             track_created((*(stmt as *mut pg_sys::CreateStmt)).relation);
         }
+        if !stmt.is_null() {
+            keep_internal_out_of_decoding(stmt);
+        }
         if !synced_after.is_null() {
             let tables = *Box::from_raw(synced_after);
             storage::as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._after_drop($1)", &[tables.into()]))
@@ -257,6 +260,28 @@ pub(super) unsafe fn process_utility_after(b: UtilityPass) {
             })
             .ok();
         }
+    }
+}
+
+/// After a CREATE TABLE or ALTER TABLE of one of pg_worlds' own tables (a world's delta, main's history,
+/// made as a table is first written): the table is kept out of logical decoding and given a replica
+/// identity (storage/decoding.rs). A user's table is left as it is.
+unsafe fn keep_internal_out_of_decoding(stmt: *mut pg_sys::Node) {
+    unsafe {
+        let relation = match (*stmt).type_ {
+            pg_sys::NodeTag::T_CreateStmt => (*(stmt as *mut pg_sys::CreateStmt)).relation,
+            pg_sys::NodeTag::T_AlterTableStmt => (*(stmt as *mut pg_sys::AlterTableStmt)).relation,
+            _ => return,
+        };
+        if relation.is_null() || (*relation).schemaname.is_null() || !crate::fast_ffi::IsTransactionState() {
+            return;
+        }
+        let schema = std::ffi::CStr::from_ptr((*relation).schemaname).to_bytes();
+        if schema != b"worlds" && schema != b"worlds_data" {
+            return;
+        }
+        let relid = pg_sys::RangeVarGetRelidExtended(relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+        storage::decoding::keep_out_of_decoding(relid);
     }
 }
 
