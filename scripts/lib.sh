@@ -25,7 +25,8 @@ free_port() {
   echo $p
 }
 
-# start_cluster NAME [preload=yes|no]: initdb (once) and start; prints nothing, writes $dir/port
+# start_cluster NAME [preload=yes|no]: initdb (once) and start; prints nothing, writes $dir/port.
+# EXTRA_CONF (optional): more "-c name=value" options for this start (e.g. "-c wal_level=logical")
 start_cluster() {
   local name=$1 preload=${2:-yes} dir port
   dir=$(cluster_dir "$name")
@@ -43,6 +44,7 @@ start_cluster() {
   echo "$port" > "$dir/port"; [ "$(id -u)" -eq 0 ] && chown postgres "$dir/port"
   local conf="-c port=$port -c unix_socket_directories=$dir/sock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
   [ "$preload" = yes ] && conf="$conf -c shared_preload_libraries=pg_worlds"
+  [ -n "${EXTRA_CONF:-}" ] && conf="$conf $EXTRA_CONF"
   # a Rust backtrace in every error DETAIL is noise for users: the server runs without RUST_BACKTRACE
   # (KEEP_RUST_BACKTRACE=1 keeps it: tests/sessions/16 proves errors don't change with it)
   local unset="-u RUST_BACKTRACE -u RUST_LIB_BACKTRACE"

@@ -53,7 +53,7 @@ fn _drop_member(rel: pg_sys::Oid) {
     }
 }
 
-/// History capture's two triggers on a tracked table, internal: AFTER INSERT OR UPDATE OR DELETE FOR EACH
+/// History capture's two triggers on a tracked table, internal, firing always: AFTER INSERT OR UPDATE OR DELETE FOR EACH
 /// ROW (worlds._capture(tabno)) and BEFORE TRUNCATE FOR EACH STATEMENT (worlds._capture_truncate(tabno)).
 #[pg_extern]
 fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, capture_truncate: pg_sys::Oid) {
@@ -75,7 +75,10 @@ fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, 
             stmt.events = events;
             let arg = std::ffi::CString::new(tabno.to_string()).unwrap();
             stmt.args = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeString(pg_sys::pstrdup(arg.as_ptr())).cast());
-            pg_sys::CreateTrigger(
+            // ALWAYS: main's history is kept also for changes made under session_replication_role =
+            // replica, a logical replication subscriber's apply worker's among them (its changes to main
+            // would otherwise move every world of the subscriber). pg_dump never lists internal triggers.
+            pg_sys::CreateTriggerFiringOn(
                 stmt.as_ptr(),
                 std::ptr::null(),
                 rel,
@@ -87,6 +90,7 @@ fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, 
                 std::ptr::null_mut(),
                 true,
                 false,
+                pg_sys::TRIGGER_FIRES_ALWAYS as std::ffi::c_char,
             );
         }
         pg_sys::CommandCounterIncrement();

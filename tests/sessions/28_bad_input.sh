@@ -323,3 +323,144 @@ begin
 end $gen$;
 SQL
 [ "$(M -c "select count(*) from sweep.calls")" -gt 0 ] || fail "no calls generated: $(tail -5 "$OUT/setup.log")"
+
+# run_calls WHERE VIA: a DO block runs the calls WHERE picks, each in a subtransaction of its own that is
+# rolled back (a sentinel error after a call that returned), as superuser or with SET LOCAL ROLE, and
+# records each outcome; calls already recorded are skipped
+run_calls() {
+  psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "set statement_timeout = '${2#*:}'" -c "
+do \$do\$
+declare
+  c record;
+  st text;
+  msg text;
+  t0 timestamptz;
+begin
+  for c in select * from sweep.calls where ($1) and id not in (select id from sweep.results) order by id loop
+    t0 := clock_timestamp();
+    begin
+      if c.role <> 'postgres' then execute format('set local role %I', c.role); end if;
+      execute c.sql;
+      raise sqlstate 'ZZ999';
+    exception when others then
+      get stacked diagnostics st = returned_sqlstate, msg = message_text;
+    end;
+    insert into sweep.results values (c.id, case st when 'ZZ999' then 'ok' else st end,
+      case when st = 'ZZ999' then null else left(msg, 2000) end,
+      round(extract(epoch from clock_timestamp() - t0)::numeric * 1000, 1), '${2%%:*}');
+  end loop;
+end \$do\$"
+}
+
+echo "check: every call of every function (a DO block per function)"
+CALLS=$(M -c "select count(*) from sweep.calls")
+FNS=$(M -c "select count(distinct fn) from sweep.calls")
+echo "  $CALLS calls of $FNS functions ($(M -c "select count(*) from sweep.skipped") skipped: $(M -c "select string_agg(sig || ' ' || why, '; ') from sweep.skipped" | cut -c1-300))"
+crashes=0; timeouts=0; recreated=0
+for fn in $(M -c "select distinct fn from sweep.calls order by fn"); do
+  if ! run_calls "fn = $fn" "block:300s" >"$OUT/block_$fn.log" 2>&1; then
+    # the block failed as a whole: each call in a session of its own, to find the one
+    alive || fail "the cluster doesn't come back"
+    for id in $(M -c "select id from sweep.calls where fn = $fn and id not in (select id from sweep.results) order by id"); do
+      if ! run_calls "id = $id" "single:30s" >"$OUT/single_$id.log" 2>&1; then
+        if grep -q "server closed the connection\|terminated abnormally\|connection to server was lost\|no connection to the server" "$OUT/single_$id.log"; then
+          state=CRASH; crashes=$((crashes + 1))
+        elif grep -q "57014" "$OUT/single_$id.log"; then
+          state=TIMEOUT; timeouts=$((timeouts + 1))
+        else
+          state=$(grep -o "ERROR:  [0-9A-Z]\{5\}" "$OUT/single_$id.log" | head -1 | cut -c9-); state=${state:-FAILED}
+        fi
+        alive || fail "the cluster doesn't come back after call $id"
+        msg=$(grep -m1 "ERROR\|FATAL\|server closed" "$OUT/single_$id.log" | cut -c1-500)
+        M -v id="$id" -v st="$state" -v msg="$msg" -c "insert into sweep.results values (:id, :'st', :'msg', null, 'single')" >/dev/null
+      fi
+    done
+  fi
+  if [ "$(fixtures_ok)" != 1 ]; then
+    # (calls are rolled back: a world lost here was lost by something that isn't)
+    bad "w1 or its changes gone after the calls of $(M -c "select $fn::regprocedure")"
+    recreated=$((recreated + 1))
+    M -c "select * from worlds.sql('drop world if exists w2')" -c "select * from worlds.sql('drop world if exists w1')" \
+      -c "select * from worlds.sql('create world w1')" -c "set worlds.world = w1" -c "update t1 set name = 'changed' where id <= 3" >/dev/null
+  fi
+done
+expect "calls without an outcome" "$(M -c "select count(*) from sweep.calls where id not in (select id from sweep.results)")" 0
+
+echo "check: failing calls, each again alone in a session of its own"
+for id in $(M -c "select id from sweep.results where state ~ '^XX' and via = 'block' order by id"); do
+  # alone: a copy of the call under a new id
+  new=$(M -c "insert into sweep.calls (fn, sig, variant, args, role, sql) select fn, sig, variant || ' (alone)', args, role, sql from sweep.calls where id = $id returning id")
+  run_calls "id = $new" "alone:30s" >"$OUT/alone_$id.log" 2>&1 || alive
+  M -c "update sweep.results set via = 'block, alone: ' || coalesce((select state from sweep.results where id = $new), 'no outcome') where id = $id" \
+    -c "delete from sweep.results where id = $new" -c "delete from sweep.calls where id = $new" >/dev/null
+done
+
+echo "check: the worlds.* settings set to odd values, a tracked table read after each"
+gucs=$(M -c "select string_agg(name, ' ' order by name) from (select name from pg_settings where name like 'worlds.%' union select 'worlds.internal_ddl') s")
+echo "  settings: $gucs"
+values=("''" "' '" "''''" "'\"'" "'a\"b'" "'@'" "'main@'" "'w1@'" "'x@-1 hour'" "'main@-1 hour'" "'w1@-1 hour'"
+  "'main@infinity'" "'main@-infinity'" "'w1@294277-01-01'" "'w2'" "'wd'" "'nosuch'" "'select'" "'0'" "'-1'" "'2147483647'"
+  "'-2147483648'" "'99999999999999999999'" "'1e100'" "'NaN'" "'on'" "'off'" "'w000000-0000000000'"
+  "repeat('x', 100000)" "E'a\\\\nb'" "'é😀'")
+gucs_run=0; guc_fail=0
+: >"$OUT/gucs.txt"
+for g in $gucs; do
+  for v in "${values[@]}"; do
+    for who in postgres $ROLE; do
+      gucs_run=$((gucs_run + 1))
+      out=$(psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 -v VERBOSITY=verbose 2>&1 <<SQL
+set statement_timeout = '30s';
+set role $who;
+select format('set %s = %L', '$g', $v) \gexec
+select count(*) from t1;
+select name from t1 where id = 1;
+select count(*) from t3;
+SQL
+)
+      rc=$?
+      if [ $rc -eq 2 ] || echo "$out" | grep -q "ERROR:  XX\|server closed the connection\|terminated abnormally\|connection to server was lost"; then
+        guc_fail=$((guc_fail + 1))
+        line="SET $g = $(echo "$v" | cut -c1-40) as $who: $(echo "$out" | grep -m1 "ERROR:  XX\|server closed\|terminated abnormally\|connection to server" | cut -c1-300)"
+        echo "$line" >>"$OUT/gucs.txt"; bad "$line"
+        alive || fail "the cluster doesn't come back"
+      fi
+      echo "$out" | grep -o "ERROR:  [0-9A-Z]\{5\}" | sed "s/^/$g as $who: /" >>"$OUT/gucs_states.txt" || true
+    done
+  done
+done
+echo "  $gucs_run settings tried, $guc_fail with an internal error or a crash; SQLSTATEs seen: $(cut -d: -f3 "$OUT/gucs_states.txt" 2>/dev/null | sort | uniq -c | awk '{printf "%s %s, ", $2, $1}')"
+
+echo "check: the server log shows no backend terminated by a signal"
+tail -c +"$log_from" "$LOG" >"$OUT/server.log"
+signals=$(grep -c "terminated by signal\|PANIC:" "$OUT/server.log" || true)
+expect "crashes in the server log" "$signals" 0
+[ "$signals" = 0 ] || grep "terminated by signal\|PANIC:" "$OUT/server.log" | head -10 | sed 's/^/    | /'
+
+echo "results"
+M -c "select count(*) filter (where role = 'postgres') || ' as superuser, ' || count(*) filter (where role <> 'postgres') || ' as $ROLE'
+      from sweep.calls" | sed 's/^/  calls: /'
+M -c "select '  ' || case when state = 'ok' then 'returned' else state end || ': ' || count(*) from sweep.results group by state order by count(*) desc" \
+  | paste -sd' ' | sed 's/^/  outcomes:/'
+M -c "select '  slowest: ' || string_agg(format('%s %s ms', sig, ms), ', ') from (select c.sig, r.ms from sweep.results r join sweep.calls c using (id) where r.ms is not null order by r.ms desc limit 3) s"
+# every failing call (class XX or a crash), grouped by function
+M -F $'\t' -c "select c.sig, c.role, c.variant, left(c.args, 200), r.state, replace(r.message, E'\n', ' '), r.via
+               from sweep.results r join sweep.calls c using (id)
+              where r.state ~ '^XX' or r.state in ('CRASH', 'FAILED') order by c.sig, c.id" >"$OUT/failures.tsv"
+M -c "select state, count(*) from sweep.results r where state ~ '^XX' or state in ('CRASH', 'FAILED', 'TIMEOUT') group by 1" >"$OUT/failure_counts.txt"
+nfail=$(grep -c . "$OUT/failures.tsv" || true)
+if [ "$nfail" -gt 0 ]; then
+  echo "  failing calls by function (all of them: $OUT/failures.tsv):"
+  M -c "select format('    %s: %s call(s) [%s]  e.g. %s(%s) as %s -> %s %s',
+                c.sig, count(*), string_agg(distinct r.state, ','),
+                (array_agg(c.variant order by c.id))[1], left((array_agg(c.args order by c.id))[1], 80),
+                (array_agg(c.role order by c.id))[1], (array_agg(r.state order by c.id))[1],
+                left((array_agg(replace(r.message, E'\n', ' ') order by c.id))[1], 160))
+          from sweep.results r join sweep.calls c using (id)
+         where r.state ~ '^XX' or r.state in ('CRASH', 'FAILED')
+         group by c.sig order by c.sig"
+  bad "$nfail call(s) ended in an internal error (class XX) or a crash"
+fi
+[ "$(M -c "select count(*) from sweep.results where state = 'TIMEOUT'")" = 0 ] || echo "  note: $(M -c "select count(*) from sweep.results where state = 'TIMEOUT'") call(s) ran past 30 s (57014), listed in sweep.results"
+expect "crashes" "$crashes" 0
+if [ $failures -ne 0 ]; then echo "28_bad_input: $failures check(s) failed" >&2; exit 1; fi
+echo "ok: 28_bad_input"
