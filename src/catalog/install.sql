@@ -99,4 +99,8 @@ GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;
 -- pg_worlds' own tables never reach a logical decoding stream (a FOR ALL TABLES publication, CDC), and
 -- have a replica identity: storage/decoding.rs
 SELECT worlds._keep_internal_out_of_decoding();
+-- what a subscriber's replication connection reads for pg_catalog.pg_publication_tables (storage/decoding.rs)
+CREATE VIEW worlds._publication_tables AS
+    SELECT * FROM pg_catalog.pg_publication_tables WHERE schemaname NOT IN ('worlds', 'worlds_data');
+GRANT SELECT ON worlds._publication_tables TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION worlds._keep_internal_out_of_decoding() FROM PUBLIC;

@@ -104,3 +104,58 @@ fn _keep_internal_out_of_decoding() -> i64 {
     }
     tables.len() as i64
 }
+
+/// A subscriber's view of a publication leaves pg_worlds' own tables out. A subscriber learns which tables
+/// a publication has from `pg_catalog.pg_publication_tables`, queried over its replication connection
+/// (CREATE SUBSCRIPTION, ALTER SUBSCRIPTION ... REFRESH PUBLICATION); a `FOR ALL TABLES` publication lists
+/// pg_worlds' tables there, and a subscriber without them fails (`relation "worlds.world" does not
+/// exist`), one with them would copy another database's worlds into its own. In a walsender only, the
+/// view's entry of such a query reads `worlds._publication_tables` instead: the same columns, without the
+/// tables of schemas `worlds` and `worlds_data` (whose changes are never decoded anyway). Every other
+/// session reads the catalog's view as stock.
+///
+/// # Safety
+/// `query` is an analysed query.
+pub unsafe fn publication_tables_for_subscriber(query: *mut pg_sys::Query) {
+    unsafe {
+        if !pg_sys::am_walsender || !crate::fast_ffi::IsTransactionState() {
+            return;
+        }
+        let catalog_view = pg_sys::get_relname_relid(c"pg_publication_tables".as_ptr(), pg_sys::PG_CATALOG_NAMESPACE.into());
+        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+        if catalog_view == pg_sys::Oid::INVALID || ns == pg_sys::Oid::INVALID {
+            return;
+        }
+        let ours = pg_sys::get_relname_relid(c"_publication_tables".as_ptr(), ns);
+        if ours != pg_sys::Oid::INVALID {
+            swap_view(query, catalog_view, ours);
+        }
+    }
+}
+
+unsafe fn swap_view(query: *mut pg_sys::Query, from: pg_sys::Oid, to: pg_sys::Oid) {
+    unsafe {
+        let rtable = (*query).rtable;
+        if rtable.is_null() {
+            return;
+        }
+        for i in 0..(*rtable).length {
+            let rte = crate::fast_ffi::list_nth(rtable, i) as *mut pg_sys::RangeTblEntry;
+            match (*rte).rtekind {
+                pg_sys::RTEKind::RTE_RELATION if (*rte).relid == from => (*rte).relid = to,
+                pg_sys::RTEKind::RTE_SUBQUERY if !(*rte).subquery.is_null() => swap_view((*rte).subquery, from, to),
+                _ => {}
+            }
+        }
+        let ctes = (*query).cteList;
+        if !ctes.is_null() {
+            for i in 0..(*ctes).length {
+                let cte = crate::fast_ffi::list_nth(ctes, i) as *mut pg_sys::CommonTableExpr;
+                let q = (*cte).ctequery as *mut pg_sys::Node;
+                if !q.is_null() && (*q).type_ == pg_sys::NodeTag::T_Query {
+                    swap_view(q as *mut pg_sys::Query, from, to);
+                }
+            }
+        }
+    }
+}

@@ -23,6 +23,11 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
         if let Some(prev) = PREV_POST_PARSE_ANALYZE {
             pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
         }
+        if pg_sys::am_walsender {
+            // a subscriber asking which tables a publication has
+            storage::decoding::publication_tables_for_subscriber(query);
+            return;
+        }
         if PAST_SYNC.with(|s| s.get()) {
             // the views' own statements: their definitions read main's tables and storage as written
             return;
