@@ -48,7 +48,7 @@ select * from worlds.sql('create world w1');
 select * from worlds.sql('create world wd');
 select * from worlds.sql('create merge policy s28_policy with (max_rows = 5)');
 select * from worlds.sql('create agent s28_agent with (can = ''read,fork'')');
-select * from worlds.sql('create merge check s28_check on t1 as select id from t1 where n < 0');
+select * from worlds.sql('create merge check s28_check on tables (t1) as select id from t1 where n < 0');
 SQL
 psql_in $CL -d $DB -q -v ON_ERROR_STOP=1 >>"$OUT/setup.log" 2>&1 <<'SQL' || { cat "$OUT/setup.log"; fail "setup (world changes)"; }
 set worlds.world = w1;
@@ -58,7 +58,7 @@ insert into t1 values (21, 'new', 21);
 update t2 set v = '{"g": 0}' where id = 'k1';
 delete from t3 where a = 2;
 reset worlds.world;
-select * from worlds.sql('checkpoint world w1 as cp1');
+select * from worlds.sql('checkpoint world w1 as ''cp1''');
 select * from worlds.sql('create world w2 from w1');
 set worlds.world = w2;
 update t1 set n = -n where id = 5;
