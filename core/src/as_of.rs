@@ -86,6 +86,10 @@ pub fn rewrite_as_of_with(text: &str, mut reference: impl FnMut(&str, &str, &str
             }
         }
         let alias = alias.unwrap_or_else(|| text[toks[table_end - 1].start..toks[table_end - 1].end].to_string());
+        if toks[table_start].start < copied {
+            // the table of this AS OF is part of the previous one (`t AS OF x AS OF y`, `AS OF t AS OF`)
+            return Err(err(text, &toks[clause]));
+        }
         out.push_str(&text[copied..toks[table_start].start]);
         out.push_str(&reference(&table, &when, &alias));
         copied = toks[next - 1].end;
@@ -270,5 +274,12 @@ mod tests {
     #[test]
     fn malformed_is_42601() {
         assert_eq!(rewrite_as_of("select * from orders as of where").unwrap_err().sqlstate, "42601");
+        // one AS OF's table inside the previous one's reference (found by the fuzzer: a slice out of order)
+        for q in [
+            "select * from orders as of from \"OrdNrs\" as of '2026-09-20 10:00'::timestamptz  x",
+            "select * from \"Orders\" as of '2026-09-20 10:00' \"Orders\" as of '2026-09-20 10:00'::timestamptz ::timestamptz x",
+        ] {
+            assert_eq!(rewrite_as_of(q).unwrap_err().sqlstate, "42601", "{q}");
+        }
     }
 }
