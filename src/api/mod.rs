@@ -43,7 +43,7 @@ fn _check_world_name(name: &str) {
 /// The size of metadata as compact JSON (as a user writes it, without the spaces jsonb's text output puts
 /// after every `:` and `,`): what the 64 KB limit counts.
 #[pg_extern(immutable, parallel_safe)]
-fn _json_size(meta: pgrx::JsonB) -> i64 {
+fn _json_size(meta: JsonArg) -> i64 {
     serde_json::to_string(&meta.0).map(|s| s.len() as i64).unwrap_or(0)
 }
 
@@ -69,7 +69,9 @@ fn _refuse_in_transaction(statement: &str) {
 fn _tracking_changed(rel: Option<pg_sys::Oid>) {
     unsafe {
         match rel {
-            Some(oid) => pg_sys::CacheInvalidateRelcacheByRelid(oid),
+            // (a relation that doesn't exist has nothing to invalidate)
+            Some(oid) if pg_sys::get_rel_relkind(oid) != 0 => pg_sys::CacheInvalidateRelcacheByRelid(oid),
+            Some(_) => {}
             None => pg_sys::CacheInvalidateRelcacheAll(),
         }
     }
@@ -84,3 +86,41 @@ fn _has_equality(typ: pg_sys::Oid) -> bool {
         !entry.is_null() && (*entry).eq_opr != pg_sys::Oid::INVALID
     }
 }
+
+/// A jsonb argument, as pgrx's `JsonB`, but a value Rust can't take (nested past serde_json's 128 levels)
+/// is a clear 22023, not an internal error (pgrx's `JsonB` panics: XX000).
+pub struct JsonArg(pub serde_json::Value);
+
+impl pgrx::FromDatum for JsonArg {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, typoid: pg_sys::Oid) -> Option<JsonArg> {
+        if is_null {
+            return None;
+        }
+        unsafe {
+            let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            let cstr = pgrx::direct_function_call::<&std::ffi::CStr>(pg_sys::jsonb_out, &[Some(pg_sys::Datum::from(detoasted))])
+                .expect("jsonb_out returned NULL");
+            let parsed = serde_json::from_str::<serde_json::Value>(cstr.to_str().unwrap_or_default());
+            let _ = typoid;
+            match parsed {
+                Ok(v) => Some(JsonArg(v)),
+                Err(e) => raise(
+                    "22023",
+                    format!("JSON value not accepted: {e} (pg_worlds takes JSON nested at most 128 levels deep)"),
+                ),
+            }
+        }
+    }
+}
+
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for JsonArg {
+    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        unsafe { arg.unbox_arg_using_from_datum().unwrap_or_else(|| raise("22004", format!("argument {} must not be null", index + 1))) }
+    }
+    unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+        unsafe { arg.unbox_arg_using_from_datum().into() }
+    }
+}
+
+pgrx::impl_sql_translatable!(JsonArg, "jsonb");

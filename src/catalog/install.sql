@@ -91,6 +91,14 @@ BEGIN
     -- administration: tracking (which tables worlds cover), history purge, every world's rows for pg_dump
     REVOKE EXECUTE ON FUNCTION worlds.track(regclass), worlds.untrack(regclass), worlds.purge_history(integer),
         worlds._portable_rows(), worlds._portable_worlds() FROM PUBLIC;
+    -- internal C functions that change the catalog (extension membership, dependencies, triggers), or take
+    -- locks and caches: pg_worlds' own functions call them with its owner's rights, no role calls them
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'worlds' AND p.proname IN ('_add_member', '_drop_member', '_forget_reads_of',
+                   '_create_capture_triggers', '_tracking_changed', '_capture_rows', '_release_made_now',
+                   '_forget_user_types', '_lock_tracking', '_reads_begin') LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
 END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
 GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table TO PUBLIC;

@@ -22,6 +22,9 @@ fn address(class: pg_sys::Oid, object: pg_sys::Oid) -> pg_sys::ObjectAddress {
 #[pg_extern]
 fn _add_member(rel: pg_sys::Oid) {
     unsafe {
+        if pg_sys::get_rel_relkind(rel) == 0 {
+            crate::api::raise("42P01", format!("relation with OID {} does not exist", rel.to_u32()));
+        }
         let ext = extension_oid();
         let object = address(pg_sys::RelationRelationId, rel);
         if pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, rel) == ext {
@@ -58,6 +61,22 @@ fn _drop_member(rel: pg_sys::Oid) {
 #[pg_extern]
 fn _create_capture_triggers(rel: pg_sys::Oid, tabno: i32, capture: pg_sys::Oid, capture_truncate: pg_sys::Oid) {
     unsafe {
+        // only on a table, with pg_worlds' own capture functions (internal triggers skip Postgres's checks)
+        if pg_sys::get_rel_relkind(rel) != pg_sys::RELKIND_RELATION as std::ffi::c_char {
+            crate::api::raise("42809", format!("relation with OID {} is not a table", rel.to_u32()));
+        }
+        let ours = |f: pg_sys::Oid, name: &str| {
+            crate::spi_calls::get_one_with_args::<bool>(
+                "SELECT $1 = to_regprocedure($2)::oid",
+                &[f.into(), name.into()],
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+        };
+        if !ours(capture, "worlds._capture()") || !ours(capture_truncate, "worlds._capture_truncate()") {
+            crate::api::raise("42883", "capture triggers run pg_worlds' own capture functions only");
+        }
         for (name, func, row, timing, events) in [
             (
                 c"worlds_capture",
@@ -227,7 +246,9 @@ unsafe fn release_all_modes(tag: &pg_sys::LOCKTAG) {
 /// `rels`: the storage relations to look at (their own entries, their rules', defaults' and constraints',
 /// each found by index: O(their entries)); NULL: every entry this transaction made (a pass over pg_depend).
 #[pg_extern]
-fn _forget_user_types(rels: default!(Option<Vec<pg_sys::Oid>>, "NULL")) {
+fn _forget_user_types(rels: default!(Option<Vec<Option<pg_sys::Oid>>>, "NULL")) {
+    // (a null element names no relation)
+    let rels: Option<Vec<pg_sys::Oid>> = rels.map(|r| r.into_iter().flatten().collect());
     // only entries this transaction made: every storage change calls this before it commits, so older ones
     // were forgotten then
     let sql = match rels {

@@ -416,6 +416,9 @@ DECLARE
 BEGIN
     SELECT * INTO t FROM worlds.tables WHERE relid = rel;
     IF FOUND THEN RETURN t; END IF;
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = rel) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', rel::oid USING ERRCODE = 'undefined_table';
+    END IF;
     IF (SELECT relkind FROM pg_class WHERE oid = rel) NOT IN ('r') THEN
         RAISE EXCEPTION 'only ordinary tables can be tracked: % is not one', rel
             USING ERRCODE = 'wrong_object_type';

@@ -312,11 +312,22 @@ pub fn gate_tables(changed: Vec<pg_sys::Oid>, world: &WorldRow, target: Option<&
 
 /// CREATE [OR REPLACE] MERGE CHECK: validated, run once on main, stored. Admins only.
 #[pg_extern(volatile, parallel_unsafe)]
-fn create_merge_check(check_name: &str, replace: bool, tables: Option<Vec<String>>, settings: Option<pgrx::JsonB>, query: &str) -> String {
+fn create_merge_check(
+    check_name: Option<&str>,
+    replace: Option<bool>,
+    tables: Option<Vec<Option<String>>>,
+    settings: Option<crate::api::JsonArg>,
+    query: Option<&str>,
+) -> String {
+    let check_name = check_name.unwrap_or_else(|| raise("22004", "a merge check's name must not be null"));
+    let query = query.unwrap_or_else(|| raise("22004", "a merge check's query must not be null"));
+    let replace = replace.unwrap_or(false);
+    let tables: Option<Vec<String>> =
+        tables.map(|ts| ts.into_iter().map(|t| t.unwrap_or_else(|| raise("22004", "ON TABLES: an element of the list is null"))).collect());
     crate::api::refuse_in_transaction("CREATE MERGE CHECK");
     crate::governance::agents::require("admin", None);
     let mut timeout_ms = 1000i64;
-    if let Some(pgrx::JsonB(serde_json::Value::Object(m))) = &settings {
+    if let Some(crate::api::JsonArg(serde_json::Value::Object(m))) = &settings {
         for (k, v) in m {
             if k != "timeout" {
                 raise_with("22P02", format!("unknown merge check setting \"{k}\""), None, Some("A merge check's only setting is timeout ('2s', or ms).".into()));

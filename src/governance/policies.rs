@@ -284,8 +284,9 @@ fn check(world: &str, policy: &str) -> Value {
 
 /// `worlds._check_policy_list(key, value)`: a list setting read as SQL reads names (22023 otherwise).
 #[pg_extern(immutable, parallel_safe)]
-fn _check_policy_list(key: &str, value: Option<&str>) {
+fn _check_policy_list(key: Option<&str>, value: Option<&str>) {
     let Some(v) = value else { return };
+    let key = key.unwrap_or_else(|| crate::api::raise("22004", "a merge policy setting's name must not be null"));
     let r = match key {
         "review_columns" => rules::column_list(v).map(|_| ()),
         "review_channels" => rules::name_list(v).map(|_| ()),

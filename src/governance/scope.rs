@@ -158,8 +158,8 @@ fn with_scope(mut meta: Map<String, Value>) -> Map<String, Value> {
 /// `worlds._fork_meta(meta)`: CREATE WORLD's metadata as stored: the scope resolved, check_reads as the
 /// forking agent's policy makes it. 42501 for a fork its policy refuses.
 #[pg_extern(volatile, parallel_unsafe)]
-fn _fork_meta(meta: JsonB) -> JsonB {
-    let Value::Object(mut m) = meta.0 else { return meta };
+fn _fork_meta(meta: crate::api::JsonArg) -> JsonB {
+    let Value::Object(mut m) = meta.0 else { return JsonB(meta.0) };
     if let Some(v) = m.get("check_reads").cloned() {
         m.insert("check_reads".into(), Value::Bool(bool_setting(&v)));
     }
@@ -199,7 +199,7 @@ fn _fork_meta(meta: JsonB) -> JsonB {
 /// off (55000 otherwise: what the world read before isn't known), and not by an agent its policy holds
 /// to it (42501); a scope is changed by people only (42501 for an agent).
 #[pg_extern(volatile, parallel_unsafe)]
-fn _alter_meta(world: &str, old: JsonB, new: JsonB) -> JsonB {
+fn _alter_meta(world: &str, old: crate::api::JsonArg, new: crate::api::JsonArg) -> JsonB {
     let (Value::Object(o), Value::Object(mut n)) = (old.0, new.0) else { raise("22023", "world metadata must be a JSON object") };
     let was = o.get("check_reads").map(bool_setting).unwrap_or(false);
     if let Some(v) = n.get("check_reads").cloned().filter(|v| !v.is_null()) {
@@ -236,7 +236,7 @@ fn _alter_meta(world: &str, old: JsonB, new: JsonB) -> JsonB {
 
 /// `worlds._scope_shown(meta)`: SHOW WORLDS' and SHOW REVIEWS' `scope` (null: none declared).
 #[pg_extern(immutable, parallel_safe)]
-fn _scope_shown(meta: JsonB) -> Option<JsonB> {
+fn _scope_shown(meta: crate::api::JsonArg) -> Option<JsonB> {
     of_meta(&meta.0).map(|s| JsonB(s.shown()))
 }
 

@@ -365,8 +365,8 @@ fn side(using: Option<&str>) -> Option<bool> {
 }
 
 /// RESOLVE as a JSON object: {"t/1": "ours" | "theirs" | "delete" | {row}}.
-fn resolve_json(resolve: Option<JsonB>) -> Vec<(String, Pick)> {
-    let Some(JsonB(serde_json::Value::Object(m))) = resolve else { return Vec::new() };
+fn resolve_json(resolve: Option<crate::api::JsonArg>) -> Vec<(String, Pick)> {
+    let Some(crate::api::JsonArg(serde_json::Value::Object(m))) = resolve else { return Vec::new() };
     m.into_iter()
         .map(|(k, v)| {
             let p = match &v {
@@ -383,7 +383,8 @@ fn resolve_json(resolve: Option<JsonB>) -> Vec<(String, Pick)> {
 
 /// DIFF as rows of JSON objects (the typed function worlds.diff wraps this).
 #[pg_extern]
-fn _diff(world: Option<&str>, as_sql: bool, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+fn _diff(world: Option<&str>, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+    let as_sql = as_sql.unwrap_or(false);
     SetOfIterator::new(merge::diff(DiffRequest { world: world.map(str::to_string), as_sql, limit: lim }).into_iter().map(JsonB))
 }
 
@@ -396,13 +397,14 @@ fn _merge(
     only_keys: Option<Vec<Option<String>>>,
     using: Option<&str>,
     by_columns: Option<bool>,
-    resolve: Option<JsonB>,
+    resolve: Option<crate::api::JsonArg>,
     confirm: Option<bool>,
     confirm_deletes: Option<i64>,
     target: Option<i64>,
     at_version: Option<i64>,
-    dry_run: bool,
+    dry_run: Option<bool>,
 ) -> SetOfIterator<'static, JsonB> {
+    let dry_run = dry_run.unwrap_or(false);
     SetOfIterator::new(
         merge::merge(MergeRequest {
             world: world.map(str::to_string),
@@ -433,7 +435,7 @@ fn no_nulls(list: Option<Vec<Option<String>>>, clause: &str) -> Option<Vec<Strin
 }
 
 #[pg_extern]
-fn _rebase(world: Option<&str>, using: Option<&str>, by_columns: Option<bool>, resolve: Option<JsonB>, at_version: Option<i64>) -> String {
+fn _rebase(world: Option<&str>, using: Option<&str>, by_columns: Option<bool>, resolve: Option<crate::api::JsonArg>, at_version: Option<i64>) -> String {
     let out = merge::rebase(RebaseRequest {
         world: world.map(str::to_string),
         using_ours: side(using),
@@ -505,7 +507,8 @@ fn moment_expr(expr: &str) -> String {
 }
 
 #[pg_extern]
-fn restore_world(name: &str, to_moment: Option<pgrx::datum::TimestampWithTimeZone>, to_checkpoint: Option<&str>) -> String {
+fn restore_world(name: Option<&str>, to_moment: Option<pgrx::datum::TimestampWithTimeZone>, to_checkpoint: Option<&str>) -> String {
+    let name = name.unwrap_or_else(|| raise("22004", "RESTORE needs a world: name must not be null"));
     let when = to_moment.map(|t| {
         crate::spi_calls::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[t.into()]).ok().flatten().unwrap_or_default()
     });

@@ -98,6 +98,20 @@ pub unsafe extern "C-unwind" fn worlds_dropped_value(fcinfo: pg_sys::FunctionCal
             return null(fcinfo);
         }
         let att = &*(*desc).attrs.as_ptr().add(attnum as usize - 1);
+        // the column is read as the hint's type: only the column's own type (a dropped column's, as
+        // worlds.column_log recorded it), never another one read over its bytes
+        let hint = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 3);
+        let same_type = if att.attisdropped { dropped_column_is(relid, attnum as i16, hint) } else { att.atttypid == hint };
+        if !same_type {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+            raise("42804", format!("column {attnum} of relation {} is not of type {}", relid.to_u32(), hint.to_u32()));
+        }
+        // a row position past the table's end holds no row (heap_fetch would fail to read the block)
+        let block = ((*tid).ip_blkid.bi_hi as u32) << 16 | (*tid).ip_blkid.bi_lo as u32;
+        if block >= pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) {
+            pg_sys::relation_close(rel, pg_sys::AccessShareLock as i32);
+            return null(fcinfo);
+        }
         let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
         tuple.t_self = *tid;
         let mut buffer: pg_sys::Buffer = 0;
@@ -119,3 +133,31 @@ pub unsafe extern "C-unwind" fn worlds_dropped_value(fcinfo: pg_sys::FunctionCal
     }
 }
 
+
+/// Per statement: whether a dropped column (table, attnum) was of a type (worlds.column_log's record).
+type DroppedTypes = FastMap<(u32, i16, u32), (u64, bool)>;
+static DROPPED_TYPES: BackendLocal<RefCell<DroppedTypes>> = BackendLocal::new(RefCell::new(HashMap::with_hasher(FxBuild::new())));
+
+/// Was this dropped column of type `typ`, as worlds.column_log recorded it? Read once per statement.
+fn dropped_column_is(relid: pg_sys::Oid, attnum: i16, typ: pg_sys::Oid) -> bool {
+    let gen = exec_gen();
+    let key = (relid.to_u32(), attnum, typ.to_u32());
+    if let Some(hit) = DROPPED_TYPES.with(|c| c.borrow().get(&key).filter(|(g, _)| *g == gen).map(|(_, ok)| *ok)) {
+        return hit;
+    }
+    let ok = crate::spi_calls::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT FROM worlds.column_log l JOIN worlds.tables t ON t.tabno = l.tabno
+                         WHERE t.relid = $1 AND l.attnum = $2 AND NOT l.renamed AND l.dropped IS NOT NULL
+                           AND to_regtype(l.typ)::oid = $3)",
+        &[relid.into(), attnum.into(), typ.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    DROPPED_TYPES.with(|c| {
+        let mut c = c.borrow_mut();
+        c.retain(|_, (g, _)| *g == gen);
+        c.insert(key, (gen, ok));
+    });
+    ok
+}

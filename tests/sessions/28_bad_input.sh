@@ -9,10 +9,12 @@
 #     100,000-character strings, names of things that don't exist, -1 / 0 / 2^31-1 / -2^63, infinities,
 #     NaN, odd jsonb and arrays, rows of pg_worlds' own tables that are empty, stale or out of range;
 #   - every call runs in a subtransaction of its own, rolled back whatever it did (so a call that drops
-#     the fixtures' world drops it for itself only), once as superuser and once as an ordinary role;
+#     the fixtures' world drops it for itself only), once as superuser and once logged in as an ordinary
+#     role (logged in: pg_worlds judges its own rights by session_user, which SET ROLE doesn't change);
 #     a DO block per function (outside BEGIN, so statements refused in a transaction block run);
 #     when a block fails as a whole (a crash, a cancel) its calls run one per session to find which;
-#   - a call passes when it returns or raises an error whose SQLSTATE is not of class XX;
+#   - a call passes when it returns (its result is turned into text: output functions run on it) or raises
+#     an error whose SQLSTATE is not of class XX;
 #   - then every worlds.* setting is set to odd values (SET), and a tracked table read after each:
 #     errors must have a real SQLSTATE;
 #   - the server log must show no backend terminated by a signal.
@@ -25,7 +27,7 @@ LOG=$(cluster_dir $CL)/server.log
 log_from=$(( $(stat -c %s "$LOG" 2>/dev/null || echo 0) + 1 ))
 ROLE=s28_sweeper
 psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" \
-  -c "drop role if exists s28_agent" -c "drop role if exists $ROLE" -c "create role $ROLE" -c "create database $DB"
+  -c "drop role if exists s28_agent" -c "drop role if exists $ROLE" -c "create role $ROLE login" -c "create database $DB"
 M() { psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 "$@" 2>&1; }
 # alive: waits (up to 60 s) for the cluster to take connections (after a crash it restarts every backend)
 alive() { for _ in $(seq 1 120); do psql_in $CL -qAt -c "select 1" >/dev/null 2>&1 && return 0; sleep 0.5; done; return 1; }
@@ -108,6 +110,7 @@ select typ::regtype, g, e from (values
   ('jsonb', false, $$'{"tables": ["nosuch"]}'$$), ('jsonb', false, $$'{"policy": "nosuch"}'$$), ('jsonb', false, $$'{"tenant": {"": null}}'$$),
   ('jsonb', false, $$jsonb_build_object('k', repeat('x', 100000))$$),
   ('jsonb', false, $$(repeat('[', 2000) || repeat(']', 2000))::jsonb$$),
+  ('jsonb', false, $$('{"t1/1": ' || repeat('[', 200) || repeat(']', 200) || '}')::jsonb$$),
   ('integer', true, $$1$$),
   ('integer', false, $$-1$$), ('integer', false, $$0$$), ('integer', false, $$2147483647$$), ('integer', false, $$-2147483648$$),
   ('bigint', true, $$1$$),
@@ -185,24 +188,46 @@ select sweep.row_values('worlds.world', (select w::text from worlds.world w wher
 select sweep.row_values('worlds.agent', (select a::text from worlds.agent a where name = 's28_agent'));
 select sweep.row_values('worlds.merge_policy', (select p::text from worlds.merge_policy p where name = 's28_policy'));
 insert into sweep.vals (typ, good, expr)
-select 'worlds.world', false, quote_literal(world_row) from public.s28_stale
-union all select 'worlds.tables', false, quote_literal(table_row) from public.s28_stale;
--- a good text by the argument's name (a world's name otherwise)
-create table sweep.good_text (argname text primary key, expr text not null);
-insert into sweep.good_text values
-  ('statement', $$'show worlds'$$), ('spec', $$'now'$$), ('moment', $$'now'$$), ('v', $$'now'$$),
-  ('agent_name', $$'s28_agent'$$), ('policy_name', $$'s28_policy'$$), ('policy', $$'s28_policy'$$),
-  ('check_name', $$'s28_check'$$), ('label', $$'cp1'$$), ('to_checkpoint', $$'cp1'$$),
-  ('query', $$'select id from t1 where n < 0'$$), ('q', $$'select id from t1 where n < 0'$$),
-  ('using', $$'ours'$$), ('into', $$'main'$$), ('action', $$'admin'$$), ('key', $$'tables'$$),
-  ('value', $$'1 day'$$), ('channel', $$'ch'$$), ('payload', $$'p'$$), ('alias', $$'a'$$),
-  ('world_id', quote_literal((select id from worlds.world where name = 'w1' and dropped is null))),
-  ('parent_name', $$'main'$$), ('later_name', $$'name'$$), ('what', $$'x'$$), ('setting', $$'worlds.world'$$),
-  ('source', $$'w1'$$), ('target', $$'main'$$);
+select 'worlds.world'::regtype, false, quote_literal(world_row) from public.s28_stale
+union all select 'worlds.tables'::regtype, false, quote_literal(table_row) from public.s28_stale;
+-- a good value by the argument's name and type (and the function's name: fn, a LIKE pattern of its
+-- signature), beside which a bad or NULL argument is tried; else the type's good value above
+create table sweep.good (fn text not null default '%', argname text not null, typ regtype not null, expr text not null);
+insert into sweep.good (fn, argname, typ, expr) values
+  ('%', 'statement', 'text', $$'show worlds'$$), ('%', 'spec', 'text', $$'now'$$), ('%', 'moment', 'text', $$'now'$$),
+  ('%', 'v', 'text', $$'now'$$), ('%', 'agent_name', 'text', $$'s28_agent'$$), ('%agent%', 'name', 'text', $$'s28_agent'$$),
+  ('%', 'policy_name', 'text', $$'s28_policy'$$), ('%', 'policy', 'text', $$'s28_policy'$$),
+  ('%', 'check_name', 'text', $$'s28_check'$$), ('%', 'label', 'text', $$'cp1'$$), ('%', 'to_checkpoint', 'text', $$'cp1'$$),
+  ('%', 'query', 'text', $$'select id from t1 where n < 0'$$), ('%', 'q', 'text', $$'select id from t1 where n < 0'$$),
+  ('%', 'using', 'text', $$'ours'$$), ('%', 'into', 'text', $$'main'$$), ('%', 'action', 'text', $$'admin'$$),
+  ('%', 'key', 'text', $$'tables'$$), ('%', 'value', 'text', $$'1 day'$$), ('%', 'channel', 'text', $$'ch'$$),
+  ('%', 'payload', 'text', $$'p'$$), ('%', 'alias', 'text', $$'a'$$), ('%', 'parent_name', 'text', $$'main'$$),
+  ('%', 'later_name', 'text', $$'name'$$), ('%', 'what', 'text', $$'x'$$), ('%', 'setting', 'text', $$'worlds.world'$$),
+  ('%', 'source', 'text', $$'w1'$$), ('%as_of%', 'source', 'text', $$'t1'$$), ('%', 'target', 'text', $$'main'$$),
+  ('%', 'trigger_args', 'text', $$''$$),
+  ('%', 'only_tables', 'text[]', $$'{t1}'$$), ('%', 'only_keys', 'text[]', $$'{t1/1}'$$), ('%', 'tables', 'text[]', $$'{t1}'$$),
+  ('%', 'pk', 'text[]', $$'{id}'$$),
+  ('%', 'at_version', 'bigint', 'null'), ('%', 'target', 'bigint', 'null'), ('%', 'confirm_deletes', 'bigint', 'null'),
+  ('%', 'lim', 'bigint', 'null'), ('%', 'limit', 'bigint', '10'), ('%', 'batch_size', 'integer', '10'),
+  ('%', 'capture', 'oid', $$'worlds._capture()'::regprocedure$$),
+  ('%', 'capture_truncate', 'oid', $$'worlds._capture_truncate()'::regprocedure$$),
+  ('%', 'typ', 'oid', $$'int4'::regtype$$), ('%', 'coll', 'oid', $$100$$), ('%', 'view', 'oid', $$'v1'::regclass$$),
+  ('%', 'role', 'oid', quote_literal(current_setting('sweep.role')) || '::regrole'),
+  ('%', 'k', 'bigint', '1'), ('%', 'k', 'integer', '1'), ('%', 'k', 'smallint', '1'), ('%', 'k', 'text', $$'k1'$$),
+  ('%', 'attnum', 'smallint', '2'), ('%', 'hint', 'anyelement', 'null::text'), ('%as_of%', 'tbl', 'anyelement', 'null::public.t1'),
+  ('%', 'key', '"any"', '1'), ('%', 'xid', 'bigint', 'txid_current_if_assigned()');
+insert into sweep.good (fn, argname, typ, expr)
+select '%', n, 'integer'::regtype, (select tabno from worlds.tables where relid = 't1'::regclass)::text from unnest(array['tabno']) n
+union all
+select '%', n, 'integer'::regtype, (select num from worlds.world where name = 'w1' and dropped is null)::text from unnest(array['world', 'world_num']) n
+union all
+select '%', 'world_id', 'text'::regtype, quote_literal((select id from worlds.world where name = 'w1' and dropped is null))
+union all
+select '%overlay_finish%', 'view', 'regclass'::regtype, quote_literal((select overlay::text from worlds.tables where relid = 't1'::regclass));
 -- more bad values for one function's argument (worlds.sql's statements)
 create table sweep.extra (fn regprocedure, pos int, expr text);
 insert into sweep.extra
-select 'worlds.sql(text)', 1, quote_literal(s) from unnest(array[
+select 'worlds.sql(text)'::regprocedure, 1, quote_literal(s) from unnest(array[
   'create world ""', 'create world " "', 'create world "a""b"', 'create world x with (ttl = ''-1 hour'')',
   'create world x meta ''[]''', 'create world x from "main@-1 hour"', 'create world x from ''w1@infinity''',
   'switch world ''main@-infinity''', 'switch world ''x@-1 hour''', 'diff world w1 limit -1',
@@ -215,12 +240,26 @@ select 'worlds.sql(text)', 1, quote_literal(s) from unnest(array[
   'undo merge ''''', 'create agent "" with (can = '''')', 'create merge policy p with (max_rows = -1)',
   'create merge check c on nosuch as select 1', 'check reads of world ''''', 'alter system set history_retention = ''-1''',
   'select * from t1 as of ''-infinity''', 'select * from t1 as of ''main@x''', ';', '', ' ', repeat('(', 10000),
-  'create world ' || repeat('x', 100000), 'show worlds; show worlds']) s;
+  'create world ' || repeat('x', 100000), 'show worlds; show worlds',
+  'create world x meta ''{"a": ' || repeat('[', 200) || repeat(']', 200) || '}''',
+  'alter world w1 set (a = ''' || repeat('[', 200) || repeat(']', 200) || ''')',
+  'create world x with (tenant = ''{"id": ' || repeat('[', 200) || repeat(']', 200) || '}'')',
+  'merge world w1 resolve (''t1/1'' = ''{"id": 1, "name": ' || repeat('[', 200) || repeat(']', 200) || '}'') dry run']) s
+union all
+-- a dropped column's value read as the hint's type: t1's column 1 is an integer, column 2 text
+select 'worlds._dropped_value(oid,tid,smallint,anyelement)'::regprocedure, 3, '1'
+union all
+select 'worlds._dropped_value(oid,tid,smallint,anyelement)'::regprocedure, 4, e from unnest(array['null::bigint', 'null::jsonb', 'null::point', 'null::numeric']) e;
 
 create table sweep.calls (id serial primary key, fn oid not null, sig text not null, variant text not null,
                           args text not null, role text not null, sql text not null);
 create table sweep.results (id int primary key, state text not null, message text, ms numeric, via text not null);
 create table sweep.skipped (sig text, why text);
+-- the sweep's own tables aren't tracked (a call that left the session in a world must not hide them)
+select worlds.untrack(c.oid::regclass) from pg_class c where c.relnamespace = 'sweep'::regnamespace and c.relkind = 'r';
+grant usage on schema sweep to :"role";
+grant select on sweep.calls to :"role";
+grant select, insert on sweep.results to :"role";
 
 do $gen$
 declare
@@ -234,7 +273,6 @@ declare
   n int;
   i int;
   poly constant regtype[] := array['anyelement', '"any"']::regtype[];
-  cast_to text;
   role text;
   want_roles text[] := array['postgres', current_setting('sweep.role')];
 begin
@@ -269,42 +307,43 @@ begin
         insert into sweep.skipped values (f.sig, 'an internal argument'); continue;
       end if;
       typs := typs || a.typ;
-      if a.typ = 'anyelement'::regtype then
-        -- the table's row type (worlds.as_of) or text (a hint's type)
-        good := good || case when f.sig like '%as_of%' then 'null::public.t1' else 'null::text' end;
-        nul := nul || case when f.sig like '%as_of%' then 'null::public.t1' else 'null::text' end;
-      elsif a.typ = '"any"'::regtype then
-        good := good || '1'::text; nul := nul || 'null::int'::text;
-      else
-        good := good || format('(%s)::%s',
-          coalesce(case when a.typ = 'text'::regtype then (select expr from sweep.good_text where argname = a.name) end,
-                   (select expr from sweep.vals where typ = a.typ and vals.good order by ord limit 1),
-                   'null'), a.typ);
-        nul := nul || format('null::%s', a.typ);
-      end if;
+      good := good || coalesce(
+          (select case when a.typ = any (poly) then g.expr else format('(%s)::%s', g.expr, a.typ) end from sweep.good g
+            where g.argname = a.name and g.typ = a.typ and f.sig like g.fn order by length(g.fn) desc limit 1),
+          (select format('(%s)::%s', expr, a.typ) from sweep.vals where typ = a.typ and vals.good order by ord limit 1),
+          case a.typ when 'anyelement'::regtype then 'null::text' when '"any"'::regtype then '1' end,
+          format('null::%s', a.typ));
+      -- a polymorphic argument's NULL keeps the good value's type (the table's row type for worlds.as_of)
+      nul := nul || case when a.typ = '"any"'::regtype then 'null::int' when a.typ = any (poly) then coalesce(
+          (select g.expr from sweep.good g where g.argname = a.name and g.typ = a.typ and f.sig like g.fn
+            order by length(g.fn) desc limit 1), 'null::int') else format('null::%s', a.typ) end;
     end loop;
     n := cardinality(typs);
     foreach role in array want_roles loop
       if n = 0 then
         insert into sweep.calls (fn, sig, variant, args, role, sql)
-        values (f.oid, f.sig, 'no arguments', '', role, format('select count(*) from %s()', f.qname));
+        values (f.oid, f.sig, 'no arguments', '', role, format('select count(f::text) from %s() f', f.qname));
         continue;
       end if;
       insert into sweep.calls (fn, sig, variant, args, role, sql)
+      values (f.oid, f.sig, 'good', array_to_string(good, ', '), role,
+              format('select count(f::text) from %s(%s) f', f.qname, array_to_string(good, ', ')));
+      insert into sweep.calls (fn, sig, variant, args, role, sql)
       values (f.oid, f.sig, 'all null', array_to_string(nul, ', '), role,
-              format('select count(*) from %s(%s)', f.qname, array_to_string(nul, ', ')));
+              format('select count(f::text) from %s(%s) f', f.qname, array_to_string(nul, ', ')));
       for i in 1 .. n loop
-        if n > 1 then
+        if n > 1 and good[i] is distinct from nul[i] then
           args := good; args[i] := nul[i];
           insert into sweep.calls (fn, sig, variant, args, role, sql)
           values (f.oid, f.sig, format('null @%s', i), array_to_string(args, ', '), role,
-                  format('select count(*) from %s(%s)', f.qname, array_to_string(args, ', ')));
+                  format('select count(f::text) from %s(%s) f', f.qname, array_to_string(args, ', ')));
         end if;
         for v in
           select format('(%s)::%s', vals.expr, vals.typ) as e from sweep.vals
-           where vals.typ = typs[i] and (not vals.good or n = 1) and typs[i] <> all (poly)
+           where vals.typ = typs[i] and not vals.good and typs[i] <> all (poly)
           union all
-          select format('(%s)::%s', x.expr, typs[i]) from sweep.extra x where x.fn = f.oid and x.pos = i
+          select case when typs[i] = any (poly) then x.expr else format('(%s)::%s', x.expr, typs[i]) end
+            from sweep.extra x where x.fn = f.oid and x.pos = i
           union all
           select e from unnest(case when typs[i] = 'anyelement'::regtype then
                    array['1', 'null::int', '''x''::text', 'null::worlds.tables', '(1, ''x'', 1)::public.t1', 'array[1]']
@@ -315,7 +354,7 @@ begin
           args := good; args[i] := v.e;
           insert into sweep.calls (fn, sig, variant, args, role, sql)
           values (f.oid, f.sig, format('bad @%s', i), array_to_string(args, ', '), role,
-                  format('select count(*) from %s(%s)', f.qname, array_to_string(args, ', ')));
+                  format('select count(f::text) from %s(%s) f', f.qname, array_to_string(args, ', ')));
         end loop;
       end loop;
     end loop;
@@ -324,11 +363,11 @@ end $gen$;
 SQL
 [ "$(M -c "select count(*) from sweep.calls")" -gt 0 ] || fail "no calls generated: $(tail -5 "$OUT/setup.log")"
 
-# run_calls WHERE VIA: a DO block runs the calls WHERE picks, each in a subtransaction of its own that is
-# rolled back (a sentinel error after a call that returned), as superuser or with SET LOCAL ROLE, and
+# run_calls WHERE VIA:TIMEOUT ROLE: logged in as ROLE, a DO block runs ROLE's calls that WHERE picks, each
+# in a subtransaction of its own that is rolled back (a sentinel error after a call that returned), and
 # records each outcome; calls already recorded are skipped
 run_calls() {
-  psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "set statement_timeout = '${2#*:}'" -c "
+  psql_in $CL -d $DB -U "$3" -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "set statement_timeout = '${2#*:}'" -c "
 do \$do\$
 declare
   c record;
@@ -336,10 +375,9 @@ declare
   msg text;
   t0 timestamptz;
 begin
-  for c in select * from sweep.calls where ($1) and id not in (select id from sweep.results) order by id loop
+  for c in select * from sweep.calls where ($1) and role = current_user and id not in (select id from sweep.results) order by id loop
     t0 := clock_timestamp();
     begin
-      if c.role <> 'postgres' then execute format('set local role %I', c.role); end if;
       execute c.sql;
       raise sqlstate 'ZZ999';
     exception when others then
@@ -358,24 +396,28 @@ FNS=$(M -c "select count(distinct fn) from sweep.calls")
 echo "  $CALLS calls of $FNS functions ($(M -c "select count(*) from sweep.skipped") skipped: $(M -c "select string_agg(sig || ' ' || why, '; ') from sweep.skipped" | cut -c1-300))"
 crashes=0; timeouts=0; recreated=0
 for fn in $(M -c "select distinct fn from sweep.calls order by fn"); do
-  if ! run_calls "fn = $fn" "block:300s" >"$OUT/block_$fn.log" 2>&1; then
+  for who in postgres $ROLE; do
+  if ! run_calls "fn = $fn" "block:300s" $who >"$OUT/block_${fn}_$who.log" 2>&1; then
     # the block failed as a whole: each call in a session of its own, to find the one
     alive || fail "the cluster doesn't come back"
-    for id in $(M -c "select id from sweep.calls where fn = $fn and id not in (select id from sweep.results) order by id"); do
-      if ! run_calls "id = $id" "single:30s" >"$OUT/single_$id.log" 2>&1; then
+    for id in $(M -c "select id from sweep.calls where fn = $fn and role = '$who' and id not in (select id from sweep.results) order by id"); do
+      if ! run_calls "id = $id" "single:30s" $who >"$OUT/single_$id.log" 2>&1; then
         if grep -q "server closed the connection\|terminated abnormally\|connection to server was lost\|no connection to the server" "$OUT/single_$id.log"; then
           state=CRASH; crashes=$((crashes + 1))
         elif grep -q "57014" "$OUT/single_$id.log"; then
           state=TIMEOUT; timeouts=$((timeouts + 1))
         else
-          state=$(grep -o "ERROR:  [0-9A-Z]\{5\}" "$OUT/single_$id.log" | head -1 | cut -c9-); state=${state:-FAILED}
+          state=$(grep -o "ERROR:  [0-9A-Z]\{5\}" "$OUT/single_$id.log" | head -1 | cut -c9- || true); state=${state:-FAILED}
         fi
         alive || fail "the cluster doesn't come back after call $id"
-        msg=$(grep -m1 "ERROR\|FATAL\|server closed" "$OUT/single_$id.log" | cut -c1-500)
-        M -v id="$id" -v st="$state" -v msg="$msg" -c "insert into sweep.results values (:id, :'st', :'msg', null, 'single')" >/dev/null
+        msg=$(grep -m1 "ERROR\|FATAL\|server closed" "$OUT/single_$id.log" | cut -c1-500 || true)
+        psql_in $CL -d $DB -q -v id="$id" -v st="$state" -v msg="$msg" >/dev/null 2>&1 <<'SQL' || bad "call $id: its outcome ($state) not recorded"
+insert into sweep.results values (:id, :'st', :'msg', null, 'single');
+SQL
       fi
     done
   fi
+  done
   if [ "$(fixtures_ok)" != 1 ]; then
     # (calls are rolled back: a world lost here was lost by something that isn't)
     bad "w1 or its changes gone after the calls of $(M -c "select $fn::regprocedure")"
@@ -390,7 +432,7 @@ echo "check: failing calls, each again alone in a session of its own"
 for id in $(M -c "select id from sweep.results where state ~ '^XX' and via = 'block' order by id"); do
   # alone: a copy of the call under a new id
   new=$(M -c "insert into sweep.calls (fn, sig, variant, args, role, sql) select fn, sig, variant || ' (alone)', args, role, sql from sweep.calls where id = $id returning id")
-  run_calls "id = $new" "alone:30s" >"$OUT/alone_$id.log" 2>&1 || alive
+  run_calls "id = $new" "alone:30s" "$(M -c "select role from sweep.calls where id = $new")" >"$OUT/alone_$id.log" 2>&1 || alive
   M -c "update sweep.results set via = 'block, alone: ' || coalesce((select state from sweep.results where id = $new), 'no outcome') where id = $id" \
     -c "delete from sweep.results where id = $new" -c "delete from sweep.calls where id = $new" >/dev/null
 done
@@ -401,23 +443,22 @@ echo "  settings: $gucs"
 values=("''" "' '" "''''" "'\"'" "'a\"b'" "'@'" "'main@'" "'w1@'" "'x@-1 hour'" "'main@-1 hour'" "'w1@-1 hour'"
   "'main@infinity'" "'main@-infinity'" "'w1@294277-01-01'" "'w2'" "'wd'" "'nosuch'" "'select'" "'0'" "'-1'" "'2147483647'"
   "'-2147483648'" "'99999999999999999999'" "'1e100'" "'NaN'" "'on'" "'off'" "'w000000-0000000000'"
-  "repeat('x', 100000)" "E'a\\\\nb'" "'é😀'")
+  "repeat('x', 100000)" "E'a\\nb'" "'é😀'")
 gucs_run=0; guc_fail=0
 : >"$OUT/gucs.txt"
 for g in $gucs; do
   for v in "${values[@]}"; do
     for who in postgres $ROLE; do
       gucs_run=$((gucs_run + 1))
-      out=$(psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 -v VERBOSITY=verbose 2>&1 <<SQL
+      rc=0
+      out=$(psql_in $CL -d $DB -U $who -qAt -v ON_ERROR_STOP=0 -v VERBOSITY=verbose 2>&1 <<SQL
 set statement_timeout = '30s';
-set role $who;
 select format('set %s = %L', '$g', $v) \gexec
 select count(*) from t1;
 select name from t1 where id = 1;
 select count(*) from t3;
 SQL
-)
-      rc=$?
+) || rc=$?
       if [ $rc -eq 2 ] || echo "$out" | grep -q "ERROR:  XX\|server closed the connection\|terminated abnormally\|connection to server was lost"; then
         guc_fail=$((guc_fail + 1))
         line="SET $g = $(echo "$v" | cut -c1-40) as $who: $(echo "$out" | grep -m1 "ERROR:  XX\|server closed\|terminated abnormally\|connection to server" | cut -c1-300)"
@@ -458,6 +499,11 @@ if [ "$nfail" -gt 0 ]; then
           from sweep.results r join sweep.calls c using (id)
          where r.state ~ '^XX' or r.state in ('CRASH', 'FAILED')
          group by c.sig order by c.sig"
+  echo "  every failing call:"
+  M -c "select format('    %s as %s: %s (%s) -> %s %s [%s]', c.sig, c.role, c.variant, left(c.args, 120), r.state,
+                left(replace(r.message, E'\n', ' '), 140), r.via)
+          from sweep.results r join sweep.calls c using (id)
+         where r.state ~ '^XX' or r.state in ('CRASH', 'FAILED') order by c.sig, c.role, c.id"
   bad "$nfail call(s) ended in an internal error (class XX) or a crash"
 fi
 [ "$(M -c "select count(*) from sweep.results where state = 'TIMEOUT'")" = 0 ] || echo "  note: $(M -c "select count(*) from sweep.results where state = 'TIMEOUT'") call(s) ran past 30 s (57014), listed in sweep.results"
