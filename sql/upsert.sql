@@ -84,3 +84,10 @@ INSERT INTO dn VALUES (7, 'a'), (7, 'b') ON CONFLICT (id) DO NOTHING;
 INSERT INTO dn VALUES (8, 'a'), (8, 'b') ON CONFLICT DO NOTHING RETURNING *;
 SELECT * FROM dn ORDER BY id;
 RESET worlds.world;
+-- ON CONSTRAINT of a constraint without an index: Postgres's 42809, in main and in a world (it crashed
+-- the server in a world: found by sqlsmith)
+INSERT INTO inv VALUES (1, 'x') ON CONFLICT ON CONSTRAINT inv_qty_check DO NOTHING;
+SET worlds.world = w;
+INSERT INTO inv VALUES (1, 'x') ON CONFLICT ON CONSTRAINT inv_qty_check DO NOTHING;
+INSERT INTO inv VALUES (1, 'x') ON CONFLICT ON CONSTRAINT inv_qty_check DO UPDATE SET note = 'n';
+RESET worlds.world;

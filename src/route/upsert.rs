@@ -223,6 +223,19 @@ pub fn decode(value: &str) -> Option<Decoded> {
     })
 }
 
+/// ON CONFLICT ON CONSTRAINT of a constraint without an index (CHECK, FOREIGN KEY): Postgres's 42809, which
+/// main raises when it plans the statement and the world's twin (a view, no arbiter) would not.
+///
+/// # Safety
+/// `oc` is an analysed ON CONFLICT clause.
+pub(crate) unsafe fn check_constraint_has_index(oc: *mut pg_sys::OnConflictExpr) {
+    unsafe {
+        if (*oc).constraint != pg_sys::Oid::INVALID && pg_sys::get_constraint_index((*oc).constraint) == pg_sys::Oid::INVALID {
+            raise("42809", "constraint in ON CONFLICT clause has no associated index");
+        }
+    }
+}
+
 /// The conflict target's columns (attnums): the primary key, or a plain unique index (the world checks
 /// those; see Layout::uniques) — named by columns or by constraint. Anything else: 0A000.
 unsafe fn arbiter_columns(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) -> Vec<i16> {
@@ -250,10 +263,16 @@ unsafe fn arbiter_columns(oc: *mut pg_sys::OnConflictExpr, layout: &Layout) -> V
         };
         let mut names: Vec<String> = if (*oc).constraint != pg_sys::Oid::INVALID {
             let index = pg_sys::get_constraint_index((*oc).constraint);
+            // ON CONSTRAINT of a constraint without an index (CHECK, FOREIGN KEY): Postgres refuses it when
+            // it plans the statement; here no name to read
+            let iname_ptr = if index == pg_sys::Oid::INVALID { std::ptr::null_mut() } else { pg_sys::get_rel_name(index) };
+            if iname_ptr.is_null() {
+                raise("42809", "constraint in ON CONFLICT clause has no associated index");
+            }
             if index == primary_key_index(layout.relid) {
                 layout.key_columns.clone()
             } else {
-                let iname = std::ffi::CStr::from_ptr(pg_sys::get_rel_name(index)).to_string_lossy().into_owned();
+                let iname = std::ffi::CStr::from_ptr(iname_ptr).to_string_lossy().into_owned();
                 match layout.uniques.iter().find(|(n, _)| *n == iname) {
                     Some((_, cols)) => cols.clone(),
                     None => refuse(),

@@ -606,6 +606,7 @@ pub(super) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
                     overlay = layout.overlay_rows;
                 }
                 if is_result && !(*query).onConflict.is_null() {
+                    crate::route::upsert::check_constraint_has_index((*query).onConflict);
                     if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {
                         // DO UPDATE: its action travels to the twin's trigger in the twin's extra column
                         let action = crate::route::upsert::action_sql(query, i + 1, &layout);
