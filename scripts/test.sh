@@ -4,9 +4,11 @@
 #   pg_test     cargo pgrx test pg15                 (Rust tests inside a real cluster)
 #   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
 #   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
+#   fuzz        scripts/fuzz-soak.sh                 (20,000 generated inputs inside the server, 2 backends: no XX000, no crash)
+#   smith       scripts/sqlsmith-soak.sh             (random SQL, 2,000 statements on each of four sides)
 #   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
 #   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds)
-# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, bench, core) runs one suite;
+# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, fuzz, smith, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh"
@@ -43,7 +45,7 @@ if want pg_test; then
   record "pg_test:  $(grep -E '^test result' "$RUN_DIR/pg_test.log" | grep -v ' 0 passed' | tail -1)" $rc
 fi
 
-if want regress || want sessions || want bench; then
+if want regress || want sessions || want fuzz || want smith || want bench; then
   echo "== installing pg_worlds and starting the test cluster"
   stop_cluster test
   install_extension
@@ -83,6 +85,29 @@ if want sessions; then
     fi
   done
   record "sessions: $pass passed, $fail failed ${failed_tests[*]:-}" $fail
+fi
+
+if want fuzz; then
+  # the short in-database fuzz (the grammar's own fuzz runs in unit: core/tests/fuzz_grammar.rs), on a
+  # cluster of its own. FUZZ_SUITE_INPUTS sets its size (FUZZ_INPUTS is the core fuzz's).
+  echo "== fuzz: scripts/fuzz-soak.sh (generated statements, typed calls and settings inside the server)"
+  set +e
+  FUZZ_INPUTS=${FUZZ_SUITE_INPUTS:-20000} bash "$ROOT/scripts/fuzz-soak.sh" >"$RUN_DIR/fuzz.log" 2>&1
+  rc=$?; set -e
+  [ $rc -eq 0 ] || sed -n '/^XX000:/,/^(every failure/p; /^server log/,/^fuzz:/p' "$RUN_DIR/fuzz.log" | head -60
+  record "fuzz:     $(tail -1 "$RUN_DIR/fuzz.log")" $rc
+fi
+
+if want smith; then
+  # sqlsmith on main and a world, as a superuser and as an ordinary role, on clusters of its own: no
+  # crash and no internal error (XX000) of pg_worlds' making (the long run: SOAK_QUERIES=100000)
+  echo "== smith: scripts/sqlsmith-soak.sh (random SQL)"
+  set +e
+  SOAK_QUERIES=${SOAK_QUERIES:-2000} bash "$ROOT/scripts/sqlsmith-soak.sh" >"$RUN_DIR/smith.log" 2>&1
+  rc=$?; set -e
+  grep -A12 '^side ' "$RUN_DIR/smith.log" || tail -20 "$RUN_DIR/smith.log"
+  [ $rc -eq 0 ] || sed -n '/^crashes, PANICs/,/^side /p' "$RUN_DIR/smith.log" | head -40
+  record "smith:    $(grep -m1 '^sqlsmith:' "$RUN_DIR/smith.log" || echo "no summary (see .run/smith.log)")" $rc
 fi
 
 if want bench; then
