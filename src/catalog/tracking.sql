@@ -419,6 +419,10 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_class WHERE oid = rel) THEN
         RAISE EXCEPTION 'relation with OID % does not exist', rel::oid USING ERRCODE = 'undefined_table';
     END IF;
+    IF (SELECT relnamespace FROM pg_class WHERE oid = rel) IN ('worlds'::regnamespace, 'worlds_data'::regnamespace) THEN
+        RAISE EXCEPTION 'pg_worlds'' own tables are not tracked: % is one', rel
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
     IF (SELECT relkind FROM pg_class WHERE oid = rel) NOT IN ('r') THEN
         RAISE EXCEPTION 'only ordinary tables can be tracked: % is not one', rel
             USING ERRCODE = 'wrong_object_type';

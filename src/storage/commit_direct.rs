@@ -115,6 +115,9 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         pg_sys::ExecCloseIndices(world_info);
         pg_sys::ExecCloseIndices(event_info);
         pg_sys::AfterTriggerEndQuery(estate);
+        // the relations the foreign keys' AFTER triggers opened (a world row made by this transaction is
+        // checked at every update): closed, as ExecEndPlan does, or their references leak
+        pg_sys::ExecCloseResultRelations(estate);
         pg_sys::ExecResetTupleTable((*estate).es_tupleTable, false);
         pg_sys::FreeExecutorState(estate);
         close();
