@@ -180,3 +180,16 @@ DO $$ DECLARE s text; BEGIN
 END $$;
 SELECT * FROM js_copy ORDER BY id;
 SELECT * FROM js_r_copy ORDER BY n;
+-- pg_worlds' own SQL text reads the same whatever the session's standard_conforming_strings says: a
+-- column whose name has a backslash, diffed and written as SQL with it off
+CREATE TABLE bs (id int PRIMARY KEY, "a\b" text, "q\x" text);
+INSERT INTO bs VALUES (1, 'one', 'x');
+SELECT * FROM worlds.sql('create world bs_w');
+SET worlds.world = bs_w;
+UPDATE bs SET "a\b" = 'two\three' WHERE id = 1;
+RESET worlds.world;
+SET standard_conforming_strings = off;
+SELECT * FROM worlds.sql('diff world bs_w');
+SELECT * FROM worlds.sql('diff world bs_w as sql');
+RESET standard_conforming_strings;
+SELECT * FROM worlds.sql('diff world bs_w as sql');

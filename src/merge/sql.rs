@@ -20,7 +20,13 @@ pub fn json_object_expr(alias: &str, cols: &[String]) -> String {
 }
 
 pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
+    // as Postgres's quote_literal(): a backslash makes it an escape string (E'...', backslashes doubled),
+    // which reads the same whatever the session's standard_conforming_strings says
+    if s.contains('\\') {
+        format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+    } else {
+        format!("'{}'", s.replace('\'', "''"))
+    }
 }
 
 pub(crate) fn key_text_expr(layout: &Layout, alias: &str) -> String {
