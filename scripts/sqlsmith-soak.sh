@@ -10,7 +10,12 @@
 #
 # Clusters (throwaway, made anew each run under .run/): `smith` (SOAK_PORT, default 56300) preloads
 # pg_worlds; `smith_stock` (SOAK_STOCK_PORT, default 56310) has neither the preload nor the extension and
-# holds the same schema and rows: the reference a failing statement is rerun on.
+# holds the same schema and rows in database smith (main's rows) and smith_w (the world's rows, as the
+# world reads them): the reference a failing statement of main, or of the world, is rerun on (a world is to
+# behave as a database holding its rows). pg_worlds' own relations and functions (schemas worlds and
+# worlds_data, which the superuser's statements name too) are made there as well, as plain tables with
+# the same columns, rows and grants and as stand-in functions (see mirror_pg_worlds), so such a statement
+# can be rerun on stock too.
 #
 # The database: nine tables of varied types (jsonb, arrays, numeric of several precisions, timestamp,
 # timestamptz, date, interval, text, varchar, char, bool, uuid, inet, bytea, tsvector, int4range), keyed by
@@ -23,7 +28,8 @@
 #
 # Sides (SOAK_SIDES): main_su (main, superuser), world_su (world w, superuser), main_user and world_user
 # (the same as smith_user). Each runs `sqlsmith --target="... options='-c worlds.world=w -c
-# statement_timeout=1s'" --exclude-catalog --verbose --seed=S --max-queries=M`. sqlsmith runs each
+# statement_timeout=1s'" --exclude-catalog --verbose --dump-all-queries --seed=S --max-queries=M`
+# (the generated statements kept gzipped in <side>/run<k>.sql.gz). sqlsmith runs each
 # statement as BEGIN; statement; ROLLBACK, so the writes it generates (INSERT, UPDATE, DELETE, upserts,
 # MERGE, SELECT ... FOR UPDATE) leave main and the world as they were. It sets statement_timeout to 1s
 # itself right after connecting (over whatever the connection string says), so the timeout is 1 s.
@@ -31,16 +37,19 @@
 # --exclude-catalog: without it, sqlsmith picks the relations of its FROM clauses among every relation in
 # information_schema.tables, and the ~200 of pg_catalog and information_schema would crowd out the
 # twelve user relations pg_worlds routes (in a world, statements over catalogs alone run as in main). With
-# it, the FROM clauses name the user's tables and views (and, for the superuser, pg_worlds' own relations
-# in schemas worlds and worlds_data, which information_schema shows it; the ordinary role sees only the
-# user's); functions and operators still come from all of pg_proc / pg_operator, pg_catalog's included.
+# it, the FROM clauses name the user's tables and views, and pg_worlds' own relations that
+# information_schema shows the role (the superuser all 70-odd of schemas worlds and worlds_data, so most of
+# its FROM items are those; smith_user the 18 PUBLIC may read); functions and operators still come from all
+# of pg_proc / pg_operator, pg_catalog's and pg_worlds' included. The script prints the mix.
 #
 # How queries are counted: sqlsmith --verbose prints one progress character per statement it generated:
-# '.' ran, 'e' error, 't' timeout, 's' syntax error, 'c' connection lost (its report lines never consist of
-# those characters alone, so the progress is the lines made only of them). A lost connection is the
-# statement that was running when the backend died (the first 'c' of a run of them); the next 'c's are
-# statements sqlsmith could not send while the server was still recovering (it reconnects once a second).
-# Queries run = '.' + 'e' + 't' + 's' + runs of 'c'. sqlsmith stops when it has generated --max-queries
+# '.' ran, 'e' error (a timeout too, with Debian's 1.4), 'S' syntax error, 'C' connection lost (1.5 prints
+# 't', 's', 'c'; both are read); its report lines never consist of those characters alone, so the progress
+# is the lines made only of them. A lost connection is the statement that was running when the backend
+# died (the first 'C' of a run of them); the next 'C's are statements sqlsmith could not send while the
+# server was still recovering (it reconnects once a second). Queries run = '.' + 'e' + 'S' + runs of 'C'
+# (the server log has no line per statement: counting there would need log_statement = all). Timeouts are
+# read from sqlsmith's last error report of each chunk. sqlsmith stops when it has generated --max-queries
 # and exits if it can't connect at its start or load the schema: the script runs it in chunks of
 # SOAK_CHUNK (default 5000), each with a new seed (written to .run/sqlsmith/<side>/seeds), until the side
 # has run SOAK_QUERIES, waiting for the server to take connections before each chunk.
@@ -49,27 +58,39 @@
 # log_connections maps each backend's PID to its side through its application_name soak_<side>;
 # log_min_error_statement=error puts the statement in the error's record; log_error_verbosity=verbose the
 # C function and file): a crash is the postmaster's "server process (PID n) was terminated by signal ..."
-# (or an exit code other than 0 and 1), its statement the "Failed process was running:" detail; a PANIC is
+# (or an exit code other than 0 and 1), its statement the "Failed process was running:" detail (which the
+# postmaster cuts at 1023 bytes: the whole statement is the generated one that begins with them); a PANIC is
 # counted with it; an internal error is a record with SQLSTATE class XX (XX000, XX001, XX002), its
 # statement the record's. The stderr log .run/smith/data/log/server.log has them too, with the SQLSTATE
-# in each line's prefix. Every such statement is rerun (BEGIN; statement; ROLLBACK, 5 s timeout) as the
-# same role on the stock cluster: it is stock's if stock fails the same way (a crash, or a class XX error),
-# else pg_worlds'. It is also rerun on the side itself, to tell whether it reproduces. After a crash the
+# in each line's prefix. Every such statement is rerun (BEGIN; statement; ROLLBACK, with sqlsmith's 1 s
+# timeout, and 10 s when that timed out) as the same role on the stock cluster: it is stock's if stock
+# fails the same way (a crash, or a class XX error), else pg_worlds'. It is also rerun on the side itself, to tell whether it reproduces (a crash only the
+# first SOAK_MAX_CRASH_REPROS times per side, default 20; SOAK_MAX_RERUNS, default 1000, bounds all reruns:
+# past it a failure takes the attribution of the first one with its message). After a crash the
 # postmaster reinitialises and replays WAL; sqlsmith reconnects on its own and the script waits for
 # connections before each chunk and after each rerun that crashed.
 #
-# Cores: the smith cluster runs with an unlimited core size (SOAK_CORES=0: no); a core that appears in its
-# data directory (kernel.core_pattern a plain file name) is read by gdb (SOAK_MAX_CORES backtraces, default
-# 5) and removed. A statement still running SOAK_HANG seconds (default 30) after it started despite the 1 s
-# timeout is recorded as a hang and its backend terminated.
+# Cores: the smith cluster runs with an unlimited core size and cores without shared memory (SOAK_CORES=0:
+# none); a core that appears in its data directory (kernel.core_pattern a plain file name) is read by gdb
+# against the very pg_worlds.so the cluster loaded (hard-linked at its start into .run/sqlsmith/sysroot: a
+# build installed meanwhile doesn't confuse the backtrace) and removed; after SOAK_MAX_CORES backtraces
+# (default 5) cores hold no memory. A statement still running SOAK_HANG seconds (default 30) after it
+# started despite the 1 s timeout is recorded as a hang and its backend terminated.
 #
 # Output under .run/sqlsmith/: <side>/crash_<n>.sql and <side>/xx000_<n>.sql (the failing statement, with
 # its message, location, the reruns and the attribution as comments; a crash's file also holds the server
-# log's lines before it and the backtrace when there is one), <side>/run<k>.log (sqlsmith's output),
-# hangs.txt, summary.txt. It prints a summary line per side: queries run, crashes, XX000 total, XX000 of
-# pg_worlds. Exits non-zero on any crash, any XX000 attributed to pg_worlds, or a side that could not run
+# log's lines before it and the backtrace when there is one), failures.tsv (one line each),
+# <side>/run<k>.log (sqlsmith's output), cores/bt.pid<n>.txt, hangs.txt, summary.txt. It prints the
+# failures grouped by message (where they were raised: a .rs file is pg_worlds' code, a .c file
+# PostgreSQL's; the top pg_worlds frame of their backtraces; three examples each, statements stock could
+# run first, shorter first, with both reruns' outcome), a summary line per side: queries
+# run, crashes, XX000 total, XX000 of pg_worlds, and a last line starting "sqlsmith:" (scripts/test.sh
+# records it). Exits non-zero on any crash, any XX000 attributed to pg_worlds, or a side that could not run
 # its queries. SOAK_PARALLEL=1 runs the four sides at once (the default runs them one after another);
-# SOAK_SEED (default 1) changes every seed; SOAK_KEEP=1 leaves both clusters running.
+# SOAK_SEED (default 1) changes every seed; SOAK_KEEP=1 leaves both clusters running;
+# SOAK_ANALYZE_ONLY=1 runs no sqlsmith: it restarts the last run's clusters and redoes its reruns,
+# attribution and summary (the side's reruns then use the pg_worlds.so installed now: a fix can be checked
+# against the statements that failed).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 N=${SOAK_QUERIES:-3000}
@@ -87,9 +108,14 @@ OUT=$RUN_DIR/sqlsmith
 command -v sqlsmith >/dev/null || { echo "sqlsmith is not installed (apt-get install sqlsmith)" >&2; exit 2; }
 [ -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so" ] || { echo "pg_worlds is not installed in $($PG_CONFIG --pkglibdir)" >&2; exit 2; }
 
+ANALYZE_ONLY=${SOAK_ANALYZE_ONLY:-0}
 t_start=$(date +%s)
-for c in $CL $ST; do stop_cluster $c; rm -rf "$(cluster_dir $c)"; done
-rm -rf "$OUT"; mkdir -p "$OUT/cores"
+if [ "$ANALYZE_ONLY" = 1 ]; then
+  [ -f "$OUT/library.txt" ] && [ -d "$(cluster_dir $CL)/data" ] || { echo "no earlier run in $OUT to analyse" >&2; exit 2; }
+else
+  for c in $CL $ST; do stop_cluster $c; rm -rf "$(cluster_dir $c)"; done
+  rm -rf "$OUT"; mkdir -p "$OUT/cores"
+fi
 
 # the smith cluster's processes may write cores (runuser resets the soft limit: raise it inside)
 as_pg_cores() {
@@ -100,6 +126,30 @@ CORES=${SOAK_CORES:-1}
 core_pattern=$(cat /proc/sys/kernel/core_pattern 2>/dev/null || echo "|")
 case "$core_pattern" in "|"*|*/*) CORES=0 ;; esac
 command -v gdb >/dev/null || CORES=0
+
+# keep_library: the installed pg_worlds.so the smith cluster is about to load, hard-linked (or copied)
+# into a sysroot for gdb: a build installed during the run replaces the file (install_extension removes
+# it first), while the cluster keeps running the one it loaded at its start
+LIB=$($PG_CONFIG --pkglibdir)/pg_worlds.so
+SYSROOT=$OUT/sysroot
+keep_library() {
+  local d
+  rm -rf "$SYSROOT"; mkdir -p "$SYSROOT/usr/lib" "$SYSROOT$(dirname "$LIB")"
+  for d in /lib /lib32 /lib64 /libx32; do [ -e "$d" ] && ln -s "$d" "$SYSROOT$d"; done
+  for d in /usr/lib/*; do [ "$d" = /usr/lib/postgresql ] || ln -s "$d" "$SYSROOT$d"; done
+  for d in "$(dirname "$LIB")"/*; do ln -s "$d" "$SYSROOT$d"; done
+  rm -f "$SYSROOT$LIB"
+  ln "$LIB" "$SYSROOT$LIB" 2>/dev/null || cp "$LIB" "$SYSROOT$LIB"
+  LIB_ID="$(stat -c '%i %s %y' "$LIB")"
+  echo "pg_worlds.so loaded by $CL: $(stat -c '%s bytes, modified %y' "$LIB"), sha1 $(sha1sum "$LIB" | cut -c1-12)" >"$OUT/library.txt"
+}
+# library_check: note once that the installed library was replaced since the cluster started
+library_check() {
+  [ -f "$OUT/library_replaced" ] && return 0
+  if [ "$(stat -c '%i %s %y' "$LIB" 2>/dev/null)" != "$LIB_ID" ]; then
+    echo "the installed pg_worlds.so was replaced at about $(date -u +%T) UTC (the cluster keeps running the one it loaded; backtraces read the kept copy)" >"$OUT/library_replaced"
+  fi
+}
 
 LOGCONF=(
   "alter system set logging_collector = on"
@@ -115,6 +165,7 @@ LOGCONF=(
   "alter system set log_connections = on"
   "alter system set lc_messages = 'C'"
   "alter system set restart_after_crash = on"
+  "alter system set track_activity_query_size = '256kB'"   # whole statements in pg_stat_activity (the hang check)
 )
 # make_cluster NAME PRELOAD PORT: a fresh cluster with the log settings above
 make_cluster() {
@@ -122,6 +173,7 @@ make_cluster() {
   local a=(); for s in "${LOGCONF[@]}"; do a+=(-c "$s"); done
   psql_in "$1" -q "${a[@]}"
   stop_cluster "$1"
+  if [ "$1" = $CL ]; then keep_library; fi
   if [ "$1" = $CL ] && [ "$CORES" = 1 ]; then
     local saved; saved=$(declare -f as_pg); eval "as_pg() { as_pg_cores \"\$@\"; }"
     PORT=$3 start_cluster "$1" "$2"
@@ -130,11 +182,17 @@ make_cluster() {
     PORT=$3 start_cluster "$1" "$2"
   fi
 }
+DATA=$(cluster_dir $CL)/data
+JSONLOG=$DATA/log/server.json
+if [ "$ANALYZE_ONLY" = 1 ]; then
+  echo "== the last run's clusters again, with the pg_worlds.so installed now (the reruns on the side use it)"
+  PORT=${SOAK_PORT:-56300} start_cluster $CL yes
+  PORT=${SOAK_STOCK_PORT:-56310} start_cluster $ST no
+else
 echo "== clusters: $CL (pg_worlds preloaded) and $ST (stock)"
 make_cluster $CL yes "${SOAK_PORT:-56300}"
 make_cluster $ST no "${SOAK_STOCK_PORT:-56310}"
-DATA=$(cluster_dir $CL)/data
-JSONLOG=$DATA/log/server.json
+fi
 
 # wait_ready CLUSTER: until it takes connections again (after a crash: recovery), at most 180 s
 wait_ready() {
@@ -145,7 +203,92 @@ wait_ready() {
   return 1
 }
 
+# mirror_pg_worlds: pg_worlds' own relations and functions (schemas worlds and worlds_data), which the
+# superuser's statements name too, and the ordinary role's where PUBLIC may use them, made again on stock so
+# that such a statement can be rerun there: each relation a plain table with the same columns, rows and
+# grants; each function a stand-in with the same signature, volatility, strictness and grants that returns
+# what the real one returns in main when it takes no argument and is stable or immutable (its value read
+# once, as the superuser), else NULL. A failure that needs the real function (it raising an XX000 itself)
+# thus doesn't happen on stock, and stays pg_worlds'.
+# mirror_pg_worlds STOCK_DB WORLD: into that database of the stock cluster, the rows as that world reads them
+mirror_pg_worlds() {
+  local sdb=$1 src kinds="('r', 'v', 'm', 'f', 'p')" nsp="('worlds', 'worlds_data')" mirrored=0 stubs=0 rel
+  src="$(conninfo $CL $DB) options='-c worlds.world=$2'"
+  psql_in $ST -d $sdb -q -c "set client_min_messages = warning" -c "drop schema if exists worlds, worlds_data cascade"
+  psql_in $CL -d $DB -qAt >"$OUT/mirror.sql" <<SQL
+select format('create schema %I;', nspname) from pg_namespace where nspname in $nsp
+union all
+select format('grant %s on schema %I to %s;', a.privilege_type, n.nspname,
+              case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+from pg_namespace n, aclexplode(n.nspacl) a
+where n.nspname in $nsp and (a.grantee = 0 or a.grantee = '$ROLE'::regrole);
+select format('create table %I.%I (%s);', n.nspname, c.relname,
+              (select string_agg(format('%I %s', attname, format_type(atttypid, atttypmod)), ', ' order by attnum)
+               from pg_attribute where attrelid = c.oid and attnum > 0 and not attisdropped))
+from pg_class c join pg_namespace n on n.oid = c.relnamespace
+where n.nspname in $nsp and c.relkind in $kinds;
+select format('grant %s on %I.%I to %s;', a.privilege_type, n.nspname, c.relname,
+              case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+from pg_class c join pg_namespace n on n.oid = c.relnamespace, aclexplode(c.relacl) a
+where n.nspname in $nsp and c.relkind in $kinds and (a.grantee = 0 or a.grantee = '$ROLE'::regrole);
+select format('grant %s (%I) on %I.%I to %s;', a.privilege_type, t.attname, n.nspname, c.relname,
+              case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+from pg_class c join pg_namespace n on n.oid = c.relnamespace join pg_attribute t on t.attrelid = c.oid,
+     aclexplode(t.attacl) a
+where n.nspname in $nsp and c.relkind in $kinds and (a.grantee = 0 or a.grantee = '$ROLE'::regrole);
+SQL
+  psql_in $ST -d $sdb -q -f "$OUT/mirror.sql" >/dev/null
+  while read -r rel; do
+    if $PGBIN/psql "$src" -X -qAt -c "copy (select * from $rel) to stdout" 2>/dev/null | psql_in $ST -d $sdb -q -c "copy $rel from stdin" 2>/dev/null; then
+      mirrored=$((mirrored + 1))
+    fi
+  done < <(psql_in $CL -d $DB -qAt -c "select format('%I.%I', n.nspname, c.relname) from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                                        where n.nspname in $nsp and c.relkind in $kinds")
+  # the functions sqlsmith may call (not set-returning, not returning trigger, event_trigger or internal)
+  $PGBIN/psql "$src" -X -v ON_ERROR_STOP=1 -qAt -v role="$ROLE" >"$OUT/mirror_functions.sql" <<'SQL'
+set statement_timeout = '20s';
+create temp table stand_in (def text);
+do $$
+declare r record; v text;
+begin
+  for r in select p.oid, p.pronargs = 0 and p.provolatile in ('i', 's') as nullary
+           from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+           where n.nspname in ('worlds', 'worlds_data') and p.prokind = 'f' and not p.proretset
+             and p.prorettype not in ('trigger'::regtype, 'event_trigger'::regtype, 'internal'::regtype)
+  loop
+    v := 'null';
+    if r.nullary then
+      begin
+        execute format('select quote_nullable(%s()::text)', r.oid::regproc) into v;
+      exception when others then v := 'null';
+      end;
+    end if;
+    insert into stand_in
+    select format('create function %s(%s) returns %s language plpgsql %s %s as %L;',
+                  p.oid::regproc, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+                  case p.provolatile when 'i' then 'immutable' when 's' then 'stable' else 'volatile' end,
+                  case when p.proisstrict then 'strict' else 'called on null input' end,
+                  case when p.prorettype = 'void'::regtype or p.proallargtypes is not null then 'begin return; end'
+                       else format('begin return %s::%s; end', v, format_type(p.prorettype, null)) end)
+    from pg_proc p where p.oid = r.oid;
+  end loop;
+end $$;
+select def from stand_in;
+select format('revoke all on function %s from public;', p.oid::regprocedure)
+       || coalesce((select string_agg(format(' grant execute on function %s to %s;', p.oid::regprocedure,
+                            case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end), '')
+                    from aclexplode(p.proacl) a where a.grantee = 0 or a.grantee = :'role'::regrole), '')
+from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+where n.nspname in ('worlds', 'worlds_data') and p.prokind = 'f' and p.proacl is not null;
+SQL
+  psql_in $ST -d $sdb -v ON_ERROR_STOP=0 -q -f "$OUT/mirror_functions.sql" >/dev/null 2>&1 || true
+  stubs=$(psql_in $ST -d $sdb -qAt -c "select count(*) from pg_proc where pronamespace in (select oid from pg_namespace where nspname in $nsp)")
+  psql_in $ST -d $sdb -q -c "analyze" >/dev/null
+  echo "   $ST/$sdb: pg_worlds' relations as plain tables: $mirrored (rows as $2 reads them); its functions as stand-ins: $stubs"
+}
+
 # ---- the schema and the rows, the same on both clusters -------------------------------------------------
+if [ "$ANALYZE_ONLY" != 1 ]; then
 cat >"$OUT/schema.sql" <<'SQL'
 create table customers (
   id int primary key,
@@ -287,7 +430,6 @@ create view active_customers as            -- updatable
   select id, name, email, tier, score from customers where active;
 create view gold_accounts as
   select a.* from accounts a join customers c on c.id = a.owner where c.tier = 'gold';
-create role smith_user login;
 grant usage on schema public to smith_user;
 grant select, insert, update, delete on all tables in schema public to smith_user;
 grant usage on all sequences in schema public to smith_user;
@@ -326,32 +468,59 @@ SQL
 
 echo "== schema and rows (both clusters), extension, world $WORLD"
 for c in $CL $ST; do
-  psql_in $c -q -c "create database $DB"
+  psql_in $c -q -c "create role $ROLE login" -c "create database $DB"
   psql_in $c -d $DB -q -f "$OUT/schema.sql" >/dev/null
 done
 psql_in $CL -d $DB -q -c "set client_min_messages = warning" -c "create extension pg_worlds" \
   -c "select * from worlds.sql('create world $WORLD')" >/dev/null
 $PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=$WORLD'" -X -q -v ON_ERROR_STOP=1 -f "$OUT/world.sql" >/dev/null
+# the world's rows as a database of their own on stock (${DB}_w), where the world sides' failures are rerun:
+# a world is to behave as a database holding its rows (foreign keys unchecked: a world checks them at merge)
+psql_in $ST -q -c "create database ${DB}_w"
+psql_in $ST -d ${DB}_w -q -f "$OUT/schema.sql" >/dev/null
+user_tables=$(psql_in $ST -d $DB -qAt -c "select string_agg(format('%I', relname), ', ') from pg_class
+                                           where relnamespace = 'public'::regnamespace and relkind = 'r'")
+psql_in $ST -d ${DB}_w -q -c "truncate $user_tables"
+for t in ${user_tables//,/}; do
+  $PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=$WORLD'" -X -qAt -c "copy (select * from $t) to stdout" |
+    psql_in $ST -d ${DB}_w -q -c "set session_replication_role = replica" -c "copy $t from stdin"
+done
+psql_in $ST -d ${DB}_w -q -c "analyze"
+mirror_pg_worlds $DB main
+mirror_pg_worlds ${DB}_w $WORLD
+
 counts="select (select count(*) from customers) || '/' || (select count(*) from events) || '/' || (select count(*) from accounts)"
 main_counts=$(psql_in $CL -d $DB -qAt -c "$counts")
 world_counts=$($PGBIN/psql "$(conninfo $CL $DB) options='-c worlds.world=$WORLD'" -X -qAt -c "$counts")
 stock_counts=$(psql_in $ST -d $DB -qAt -c "$counts")
-echo "   rows customers/events/accounts: main $main_counts, world $world_counts, stock $stock_counts"
+stock_w_counts=$(psql_in $ST -d ${DB}_w -qAt -c "$counts")
+echo "   rows customers/events/accounts: main $main_counts, world $world_counts; stock $stock_counts and ${DB}_w $stock_w_counts"
 [ "$main_counts" = "$stock_counts" ] || { echo "stock and main differ" >&2; exit 1; }
+[ "$world_counts" = "$stock_w_counts" ] || { echo "${DB}_w on stock and the world differ" >&2; exit 1; }
 [ "$main_counts" != "$world_counts" ] || { echo "the world doesn't differ from main" >&2; exit 1; }
 rels="select count(*) filter (where table_schema = 'public') || ' user, ' || count(*) filter (where table_schema like 'worlds%') || ' pg_worlds'
       from information_schema.tables where table_schema not in ('pg_catalog', 'information_schema')"
 echo "   relations sqlsmith can pick: superuser $(psql_in $CL -d $DB -qAt -c "$rels"), $ROLE $($PGBIN/psql "$(conninfo $CL $DB) user=$ROLE" -X -qAt -c "$rels")"
+else
+  mirror_pg_worlds $DB main
+  mirror_pg_worlds ${DB}_w $WORLD
+fi
 
 # ---- the sides ------------------------------------------------------------------------------------------
 side_role() { case $1 in *_su) echo postgres ;; *) echo $ROLE ;; esac; }
 side_world() { case $1 in world_*) echo $WORLD ;; *) echo main ;; esac; }
 
-# progress FILE...: "sent ok err timeout syntax lost" from sqlsmith's progress characters
+# progress FILE...: "sent ok errors timeouts syntax lost" from sqlsmith's progress characters (errors
+# include the timeouts)
 progress() {
-  cat "$@" 2>/dev/null | grep -E '^[.etsc]+$' | tr -d '\n' | awk '
-    { for (i = 1; i <= length($0); i++) { ch = substr($0, i, 1); n[ch]++; if (ch == "c" && prev != "c") runs++; prev = ch } }
-    END { printf "%d %d %d %d %d %d\n", n["."] + n["e"] + n["t"] + n["s"] + runs, n["."], n["e"], n["t"], n["s"], n["c"] }'
+  local f to=0 t
+  for f in "$@"; do   # timeouts: the count in the chunk's last report
+    t=$(awk '/^queries: /{t=0} /canceling statement due to statement timeout/{t=$1} END{print t+0}' "$f" 2>/dev/null || echo 0)
+    to=$((to + t))
+  done
+  cat "$@" 2>/dev/null | grep -E '^[.etsScC]+$' | tr -d '\n' | tr 'sc' 'SC' | awk -v to=$to '
+    { for (i = 1; i <= length($0); i++) { ch = substr($0, i, 1); n[ch]++; if (ch == "C" && prev != "C") runs++; prev = ch } }
+    END { printf "%d %d %d %d %d %d\n", n["."] + n["e"] + n["t"] + n["S"] + runs, n["."], n["e"] + n["t"], to, n["S"], n["C"] }'
 }
 
 # run_side SIDE INDEX: sqlsmith in chunks until the side ran N queries
@@ -366,10 +535,13 @@ run_side() {
   start=$(date +%s)
   while [ "$sent" -lt "$N" ]; do
     wait_ready $CL || { echo "$side: the cluster takes no connections" >"$dir/error"; break; }
+    library_check
     local n=$((N - sent)); [ $n -gt "$CHUNK" ] && n=$CHUNK
     seed=$(( (SEED * 1000003 + idx * 10007 + k * 101) % 2147483647 ))
     echo "run$k seed=$seed max-queries=$n" >>"$dir/seeds"
-    sqlsmith --verbose --exclude-catalog --seed=$seed --max-queries=$n --target="$target" >/dev/null 2>"$dir/run$k.log" || true
+    # (a chunk runs some 20 to 60 s; the time limit only stops a sqlsmith that hangs)
+    timeout -s INT -k 30 $((n + 600)) sqlsmith --verbose --exclude-catalog --dump-all-queries --seed=$seed \
+      --max-queries=$n --target="$target" 2>"$dir/run$k.log" | gzip -1 >"$dir/run$k.sql.gz" || true
     got=$(progress "$dir/run$k.log" | cut -d' ' -f1)
     sent=$((sent + got)); k=$((k + 1))
     if [ "$got" -eq 0 ]; then empty=$((empty + 1)); else empty=0; fi
@@ -377,6 +549,10 @@ run_side() {
   done
   echo "$(( $(date +%s) - start ))" >"$dir/seconds"
 }
+
+# core_filter MASK: what the cores of the postmaster's children hold (0x31: no shared memory; 0: no memory)
+core_filter() { echo "$1" >"/proc/$(head -1 "$DATA/postmaster.pid")/coredump_filter" 2>/dev/null || true; }
+[ "$CORES" = 1 ] && [ "$ANALYZE_ONLY" != 1 ] && core_filter 0x31
 
 # watch: statements past HANG seconds (recorded, their backend terminated) and cores (a backtrace each)
 ncores=0
@@ -396,21 +572,24 @@ watch() {
   local core
   for core in "$DATA"/core*; do
     [ -f "$core" ] || continue
-    local s1 s2; s1=$(stat -c %s "$core"); sleep 1; s2=$(stat -c %s "$core")
+    local s1 s2; s1=$(stat -c %s "$core" 2>/dev/null) || continue; sleep 1; s2=$(stat -c %s "$core" 2>/dev/null) || continue
     [ "$s1" = "$s2" ] || continue
     if [ $ncores -lt "${SOAK_MAX_CORES:-5}" ]; then
-      mv "$core" "$OUT/cores/core"
-      timeout 300 gdb -batch -nx -ex 'info sharedlibrary pg_worlds' -ex 'bt 60' $PGBIN/postgres "$OUT/cores/core" \
+      mv "$core" "$OUT/cores/core" 2>/dev/null || continue
+      timeout 300 gdb -batch -nx -ex "set sysroot $SYSROOT" -ex 'bt 60' $PGBIN/postgres "$OUT/cores/core" \
         >"$OUT/cores/bt.$ncores.txt" 2>&1 || true
       local pid; pid=$(grep -m1 -oE '\[New LWP [0-9]+\]' "$OUT/cores/bt.$ncores.txt" | grep -oE '[0-9]+' || true)
       [ -n "$pid" ] && mv "$OUT/cores/bt.$ncores.txt" "$OUT/cores/bt.pid$pid.txt"
       rm -f "$OUT/cores/core"; ncores=$((ncores + 1))
+      # enough: the cores of backends forked from now on hold no memory (and are removed)
+      [ $ncores -lt "${SOAK_MAX_CORES:-5}" ] || core_filter 0
     else
       rm -f "$core"
     fi
   done
 }
 
+if [ "$ANALYZE_ONLY" != 1 ]; then
 echo "== sqlsmith: $N queries per side ($SIDES), $( [ "${SOAK_PARALLEL:-0}" = 1 ] && echo 'sides at once' || echo 'one side after another')"
 idx=0; pids=()
 for side in $SIDES; do
@@ -418,7 +597,7 @@ for side in $SIDES; do
   run_side "$side" $idx &
   pids+=($!)
   if [ "${SOAK_PARALLEL:-0}" != 1 ]; then
-    while kill -0 "${pids[-1]}" 2>/dev/null; do watch; sleep 2; done
+    while kill -0 "${pids[-1]}" 2>/dev/null; do watch || true; sleep 2; done
     wait "${pids[-1]}" || true
     echo "   $side: $(progress "$OUT/$side"/run*.log | awk '{print $1 " queries"}') in $(cat "$OUT/$side/seconds")s"
   fi
@@ -427,29 +606,31 @@ if [ "${SOAK_PARALLEL:-0}" = 1 ]; then
   while :; do
     alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
     [ $alive = 1 ] || break
-    watch; sleep 2
+    watch || true; sleep 2
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
 fi
-watch
+watch || true
 wait_ready $CL || true
 for side in $SIDES; do progress "$OUT/$side"/run*.log >"$OUT/$side/counts"; done
+fi
 t_soak=$(date +%s)
 
 # ---- the log: crashes and class XX errors, reruns, attribution, summary ---------------------------------
 echo "== crashes and XX000 in the server log; reruns on $ST"
 set +e
-python3 - "$OUT" "$JSONLOG" "$DATA/log/server.log" "$(conninfo $CL $DB)" "$(conninfo $ST $DB)" "$ROLE" "$WORLD" \
-  "$SIDES" "$N" "${SOAK_MAX_RERUNS:-200}" <<'PY'
-import json, os, re, subprocess, sys, time
+python3 - "$OUT" "$JSONLOG" "$DATA/log/server.log" "$(conninfo $CL $DB)" "$(conninfo $ST $DB)" "$(conninfo $ST ${DB}_w)" "$ROLE" "$WORLD" \
+  "$SIDES" "$N" "${SOAK_MAX_RERUNS:-1000}" "${SOAK_MAX_CRASH_REPROS:-20}" <<'PY'
+import glob, gzip, json, os, re, subprocess, sys, time
 
-out, jsonlog, stderrlog, smith_ci, stock_ci, role, world, sides, n_want, max_reruns = sys.argv[1:]
-sides = sides.split(); n_want = int(n_want); max_reruns = int(max_reruns)
+out, jsonlog, stderrlog, smith_ci, stock_ci, stock_w_ci, role, world, sides, n_want, max_reruns, max_repros = sys.argv[1:]
+sides = sides.split(); n_want = int(n_want); max_reruns = int(max_reruns); max_repros = int(max_repros)
+root = os.path.dirname(os.path.dirname(out))
 
 def side_role(s): return 'postgres' if s.endswith('_su') else role
 def side_world(s): return world if s.startswith('world_') else 'main'
 
-# -- read the JSON log in order: which side each backend PID belongs to, then the failures
+# -- read the JSON log in order: which side each backend PID belongs to (log_connections), then the failures
 pid_side, events = {}, []
 crash_re = re.compile(r'\(PID (\d+)\) (was terminated by (signal|exception)|exited with exit code (\d+))')
 with open(jsonlog, encoding='utf-8', errors='replace') as f:
@@ -457,29 +638,58 @@ with open(jsonlog, encoding='utf-8', errors='replace') as f:
         try: r = json.loads(line)
         except ValueError: continue
         msg, pid = r.get('message', ''), r.get('pid')
-        if msg.startswith('connection authorized:') or msg.startswith('connection received:'):
+        if msg.startswith('connection authorized:'):
             m = re.search(r'application_name=soak_(\w+)', msg)
             pid_side[pid] = m.group(1) if m else None
             continue
+        if pid_side.get(pid) in ('rerun', 'watch'): continue     # the script's own reruns and checks
         m = crash_re.search(msg) if r.get('backend_type') == 'postmaster' else None
-        if m and not (m.group(4) in ('0', '1')):
+        if m and m.group(4) not in ('0', '1'):
             cpid = int(m.group(1))
+            if pid_side.get(cpid) in ('rerun', 'watch'): continue
             d = r.get('detail', '') or ''
             stmt = d[len('Failed process was running: '):] if d.startswith('Failed process was running: ') else None
             events.append(dict(kind='crash', side=pid_side.get(cpid), pid=cpid, time=r.get('timestamp'),
-                               message=msg, statement=stmt, location=''))
+                               message=msg, statement=stmt))
         elif r.get('error_severity') == 'PANIC':
             events.append(dict(kind='panic', side=pid_side.get(pid), pid=pid, time=r.get('timestamp'),
-                               message=msg, statement=r.get('statement'), location=''))
+                               message=msg, statement=r.get('statement')))
         elif (r.get('state_code') or '').startswith('XX'):
             loc = ' '.join(x for x in (r.get('func_name'), r.get('file_name') and '%s:%s' % (r.get('file_name'), r.get('file_line_num'))) if x)
             events.append(dict(kind='xx', side=pid_side.get(pid), pid=pid, time=r.get('timestamp'), code=r['state_code'],
                                message=msg, detail=r.get('detail'), context=r.get('context'), statement=r.get('statement'),
-                               location=loc, backend=r.get('backend_type'), app=r.get('application_name')))
+                               location=loc))
 
+# the stderr log's 30 lines before each crash report (one pass: the log runs to gigabytes)
+crash_pids = {e['pid'] for e in events if e['kind'] == 'crash'}
+crash_ctx, last = {}, []
 try:
-    with open(stderrlog, encoding='utf-8', errors='replace') as f: stderr_lines = f.readlines()
-except OSError: stderr_lines = []
+    with open(stderrlog, encoding='utf-8', errors='replace') as f:
+        for l in f:
+            if '(PID ' in l and ('was terminated' in l or 'exited with' in l):
+                m = re.search(r'\(PID (\d+)\)', l)
+                if m and int(m.group(1)) in crash_pids:
+                    crash_ctx.setdefault(int(m.group(1)), []).append(''.join(last) + l[:300])
+            last.append(l[:300] if l.endswith('\n') else l[:300] + '\n')
+            if len(last) > 30: del last[0]
+except OSError: pass
+
+# -- the postmaster logs at most 1023 bytes of a crashed backend's statement: the whole one is the statement
+# sqlsmith generated (--dump-all-queries, <side>/run<k>.sql.gz) that begins with them
+dumps = {}
+def full_statement(side, prefix):
+    if side not in dumps:
+        texts = []
+        for fn in sorted(glob.glob(os.path.join(out, side, 'run*.sql.gz')), key=lambda x: int(re.findall(r'run(\d+)', x)[-1])):
+            try:
+                with gzip.open(fn, 'rt', encoding='utf-8', errors='replace') as f: texts.append(f.read())
+            except (OSError, EOFError): pass
+        dumps[side] = '\n'.join(texts)
+    text = dumps[side]
+    i = text.find(prefix)
+    if i < 0: return None
+    j = text.find(';\n', i + len(prefix) - 1)
+    return text[i:j] if j >= 0 else text[i:]
 
 # -- rerun a statement as sqlsmith ran it: BEGIN; statement; ROLLBACK as the side's role (in its world)
 def ready(ci):
@@ -489,12 +699,13 @@ def ready(ci):
         time.sleep(0.5)
     return False
 
-def rerun(ci, rl, wd, stmt):
+def rerun(ci, rl, wd, stmt, timeout='1s'):
+    # as sqlsmith ran it (1 s: a failure may need the cancel), again with 10 s when it timed out
     conn = ci + ' user=%s application_name=soak_rerun' % rl
     if wd != 'main': conn += " options='-c worlds.world=%s'" % wd
     try:
         p = subprocess.run(['psql', conn, '-X', '-q', '-v', 'VERBOSITY=verbose',
-                            '-c', "set statement_timeout = '5s'", '-c', 'set client_min_messages = error',
+                            '-c', "set statement_timeout = '%s'" % timeout, '-c', 'set client_min_messages = error',
                             '-c', 'begin', '-c', stmt, '-c', 'rollback'],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
         err = p.stderr.decode('utf-8', 'replace')
@@ -502,8 +713,9 @@ def rerun(ci, rl, wd, stmt):
         return dict(result='hang', code=None, message='no answer in 120 s')
     if 'server closed the connection unexpectedly' in err or 'terminated abnormally' in err or 'connection to server was lost' in err:
         ready(ci)
-        return dict(result='crash', code=None, message=err.strip().splitlines()[0] if err.strip() else '')
+        return dict(result='crash', code=None, message='server closed the connection')
     m = re.search(r'^(?:psql:[^\n]*?)?ERROR:  ([0-9A-Z]{5}): (.*)$', err, re.M)
+    if m and m.group(1) == '57014' and timeout == '1s': return rerun(ci, rl, wd, stmt, '10s')
     if m: return dict(result='error', code=m.group(1), message=m.group(2))
     return dict(result='ok', code=None, message='')
 
@@ -512,46 +724,50 @@ def same_failure(ev, res):
     return res['result'] == 'crash' or (res['result'] == 'error' and (res['code'] or '').startswith('XX'))
 
 def fmt(res):
+    if res is None: return '-'
     return res['result'] + (' %s: %s' % (res['code'], res['message']) if res['result'] == 'error' else
                             (': ' + res['message'] if res['message'] else ''))
 
-def comment(text): return '\n'.join('-- ' + l for l in str(text).splitlines()) + '\n'
+def comment(text): return ''.join('-- ' + l + '\n' for l in str(text).splitlines())
 
 # -- attribute each failure, write one file per failure
-cache, reruns, verdict_by_msg = {}, 0, {}
+cache, reruns, repros, verdict_by_msg = {}, 0, {}, {}
 per = {s: dict(crash=0, crash_w=0, xx=0, xx_w=0) for s in sides + ['other']}
-lines_out = []
 nfile = {}
 for ev in events:
     s = ev['side'] if ev['side'] in sides else 'other'
     ev['side'] = s
     rl = side_role(s) if s != 'other' else 'postgres'
     wd = side_world(s) if s != 'other' else 'main'
+    ev['role'], ev['world'] = rl, wd
     stmt = ev.get('statement')
+    if ev['kind'] == 'crash' and stmt is not None and len(stmt.encode()) >= 1000 and s != 'other':
+        whole = full_statement(s, stmt)
+        ev['truncated'] = whole is None
+        if whole is not None: stmt = ev['statement'] = whole
     key = (rl, wd, stmt)
+    ev['stock'] = ev['repro'] = None
     if stmt is None:
-        ev['stock'], ev['repro'], ev['by'] = None, None, 'pg_worlds' if ev['kind'] == 'xx' else 'unknown (no statement)'
+        ev['by'] = 'pg_worlds' if ev['kind'] == 'xx' else 'unknown (no statement)'
     elif key in cache:
         ev['stock'], ev['repro'], ev['by'] = cache[key]
     elif reruns >= max_reruns:
-        ev['stock'] = ev['repro'] = None
-        ev['by'] = verdict_by_msg.get(ev['message'], 'pg_worlds') + ' (not rerun: SOAK_MAX_RERUNS reached; by its message)'
+        ev['by'] = verdict_by_msg.get(ev['message'], 'pg_worlds') + ' (not rerun: SOAK_MAX_RERUNS reached)'
     else:
         reruns += 1
-        stock = rerun(stock_ci, rl, 'main', stmt)
-        repro = rerun(smith_ci, rl, wd, stmt)
-        by = 'stock' if same_failure(ev, stock) else 'pg_worlds'
-        cache[key] = (stock, repro, by)
-        verdict_by_msg.setdefault(ev['message'], by)
-        ev['stock'], ev['repro'], ev['by'] = stock, repro, by
+        ev['stock'] = rerun(stock_w_ci if wd != 'main' else stock_ci, rl, 'main', stmt)
+        # a crash is rerun on its side only the first SOAK_MAX_CRASH_REPROS times per side (each crashes it again)
+        if ev['kind'] == 'xx' or repros.get(s, 0) < max_repros:
+            if ev['kind'] != 'xx': repros[s] = repros.get(s, 0) + 1
+            ev['repro'] = rerun(smith_ci, rl, wd, stmt)
+        ev['by'] = 'stock' if same_failure(ev, ev['stock']) else 'pg_worlds'
+        cache[key] = (ev['stock'], ev['repro'], ev['by'])
+        verdict_by_msg.setdefault(ev['message'], ev['by'])
     w = ev['by'].startswith('pg_worlds')
-    if ev['kind'] in ('crash', 'panic'):
-        if ev['kind'] == 'crash':
-            per[s]['crash'] += 1; per[s]['crash_w'] += w
-        name = ev['kind']
-    else:
-        per[s]['xx'] += 1; per[s]['xx_w'] += w
-        name = 'xx000'
+    ev['w'] = w
+    if ev['kind'] == 'crash': per[s]['crash'] += 1; per[s]['crash_w'] += w
+    if ev['kind'] == 'xx': per[s]['xx'] += 1; per[s]['xx_w'] += w
+    name = 'xx000' if ev['kind'] == 'xx' else ev['kind']
     k = nfile.get((s, name), 0) + 1; nfile[(s, name)] = k
     os.makedirs(os.path.join(out, s), exist_ok=True)
     path = os.path.join(out, s, '%s_%d.sql' % (name, k))
@@ -560,30 +776,71 @@ for ev in events:
         f.write(comment('message: ' + ('%s ' % ev['code'] if ev.get('code') else '') + ev['message']))
         for fld in ('detail', 'context', 'location'):
             if ev.get(fld): f.write(comment('%s: %s' % (fld, ev[fld])))
-        if ev['stock'] is not None: f.write(comment('rerun on stock: ' + fmt(ev['stock'])))
-        if ev['repro'] is not None: f.write(comment('rerun on the side: ' + fmt(ev['repro'])))
+        if ev.get('truncated'): f.write(comment('the statement is the first 1023 bytes the postmaster logged (not found in the dumps)'))
+        f.write(comment('rerun on stock: ' + fmt(ev['stock'])))
+        f.write(comment('rerun on the side: ' + fmt(ev['repro'])))
         f.write(comment('attributed to: ' + ev['by']))
         if ev['kind'] == 'crash':
-            idx = next((i for i, l in enumerate(stderr_lines) if '(PID %d) was terminated' % ev['pid'] in l
-                        or '(PID %d) exited with' % ev['pid'] in l), None)
-            if idx is not None:
-                f.write(comment('server.log before the crash:\n' + ''.join(stderr_lines[max(0, idx - 30):idx + 2])))
+            ctx = crash_ctx.get(ev['pid'])
+            if ctx:
+                f.write(comment('server.log before the crash (lines cut at 300 characters):\n' + ctx.pop(0)))
             bt = os.path.join(out, 'cores', 'bt.pid%d.txt' % ev['pid'])
             if os.path.exists(bt):
                 with open(bt, errors='replace') as b:
-                    f.write(comment('backtrace (gdb, core):\n' + ''.join(l for l in b if l.startswith('#'))))
+                    frames = [l for l in b if l.startswith('#')]
+                ev['top'] = next((re.sub(r'^#\d+\s+(0x[0-9a-f]+ in )?', '', l).strip() for l in frames if 'pg_worlds::' in l
+                                  and 'panic' not in l and 'catch_unwind' not in l), None)
+                if ev['top'] is None:   # no frame of pg_worlds': the first functions named
+                    names = []
+                    for l in frames:
+                        m = re.match(r'^#\d+\s+(?:0x[0-9a-f]+ in )?([^\s(]+)', l)
+                        if m and m.group(1) != '??' and m.group(1) not in names: names.append(m.group(1))
+                    ev['top'] = 'no pg_worlds frame: ' + ' <- '.join(names[:6])
+                f.write(comment('backtrace (gdb, core):\n' + ''.join(frames)))
         f.write((stmt if stmt is not None else '-- (no statement)') + ';\n')
-    ev['file'] = os.path.relpath(path, os.path.dirname(os.path.dirname(out)))
-    if ev['kind'] in ('crash', 'panic') or w:
-        lines_out.append('  %s %s %s: %s%s\n      %s\n      stock: %s; side rerun: %s; -> %s' % (
-            s, ev['kind'], ev['file'], ('%s ' % ev['code']) if ev.get('code') else '', ev['message'],
-            re.sub(r'\s+', ' ', stmt or '(no statement)')[:600],
-            fmt(ev['stock']) if ev['stock'] else '-', fmt(ev['repro']) if ev['repro'] else '-', ev['by']))
+    ev['file'] = os.path.relpath(path, root)
 
-# -- summary
+with open(os.path.join(out, 'failures.tsv'), 'w') as f:
+    f.write('side\tkind\tattributed\tfile\tmessage\tstatement\n')
+    for ev in events:
+        f.write('\t'.join([ev['side'], ev['kind'], ev['by'], ev['file'], ev['message'].replace('\t', ' '),
+                           re.sub(r'\s+', ' ', ev.get('statement') or '')[:300]]) + '\n')
+
+# -- summary: failures grouped by message (a PID left out), three examples each
+def norm(m): return re.sub(r'PID \d+', 'PID n', m)
+groups = {}
+for ev in events:
+    if ev['kind'] in ('crash', 'panic') or ev['w']:
+        groups.setdefault((ev['kind'], ev.get('code', ''), norm(ev['message']), ev['by'].split(' ')[0]), []).append(ev)
+detail = []
+if groups: detail.append('crashes, PANICs and XX000 of pg_worlds, grouped by message:')
+for (kind, code, msg, by), evs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    sidecount = {}
+    for e in evs: sidecount[e['side']] = sidecount.get(e['side'], 0) + 1
+    detail.append('  %d x %s %s%s  [%s; %s]' % (len(evs), kind, ('%s ' % code) if code else '', msg, by,
+                  ', '.join('%s %d' % kv for kv in sidecount.items())))
+    tops = sorted({e['top'] for e in evs if e.get('top')})
+    for t in tops[:3]: detail.append('      backtrace: %s' % t)
+    locs = {}
+    for e in evs:
+        if e.get('location'): locs[e['location']] = locs.get(e['location'], 0) + 1
+    if locs:   # a .rs file: pg_worlds' own code raised it; a .c file: PostgreSQL's (called by pg_worlds, or fed other values)
+        detail.append('      raised at: %s' % ', '.join('%s (%d)' % kv for kv in sorted(locs.items(), key=lambda kv: -kv[1])[:3]))
+    # examples: statements stock could run (not failing on pg_worlds' functions or relations) first, short ones first
+    def missing(e): return bool(e['stock'] and e['stock']['code'] in ('42883', '42P01', '3F000', '42704'))
+    for e in sorted(evs, key=lambda e: (missing(e), len(e.get('statement') or '')))[:3]:
+        detail.append('    %s: %s' % (e['file'], re.sub(r'\s+', ' ', e.get('statement') or '(no statement)')[:500]))
+        detail.append('      stock: %s; side rerun: %s' % (fmt(e['stock']), fmt(e['repro'])))
+stock_xx = [e for e in events if e['kind'] == 'xx' and not e['w']]
+if stock_xx:
+    msgs = {}
+    for e in stock_xx: msgs[e['message']] = msgs.get(e['message'], 0) + 1
+    detail.append('XX000 of stock PostgreSQL (%d): %s' % (len(stock_xx), '; '.join('%s (%d)' % kv for kv in sorted(msgs.items()))))
 hangs = []
 if os.path.exists(os.path.join(out, 'hangs.txt')):
     with open(os.path.join(out, 'hangs.txt')) as f: hangs = f.read().splitlines()
+if hangs: detail += ['statements past the hang limit (.run/sqlsmith/hangs.txt):'] + ['  ' + h[:400] for h in hangs]
+
 summary, bad = [], False
 summary.append('%-11s %9s %8s %8s %6s %9s %8s %6s %6s %7s' % ('side', 'queries', 'crashes', '(worlds)', 'XX000',
                'XX000 pgw', 'errors', 'tmout', 'lost', 'seconds'))
@@ -593,7 +850,7 @@ for s in sides + (['other'] if per['other']['crash'] or per['other']['xx'] else 
     try:
         with open(os.path.join(out, s, 'counts')) as f: cnt = [int(x) for x in f.read().split()]
         with open(os.path.join(out, s, 'seconds')) as f: secs = f.read().strip()
-    except OSError: pass
+    except (OSError, ValueError): pass
     p = per[s]
     summary.append('%-11s %9d %8d %8d %6d %9d %8d %6d %6d %7s' % (s, cnt[0], p['crash'], p['crash_w'], p['xx'], p['xx_w'],
                    cnt[2], cnt[3], cnt[5], secs))
@@ -608,12 +865,9 @@ panics = sum(1 for e in events if e['kind'] == 'panic')
 bad = bad or tot['c'] > 0 or tot['xw'] > 0 or panics > 0
 summary.append('sqlsmith: %d queries on %d sides, %d crashes (%d pg_worlds), %d XX000 (%d pg_worlds), %d PANIC, %d hangs: %s' % (
     tot['q'], len(sides), tot['c'], tot['cw'], tot['x'], tot['xw'], panics, len(hangs), 'FAILED' if bad else 'ok'))
-detail = []
-if lines_out: detail += ['crashes, PANICs and XX000 of pg_worlds:'] + lines_out
-stock_xx = [e for e in events if e['kind'] == 'xx' and not e['by'].startswith('pg_worlds')]
-if stock_xx:
-    detail.append('XX000 of stock PostgreSQL (%d): %s' % (len(stock_xx), '; '.join(sorted({e['message'] for e in stock_xx}))))
-if hangs: detail += ['statements past the hang limit (.run/sqlsmith/hangs.txt):'] + ['  ' + h[:400] for h in hangs]
+for note in ('library.txt', 'library_replaced'):
+    if os.path.exists(os.path.join(out, note)):
+        with open(os.path.join(out, note)) as f: summary.append(f.read().strip())
 text = '\n'.join(detail + summary) + '\n'
 with open(os.path.join(out, 'summary.txt'), 'w') as f: f.write(text)
 sys.stdout.write(text)
@@ -621,6 +875,7 @@ sys.exit(1 if bad else 0)
 PY
 rc=$?
 set -e
+rm -f "$DATA"/core*
 t_end=$(date +%s)
 echo "   time: $((t_end - t_start))s in all ($((t_soak - t_start))s up to the end of the sides' runs)"
 [ "${SOAK_KEEP:-0}" = 1 ] || { stop_cluster $CL; stop_cluster $ST; }
