@@ -178,3 +178,8 @@ SELECT id, meta FROM c WHERE id = 1 AND (SELECT 1) = 1;
 SELECT id, meta FROM c WHERE id IN (1, 2) AND (SELECT max(id) FROM c) > 0 ORDER BY id LIMIT 1;
 RESET worlds.world;
 SELECT id, meta FROM c WHERE id = 1;
+-- the overlay's visibility functions called by hand with a NULL position (sqlsmith: a null pointer read)
+SET worlds.world = w;
+SELECT worlds._base_visible(1, NULL::tid, 1::int8), worlds._base_visible(1, NULL::tid, 'k'::text),
+       worlds._history_visible(1, NULL::int8, 1::int8), worlds._base_visible(NULL::int4, '(0,1)'::tid, 1::int4);
+RESET worlds.world;

@@ -131,6 +131,11 @@ pub(super) unsafe extern "C-unwind" fn drop_call_site(arg: *mut std::ffi::c_void
 
 pub(super) unsafe fn base_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
     unsafe {
+        // (the overlay views pass a table's number and a row's ctid, never NULL; a role calling it by hand
+        // may: no row of a NULL position is visible, rather than a read through a null pointer)
+        if pgrx::fcinfo::pg_arg_is_null(fcinfo, 0) || pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
+            return pg_sys::Datum::from(false);
+        }
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let visible = with_cache(tabno, |c| {
             sees_base(&c.created_tids, site_world(fcinfo, c, tabno), || tid_of_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1)), || arg_key(fcinfo, 2, int_key))
@@ -166,6 +171,9 @@ pub unsafe extern "C-unwind" fn worlds_delta_visible(fcinfo: pg_sys::FunctionCal
 
 pub(super) unsafe fn history_visible(fcinfo: pg_sys::FunctionCallInfo, int_key: bool) -> pg_sys::Datum {
     unsafe {
+        if pgrx::fcinfo::pg_arg_is_null(fcinfo, 0) || pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
+            return pg_sys::Datum::from(false);
+        }
         let tabno = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i32;
         let hseq = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).value() as i64;
         let visible = with_cache(tabno, |c| {
