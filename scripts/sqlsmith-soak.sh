@@ -116,6 +116,7 @@ else
   for c in $CL $ST; do stop_cluster $c; rm -rf "$(cluster_dir $c)"; done
   rm -rf "$OUT"; mkdir -p "$OUT/cores"
 fi
+rm -f "$OUT/library_reanalysis"
 
 # the smith cluster's processes may write cores (runuser resets the soft limit: raise it inside)
 as_pg_cores() {
@@ -188,6 +189,7 @@ if [ "$ANALYZE_ONLY" = 1 ]; then
   echo "== the last run's clusters again, with the pg_worlds.so installed now (the reruns on the side use it)"
   PORT=${SOAK_PORT:-56300} start_cluster $CL yes
   PORT=${SOAK_STOCK_PORT:-56310} start_cluster $ST no
+  echo "reanalysed at $(date -u +%T) UTC: the reruns on the side ran the pg_worlds.so installed then ($(stat -c '%s bytes, modified %y' "$LIB"))" >"$OUT/library_reanalysis"
 else
 echo "== clusters: $CL (pg_worlds preloaded) and $ST (stock)"
 make_cluster $CL yes "${SOAK_PORT:-56300}"
@@ -207,9 +209,9 @@ wait_ready() {
 # superuser's statements name too, and the ordinary role's where PUBLIC may use them, made again on stock so
 # that such a statement can be rerun there: each relation a plain table with the same columns, rows and
 # grants; each function a stand-in with the same signature, volatility, strictness and grants that returns
-# what the real one returns in main when it takes no argument and is stable or immutable (its value read
-# once, as the superuser), else NULL. A failure that needs the real function (it raising an XX000 itself)
-# thus doesn't happen on stock, and stays pg_worlds'.
+# what the real one returned when it takes no argument (called once, as the superuser, in a transaction
+# rolled back), else NULL. A failure that needs the real function (it raising an XX000 itself) thus doesn't
+# happen on stock, and stays pg_worlds'.
 # mirror_pg_worlds STOCK_DB WORLD: into that database of the stock cluster, the rows as that world reads them
 mirror_pg_worlds() {
   local sdb=$1 src kinds="('r', 'v', 'm', 'f', 'p')" nsp="('worlds', 'worlds_data')" mirrored=0 stubs=0 rel
@@ -246,21 +248,24 @@ SQL
                                         where n.nspname in $nsp and c.relkind in $kinds")
   # the functions sqlsmith may call (not set-returning, not returning trigger, event_trigger or internal)
   $PGBIN/psql "$src" -X -v ON_ERROR_STOP=1 -qAt -v role="$ROLE" >"$OUT/mirror_functions.sql" <<'SQL'
-set statement_timeout = '20s';
+set statement_timeout = '60s';
+begin;
 create temp table stand_in (def text);
 do $$
 declare r record; v text;
 begin
-  for r in select p.oid, p.pronargs = 0 and p.provolatile in ('i', 's') as nullary
+  for r in select p.oid, p.pronargs = 0 and p.prorettype <> 'void'::regtype as nullary
            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
            where n.nspname in ('worlds', 'worlds_data') and p.prokind = 'f' and not p.proretset
              and p.prorettype not in ('trigger'::regtype, 'event_trigger'::regtype, 'internal'::regtype)
   loop
     v := 'null';
-    if r.nullary then
+    if r.nullary then   -- its value, every change it made undone (ZZ999 rolls the block back)
       begin
         execute format('select quote_nullable(%s()::text)', r.oid::regproc) into v;
-      exception when others then v := 'null';
+        raise exception using errcode = 'ZZ999', message = v;
+      exception when others then
+        v := case when sqlstate = 'ZZ999' then sqlerrm else 'null' end;
       end;
     end if;
     insert into stand_in
@@ -280,6 +285,7 @@ select format('revoke all on function %s from public;', p.oid::regprocedure)
                     from aclexplode(p.proacl) a where a.grantee = 0 or a.grantee = :'role'::regrole), '')
 from pg_proc p join pg_namespace n on n.oid = p.pronamespace
 where n.nspname in ('worlds', 'worlds_data') and p.prokind = 'f' and p.proacl is not null;
+rollback;
 SQL
   psql_in $ST -d $sdb -v ON_ERROR_STOP=0 -q -f "$OUT/mirror_functions.sql" >/dev/null 2>&1 || true
   stubs=$(psql_in $ST -d $sdb -qAt -c "select count(*) from pg_proc where pronamespace in (select oid from pg_namespace where nspname in $nsp)")
@@ -761,6 +767,13 @@ for ev in events:
             if ev['kind'] != 'xx': repros[s] = repros.get(s, 0) + 1
             ev['repro'] = rerun(smith_ci, rl, wd, stmt)
         ev['by'] = 'stock' if same_failure(ev, ev['stock']) else 'pg_worlds'
+        # TABLESAMPLE picks other rows each time: stock gets a second chance with every sample whole
+        whole = re.sub(r'(tablesample\s+(?:system|bernoulli)\s*)\(\s*[0-9.]+\s*\)', r'\1(100)', stmt, flags=re.I)
+        if ev['by'] == 'pg_worlds' and whole != stmt:
+            again = rerun(stock_w_ci if wd != 'main' else stock_ci, rl, 'main', whole)
+            if same_failure(ev, again):
+                ev['stock'] = dict(again, message=again['message'] + ' (every TABLESAMPLE at 100 percent)')
+                ev['by'] = 'stock'
         cache[key] = (ev['stock'], ev['repro'], ev['by'])
         verdict_by_msg.setdefault(ev['message'], ev['by'])
     w = ev['by'].startswith('pg_worlds')
@@ -806,8 +819,8 @@ with open(os.path.join(out, 'failures.tsv'), 'w') as f:
         f.write('\t'.join([ev['side'], ev['kind'], ev['by'], ev['file'], ev['message'].replace('\t', ' '),
                            re.sub(r'\s+', ' ', ev.get('statement') or '')[:300]]) + '\n')
 
-# -- summary: failures grouped by message (a PID left out), three examples each
-def norm(m): return re.sub(r'PID \d+', 'PID n', m)
+# -- summary: failures grouped by message (its numbers left out: PIDs, typmods), three examples each
+def norm(m): return re.sub(r'\s+', ' ', re.sub(r'\b(0x[0-9a-f]+|\d+)\b', 'N', m))[:160]
 groups = {}
 for ev in events:
     if ev['kind'] in ('crash', 'panic') or ev['w']:
@@ -834,7 +847,7 @@ for (kind, code, msg, by), evs in sorted(groups.items(), key=lambda kv: -len(kv[
 stock_xx = [e for e in events if e['kind'] == 'xx' and not e['w']]
 if stock_xx:
     msgs = {}
-    for e in stock_xx: msgs[e['message']] = msgs.get(e['message'], 0) + 1
+    for e in stock_xx: msgs[norm(e['message'])] = msgs.get(norm(e['message']), 0) + 1
     detail.append('XX000 of stock PostgreSQL (%d): %s' % (len(stock_xx), '; '.join('%s (%d)' % kv for kv in sorted(msgs.items()))))
 hangs = []
 if os.path.exists(os.path.join(out, 'hangs.txt')):
@@ -865,7 +878,7 @@ panics = sum(1 for e in events if e['kind'] == 'panic')
 bad = bad or tot['c'] > 0 or tot['xw'] > 0 or panics > 0
 summary.append('sqlsmith: %d queries on %d sides, %d crashes (%d pg_worlds), %d XX000 (%d pg_worlds), %d PANIC, %d hangs: %s' % (
     tot['q'], len(sides), tot['c'], tot['cw'], tot['x'], tot['xw'], panics, len(hangs), 'FAILED' if bad else 'ok'))
-for note in ('library.txt', 'library_replaced'):
+for note in ('library.txt', 'library_replaced', 'library_reanalysis'):
     if os.path.exists(os.path.join(out, note)):
         with open(os.path.join(out, note)) as f: summary.append(f.read().strip())
 text = '\n'.join(detail + summary) + '\n'
