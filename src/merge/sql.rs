@@ -19,13 +19,16 @@ pub fn json_object_expr(alias: &str, cols: &[String]) -> String {
     }
 }
 
+/// A literal as Postgres's own quote_literal() writes it (E'...' with backslashes doubled when the text has
+/// one): it reads the same whatever the session's standard_conforming_strings says.
 pub fn quote_literal(s: &str) -> String {
-    // as Postgres's quote_literal(): a backslash makes it an escape string (E'...', backslashes doubled),
-    // which reads the same whatever the session's standard_conforming_strings says
-    if s.contains('\\') {
-        format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
-    } else {
-        format!("'{}'", s.replace('\'', "''"))
+    // (a text value never holds a NUL; a Rust string that does is cut there, as Postgres would refuse it)
+    let c = std::ffi::CString::new(s.split('\0').next().unwrap_or_default()).unwrap_or_default();
+    unsafe {
+        let quoted = pgrx::pg_sys::quote_literal_cstr(c.as_ptr());
+        let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
+        pgrx::pg_sys::pfree(quoted.cast());
+        out
     }
 }
 
