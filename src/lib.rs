@@ -21,6 +21,7 @@ pub mod merge;
 pub mod route;
 mod shared_memory;
 pub mod spi_calls;
+pub mod sql_text;
 pub mod statements;
 pub mod storage;
 pub mod time;

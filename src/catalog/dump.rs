@@ -186,15 +186,15 @@ fn write_changes(world: &str, table: &str, items: &[Change]) {
     let layout = crate::storage::relation_layout(tabno);
     let t = &layout.table_name;
     let insertable = merge::insertable_columns(relid);
-    let cols = insertable.iter().map(|c| overlay::quote_ident(c)).collect::<Vec<_>>().join(", ");
+    let cols = crate::sql_text::column_list(&insertable);
     let insert = format!("INSERT INTO {t} ({cols}) SELECT {cols} FROM jsonb_populate_record(NULL::{t}, $1)");
     let keyed = layout.key_kind != b'r';
     let match_cols: Vec<String> = if keyed { layout.key_columns.clone() } else { merge::live_columns(relid) };
     // (ROW on both sides: a sub-select may return one column only, and a key may have several)
     let matching = format!(
         "ROW({}) IS NOT DISTINCT FROM (SELECT ROW({}) FROM jsonb_populate_record(NULL::{t}, $1) r)",
-        match_cols.iter().map(|c| format!("{t}.{}", overlay::quote_ident(c))).collect::<Vec<_>>().join(", "),
-        match_cols.iter().map(|c| format!("r.{}", overlay::quote_ident(c))).collect::<Vec<_>>().join(", ")
+        match_cols.iter().map(|c| format!("{t}.{}", crate::sql_text::quote_ident(c))).collect::<Vec<_>>().join(", "),
+        match_cols.iter().map(|c| format!("r.{}", crate::sql_text::quote_ident(c))).collect::<Vec<_>>().join(", ")
     );
     let delete = format!("DELETE FROM {t} WHERE {matching}");
     let run = |sql: &str, row: &Value| {

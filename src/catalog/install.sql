@@ -26,7 +26,11 @@ BEGIN
                AND f.proname NOT IN ('as_of', '_as_of_query', '_require_select', '_shadow_past', '_unshadow_past')
              ORDER BY f.oid LOOP
         body := p.oid::regprocedure;
-        EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = pg_catalog, pg_temp', body);
+        -- (and with the settings its SQL text is written for, whatever the session set: storage/mod.rs,
+        -- FIXED_SETTINGS)
+        EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = pg_catalog, pg_temp'
+                       ' SET standard_conforming_strings = on SET DateStyle = ISO SET IntervalStyle = postgres'
+                       ' SET extra_float_digits = 1 SET bytea_output = hex', body);
         EXECUTE format('ALTER FUNCTION %s SET SCHEMA worlds_data', body);
         EXECUTE format('ALTER FUNCTION %s RENAME TO %I', body, p.proname || '__body');
         EXECUTE format('CREATE FUNCTION worlds.%I(%s) RETURNS %s LANGUAGE c %s %s PARALLEL %s COST %s%s AS %L, %L',

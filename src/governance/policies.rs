@@ -96,7 +96,7 @@ pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -
         if matches!(p.decision.outcome, Outcome::KeptOurs | Outcome::PickedOurs) && p.row.theirs != p.row.base {
             f.overwrites += 1;
         }
-        let (schema, name) = split_name(&p.layout.table_name);
+        let (schema, name) = split_name(p.layout.table_name.as_str());
         let columns = changed_columns(p);
         match f.tables.iter_mut().find(|t| t.schema == schema && t.name == name) {
             Some(t) => {

@@ -21,7 +21,7 @@ pub const KEY: &str = "_worlds_scope";
 
 /// A table of main by its dotted name as SQL reads it (the session's search_path): (schema, name, oid).
 fn table_named(parts: &[String]) -> Option<(String, String, pg_sys::Oid)> {
-    let text = parts.iter().map(|p| crate::storage::overlay::quote_ident(p)).collect::<Vec<_>>().join(".");
+    let text = parts.iter().map(|p| crate::sql_text::quote_ident(p).to_string()).collect::<Vec<_>>().join(".");
     crate::storage::in_caller_search_path(|| crate::spi_calls::rows(
         "SELECT n.nspname::text, c.relname::text, c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE c.oid = pg_catalog.to_regclass($1) AND c.relkind IN ('r', 'p')",
@@ -266,7 +266,7 @@ fn row_changes(plan: &[Planned], tenant: Option<&str>) -> Vec<RowChange> {
                 }
             },
         };
-        let (schema, table) = crate::governance::policies::split_name(&p.layout.table_name);
+        let (schema, table) = crate::governance::policies::split_name(p.layout.table_name.as_str());
         out.push(RowChange { schema, table, key: p.row.key.clone(), before, after, columns, has_tenant_column });
     }
     out

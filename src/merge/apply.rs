@@ -91,14 +91,14 @@ fn apply_rows(plan: &[Planned]) -> usize {
         } else {
             format!(
                 "DELETE FROM {table} t USING jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
-                key_match(layout, "t", "r")
+                key_match(&layout.key_columns, "t", "r")
             )
         };
         applied += run_dml(&sql, rows);
     }
     for (relid, layout, table) in by_table.iter() {
         let cols = table_columns(*relid, true);
-        let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let col_list = crate::sql_text::column_list(&cols);
         let inserts = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_none());
         let insert = |param: usize| {
             format!(
@@ -110,9 +110,9 @@ fn apply_rows(plan: &[Planned]) -> usize {
         let update = |param: usize| {
             format!(
                 "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, ${param}) r WHERE {}",
-                set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
+                crate::sql_text::column_list(&set_cols),
                 set_cols.iter().map(|c| format!("r.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
-                key_match(layout, "t", "r")
+                key_match(&layout.key_columns, "t", "r")
             )
         };
         let updates = if set_cols.is_empty() { Vec::new() } else { updates };

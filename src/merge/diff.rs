@@ -1,5 +1,6 @@
 //! DIFF WORLD and DIFF ... TO ...: the rows two sides differ in, shown (or AS SQL), from the same gathering
 //! step the merge reads.
+use crate::sql_text::SqlLiteral;
 use crate::spi_calls::Fresh;
 use super::*;
 
@@ -209,13 +210,13 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                     rows.into_iter().zip(texts).map(|((_, x, y), t)| (t, x, y)).collect()
                 };
             if !rows.is_empty() {
-                tables.push((l.table_name.clone(), l.clone(), rows));
+                tables.push((l.table_name.to_string(), l.clone(), rows));
             }
         }
         for l in tracked_layouts().iter().filter(|l| l.key_kind == b'r') {
             let rows = keyless_difference(l, &a, &b, &worlds);
             if !rows.is_empty() {
-                tables.push((l.table_name.clone(), l.clone(), rows));
+                tables.push((l.table_name.to_string(), l.clone(), rows));
             }
         }
         for t in &tables {
@@ -362,7 +363,7 @@ pub(super) fn key_texts(layout: &Layout, keys: &[Value]) -> Vec<String> {
     }
     let sql = format!(
         "SELECT {} FROM jsonb_populate_recordset(NULL::{}, $1) WITH ORDINALITY AS r ORDER BY r.ordinality",
-        key_text_expr(layout, "r"),
+        key_text_expr(&layout.key_columns, "r"),
         layout.table_name
     );
     Spi::connect(|c| {
@@ -372,13 +373,13 @@ pub(super) fn key_texts(layout: &Layout, keys: &[Value]) -> Vec<String> {
     })
 }
 
-pub(super) fn sql_literal(v: &Value) -> String {
+pub(super) fn sql_literal(v: &Value) -> SqlLiteral {
     match v {
-        Value::Null => "NULL".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => quote_literal(s),
-        other => format!("{}::jsonb", quote_literal(&other.to_string())),
+        Value::Null => SqlLiteral::null(),
+        Value::Bool(b) => SqlLiteral::boolean(*b),
+        Value::Number(n) => SqlLiteral::number(n),
+        Value::String(s) => SqlLiteral::text(s),
+        other => SqlLiteral::cast(&other.to_string(), "jsonb"),
     }
 }
 
@@ -433,9 +434,9 @@ pub(super) fn as_sql(table: &str, layout: &Layout, order: &[String], columns: &C
             let cols = writable(in_table_order(a.as_object().unwrap().keys().cloned().collect(), order));
             format!(
                 "INSERT INTO {table} ({}){} VALUES ({});",
-                cols.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", "),
+                crate::sql_text::column_list(&cols),
                 if cols.iter().any(|c| always.contains(c)) { " OVERRIDING SYSTEM VALUE" } else { "" },
-                cols.iter().map(|k| value(a, k)).collect::<Vec<_>>().join(", ")
+                crate::sql_text::join(cols.iter().map(|k| value(a, k)), ", ")
             )
         }
         (Some(b), None) => format!("DELETE FROM {table} WHERE {};", row_where(b)),
@@ -458,11 +459,11 @@ pub(super) fn as_sql(table: &str, layout: &Layout, order: &[String], columns: &C
 /// A column's value as a literal of the column's type. Scalars as JSON has them (Postgres's input
 /// functions take them); arrays and composite values in Postgres's own text form, cast to the column's
 /// type (their JSON form is another type's input).
-pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value) -> String {
+pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value) -> SqlLiteral {
     match (typ, v) {
-        (_, Value::Null) => "NULL".into(),
+        (_, Value::Null) => SqlLiteral::null(),
         // a json value of any kind is its JSON text (a string keeps its quotes: '"u"'::jsonb)
-        (Some(t @ ("jsonb" | "json")), v) => format!("{}::{t}", quote_literal(&v.to_string())),
+        (Some(t @ ("jsonb" | "json")), v) => SqlLiteral::cast(&v.to_string(), t),
         (_, Value::Array(_) | Value::Object(_)) => match typ {
             None => sql_literal(v),
             Some(typ) => {
@@ -473,7 +474,7 @@ pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
-                format!("{}::{typ}", quote_literal(&text))
+                SqlLiteral::cast(&text, typ)
             }
         },
         _ => sql_literal(v),

@@ -5,7 +5,7 @@ pub(crate) fn target_fingerprint(plan: &[Planned]) -> i64 {
     // FNV-1a over what the merge saw of main for the rows it settles, kept to 53 bits (exact in JSON)
     let mut h: u64 = 0xcbf29ce484222325;
     for p in plan {
-        for b in p.layout.table_name.bytes().chain(p.row.key.bytes()).chain(p.row.theirs.as_ref().map(|t| t.to_string()).unwrap_or_default().bytes()) {
+        for b in p.layout.table_name.as_str().bytes().chain(p.row.key.bytes()).chain(p.row.theirs.as_ref().map(|t| t.to_string()).unwrap_or_default().bytes()) {
             h ^= b as u64;
             h = h.wrapping_mul(0x100000001b3);
         }

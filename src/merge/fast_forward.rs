@@ -75,8 +75,8 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
                 "WITH d AS ({}) DELETE FROM {} t USING d WHERE d._w_del AND {} AND NOT ({} = ANY($2::text[]))",
                 latest(l),
                 l.table_name,
-                key_match(l, "t", "d"),
-                key_text_expr(l, "d")
+                key_match(&l.key_columns, "t", "d"),
+                key_text_expr(&l.key_columns, "d")
             ),
             &[world.num.into(), added.clone().into()],
         );
@@ -87,9 +87,9 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
     for l in ordered {
         let cols = table_columns(l.relid, true);
         let set_cols: Vec<&String> = cols.iter().filter(|c| !l.key_columns.contains(c)).collect();
-        let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let col_list = crate::sql_text::column_list(&cols);
         let added = absent.get(&l.relid).unwrap_or(&none);
-        let ktext = key_text_expr(l, "d");
+        let ktext = key_text_expr(&l.key_columns, "d");
         let live = live_columns(l.relid);
         // a row whose version in the world is main's as it stands changes nothing (decide: ours = theirs).
         // The two rows are compared by their values' bytes (record image inequality, `*<>`: no JSON is
@@ -104,9 +104,9 @@ fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &Hash
                 "UPDATE {table} t SET ({}) = ROW({}) FROM d
                   WHERE NOT d._w_del AND {} AND NOT ({ktext} = ANY($2::text[]))
                     AND ROW({})::record *<> ROW({})::record RETURNING 1",
-                set_cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", "),
+                crate::sql_text::column_list(&set_cols),
                 set_cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
-                key_match(l, "t", "d"),
+                key_match(&l.key_columns, "t", "d"),
                 live.iter().map(|c| format!("t.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 live.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 table = l.table_name,

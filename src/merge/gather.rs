@@ -143,7 +143,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                     format!(
                         "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
                         after_fork("h2"),
-                        key_match(layout, "own", "h"),
+                        key_match(&layout.key_columns, "own", "h"),
                         h2 = cols_of("h2"),
                     ),
                     "h._w_hseq > coalesce(own.m, 0)".to_string(),
@@ -159,7 +159,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                     hk = cols_of("h"),
                     hobj = json_object_expr("h", &cols),
                 ),
-                format!("LEFT JOIN f ON {}", key_match(layout, "f", "o")),
+                format!("LEFT JOIN f ON {}", key_match(&layout.key_columns, "f", "o")),
                 "f._w_e",
             )
         } else {
@@ -176,9 +176,9 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                     {kobj}
              FROM o {join_first} ORDER BY {okeys}",
             kobj = json_object_expr("o", &layout.key_columns),
-            ktext = key_text_expr(layout, "d"),
+            ktext = key_text_expr(&layout.key_columns, "d"),
             dobj = json_object_expr("d", &cols),
-            tmatch = key_match(layout, "t", "o"),
+            tmatch = key_match(&layout.key_columns, "t", "o"),
             okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
         );
         Spi::connect(|c| {
@@ -203,7 +203,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
                 .collect()
         })
     };
-    TableChanges { layout: layout.clone(), name: table, rows }
+    TableChanges { layout: layout.clone(), name: table.to_string(), rows }
 }
 
 /// Has main changed the table since the world's fork (an entry in its history after the fork point)?
@@ -283,7 +283,7 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
         "SELECT {}, {} FROM jsonb_populate_recordset(NULL::{table}, $1) k JOIN {table} t ON {}",
         json_object_expr("t", &l.key_columns),
         json_object_expr("t", &cols),
-        key_match(l, "t", "k")
+        key_match(&l.key_columns, "t", "k")
     );
     Spi::connect(|c| {
         c.fresh(&sql, None, &[JsonB(Value::Array(keys.to_vec())).into()])

@@ -179,7 +179,7 @@ impl Blocked {
 
 impl Round {
     fn new(l: &Rc<Layout>, world: i32, hold: Hold) -> Round {
-        let kcols = |alias: &str| l.key_columns.iter().map(|c| format!("{alias}.{}", crate::storage::overlay::quote_ident(c))).collect::<Vec<_>>().join(", ");
+        let kcols = |alias: &str| l.key_columns.iter().map(|c| format!("{alias}.{}", crate::sql_text::quote_ident(c))).collect::<Vec<_>>().join(", ");
         let (table, delta) = (&l.table_name, &l.delta_name);
         let (tk, ok) = (kcols("t"), kcols("o"));
         let (write_mode, delete_mode) = match hold {
@@ -200,8 +200,8 @@ impl Round {
              SELECT CASE WHEN EXISTS (SELECT 1 FROM {table} t WHERE {mr}) THEN 'held' ELSE 'absent' END, {rtext} FROM r
               WHERE (SELECT count(*) FROM w) >= 0 AND (SELECT count(*) FROM x) >= 0",
             dk = kcols("d"),
-            rtext = key_text_expr(l, "r"),
-            mr = super::key_match(l, "t", "r"),
+            rtext = key_text_expr(&l.key_columns, "r"),
+            mr = super::key_match(&l.key_columns, "t", "r"),
         );
         Round { sql, relid: l.relid.to_u32(), layout: l.clone(), world, hold }
     }
@@ -217,7 +217,7 @@ impl Round {
         });
         if let Some((_, k)) = found.iter().find(|(kind, _)| kind == "held") {
             let table = &self.layout.table_name;
-            let sql = format!("SELECT t.ctid::text FROM {table} t WHERE {} = $1", key_text_expr(&self.layout, "t"));
+            let sql = format!("SELECT t.ctid::text FROM {table} t WHERE {} = $1", key_text_expr(&self.layout.key_columns, "t"));
             ROW_RELID.with(|r| r.set(Some(self.layout.relid)));
             return Some(Blocked::Row { sql, key: k.clone() });
         }

@@ -15,7 +15,7 @@
 //! (`diff.rs`) and REBASE (`rebase.rs`).
 use crate::api::{raise, raise_with};
 use crate::storage::capture::MERGE_SOURCE;
-use crate::storage::overlay::quote_ident;
+pub(crate) use crate::sql_text::{json_object_expr, key_match, key_text_expr, quote_ident};
 use crate::storage::overlay::{base_of, with_world, world_by_num, World};
 use crate::storage::{as_internal, relation_layout, Layout};
 use pgrx::datum::DatumWithOid;

@@ -17,12 +17,12 @@ fn refuse_duplicates_after_rebase(world: &WorldRow, layouts: &[std::rc::Rc<Layou
                  WHERE NOT d._w_del AND {not_null}
                    AND EXISTS (SELECT 1 FROM {table} t WHERE {same} AND NOT ({same_key}))
                  LIMIT 1",
-                ktext = key_text_expr(l, "d"),
+                ktext = key_text_expr(&l.key_columns, "d"),
                 delta = l.delta_name,
                 table = l.table_name,
                 not_null = cols.iter().map(|c| format!("d.{} IS NOT NULL", quote_ident(c))).collect::<Vec<_>>().join(" AND "),
                 same = on("t", "d"),
-                same_key = key_match(l, "t", "d"),
+                same_key = key_match(&l.key_columns, "t", "d"),
             );
             let hit = with_world(rebased.clone(), || crate::spi_calls::get_one_with_args::<String>(&sql, &[world.num.into()]).ok().flatten());
             if let Some(key) = hit {
@@ -154,7 +154,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                     format!(
                         "SELECT count(DISTINCT {}) FROM {} d WHERE d._w_world = $1 AND CASE WHEN $2 LIKE '@%' THEN d._w_at > substr($2, 2)::timestamptz
                          ELSE NOT pg_visible_in_snapshot(d._w_xid, $2::pg_snapshot) END",
-                        key_text_expr(l, "d"),
+                        key_text_expr(&l.key_columns, "d"),
                         l.delta_name
                     ),
                     vec![world.parent.unwrap_or(0).into(), world.fork_snapshot.clone().into()],
@@ -175,7 +175,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             let cols = table_columns(l.relid, true);
             let delta = &l.delta_name;
             let table = &l.table_name;
-            let col_list = cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+            let col_list = crate::sql_text::column_list(&cols);
             let sql = format!(
                 "INSERT INTO {delta} (_w_world, _w_dseq, _w_del, {col_list}) SELECT $1, $2::int8, $3, {col_list} FROM jsonb_populate_record(NULL::{table}, $4)"
             );
@@ -188,8 +188,11 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             // the table's CHECK constraints hold on the world's rows (copied onto the delta): say them as the table's
             let as_table = |e: pgrx::pg_sys::panic::CaughtError| match &e {
                 pgrx::pg_sys::panic::CaughtError::PostgresError(r) => {
-                    let delta_rel = l.delta_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
-                    let table_rel = l.table_name.rsplit('.').next().unwrap_or_default().trim_matches('"').to_string();
+                    let rel_name = |oid| unsafe {
+                        let n = pg_sys::get_rel_name(oid);
+                        if n.is_null() { String::new() } else { std::ffi::CStr::from_ptr(n).to_string_lossy().into_owned() }
+                    };
+                    let (delta_rel, table_rel) = (rel_name(l.delta), rel_name(l.relid));
                     raise("23514", format!("rebasing {}: {}", world.name, r.message().replace(&format!("\"{delta_rel}\""), &format!("\"{table_rel}\""))))
                 }
                 _ => e.rethrow(),
@@ -210,7 +213,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         for (l, key) in &absent {
             // (a fresh snapshot, after the new fork point's: it sees every row that point sees)
             let added = crate::spi_calls::get_one_with_args::<bool>(
-                &format!("SELECT EXISTS (SELECT 1 FROM {} t WHERE {} = $1)", l.table_name, key_text_expr(l, "t")),
+                &format!("SELECT EXISTS (SELECT 1 FROM {} t WHERE {} = $1)", l.table_name, key_text_expr(&l.key_columns, "t")),
                 &[key.as_str().into()],
             )
             .ok()

@@ -431,7 +431,7 @@ unsafe fn apply(layout: &storage::Layout, actions: &[Action], rows: &[JoinedRow]
                 .key_columns
                 .iter()
                 .enumerate()
-                .map(|(i, c)| format!("{} = ${}", overlay::quote_ident(c), first + i))
+                .map(|(i, c)| format!("{} = ${}", crate::sql_text::quote_ident(c), first + i))
                 .collect::<Vec<_>>()
                 .join(" AND ")
         };
@@ -467,9 +467,9 @@ unsafe fn apply(layout: &storage::Layout, actions: &[Action], rows: &[JoinedRow]
                         if place.is_some() {
                             types.push(*ty);
                             args.push(value_of(*place));
-                            sets.push(format!("{} = ${}", overlay::quote_ident(column), types.len()));
+                            sets.push(format!("{} = ${}", crate::sql_text::quote_ident(column), types.len()));
                         } else {
-                            sets.push(format!("{} = DEFAULT", overlay::quote_ident(column)));
+                            sets.push(format!("{} = DEFAULT", crate::sql_text::quote_ident(column)));
                         }
                     }
                     let sql = format!("UPDATE {} SET {} WHERE {}", layout.table_name, sets.join(", "), key_where(types.len() + 1));
@@ -491,7 +491,7 @@ unsafe fn apply(layout: &storage::Layout, actions: &[Action], rows: &[JoinedRow]
                         format!(
                             "INSERT INTO {} ({}){overriding} VALUES ({})",
                             layout.table_name,
-                            given.iter().map(|(c, _, _)| overlay::quote_ident(c)).collect::<Vec<_>>().join(", "),
+                            given.iter().map(|(c, _, _)| crate::sql_text::quote_ident(c).to_string()).collect::<Vec<_>>().join(", "),
                             (1..=given.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
                         )
                     };

@@ -8,7 +8,8 @@
 //! on first use and remade when the view's definition changes (a fingerprint in its comment).
 use crate::spi_calls::Fresh;
 use crate::api::raise;
-use crate::storage::{self, overlay::quote_ident};
+use crate::sql_text::quote_ident;
+use crate::storage;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::collections::HashMap;
@@ -97,7 +98,7 @@ pub unsafe fn world_twin(view: pg_sys::Oid, tracked: &HashMap<pg_sys::Oid, i32>)
                     for stmt in ddl {
                         c.update(&stmt, None, &[]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: making the world twin of view {view_name}: {e}")));
                     }
-                    c.update(&format!("COMMENT ON VIEW {twin} IS {}", crate::merge::quote_literal(&fingerprint)), None, &[])
+                    c.update(&format!("COMMENT ON VIEW {twin} IS {}", crate::sql_text::quote_literal(&fingerprint)), None, &[])
                         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                     c.update("SELECT worlds._own_storage()", None, &[]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
                 }

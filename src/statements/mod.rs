@@ -176,7 +176,7 @@ fn select_rows(sql: &str) -> Vec<serde_json::Value> {
     if unique == names {
         return rows(sql, &[]);
     }
-    let aliases = unique.iter().map(|n| crate::storage::overlay::quote_ident(n)).collect::<Vec<_>>().join(", ");
+    let aliases = crate::sql_text::column_list(&unique);
     rows(&format!("SELECT * FROM ({sql}) r({aliases})"), &[])
 }
 

@@ -60,13 +60,13 @@ pub struct Layout {
     pub tabno: i32,
     /// qualified, quoted names of the table and its storage, for SQL text (history_name: every change
     /// of main, history and inserts together)
-    pub table_name: String,
-    pub history_name: String,
-    pub delta_name: String,
-    pub overlay_name: String,
+    pub table_name: crate::sql_text::QuotedName,
+    pub history_name: crate::sql_text::QuotedName,
+    pub delta_name: crate::sql_text::QuotedName,
+    pub overlay_name: crate::sql_text::QuotedName,
     /// the two tables behind history_name: main's before-images (updates, deletes) and its inserts
-    pub before_images_name: String,
-    pub inserts_name: String,
+    pub before_images_name: crate::sql_text::QuotedName,
+    pub inserts_name: crate::sql_text::QuotedName,
     pub relid: pg_sys::Oid,
     pub history: pg_sys::Oid,
     /// where main's inserts are recorded (the same columns as history)
@@ -234,14 +234,78 @@ pub fn as_internal_lazy<R>(f: impl FnOnce() -> R) -> R {
 
 thread_local! {
     /// as_internal_lazy's search_path: (pending: not set yet, the GUC level it was set at)
-    static LAZY_PATH: std::cell::Cell<(bool, Option<i32>)> = const { std::cell::Cell::new((false, None)) };
+    /// (and whether the search_path is to be set, or only the fixed settings)
+    static LAZY_PATH: std::cell::Cell<(bool, Option<i32>, bool)> = const { std::cell::Cell::new((false, None, false)) };
 }
 
 /// Sets the safe search_path an `as_internal_lazy` deferred, if it did and hasn't yet.
 pub fn ensure_safe_path() {
-    if LAZY_PATH.with(|l| l.get().0) {
-        let level = push_setting(c"search_path", SAFE_SEARCH_PATH);
-        LAZY_PATH.with(|l| l.set((false, Some(level))));
+    if let (true, _, path) = LAZY_PATH.with(|l| l.get()) {
+        let level = push_internal_settings(path);
+        LAZY_PATH.with(|l| l.set((false, Some(level), false)));
+    }
+}
+
+/// The settings pg_worlds' own SQL text is written for, beside the search_path: a literal means what it
+/// says (`standard_conforming_strings`), and a value printed to be read again (a row as JSON, a literal of
+/// DIFF AS SQL, a key's text) is printed exactly and in one form (`extra_float_digits` 1: every float
+/// digit; ISO dates, `postgres` intervals, hex bytea). Any role may change these for its session; inside
+/// pg_worlds' work they are the defaults again, so what it writes and reads doesn't depend on them.
+/// Two are left to the session: TimeZone (every timestamptz pg_worlds prints carries its offset) and
+/// DateStyle's order of day, month and year (only the output style is set: a date ISO prints reads
+/// the same in every order, and a moment the user wrote, '06/12/2026', is read in the user's order).
+const FIXED_SETTINGS: [(&std::ffi::CStr, &std::ffi::CStr); 5] = [
+    (c"standard_conforming_strings", c"on"),
+    (c"DateStyle", c"ISO"),
+    (c"IntervalStyle", c"postgres"),
+    (c"extra_float_digits", c"1"),
+    (c"bytea_output", c"hex"),
+];
+
+extern "C" {
+    /// utils/adt/varlena.c (pgrx doesn't bind it): BYTEA_OUTPUT_ESCAPE 0, BYTEA_OUTPUT_HEX 1
+    static bytea_output: std::ffi::c_int;
+}
+
+/// Which of FIXED_SETTINGS the session has changed, as a bit each (read from Postgres's own variables:
+/// no lookup by name on this path).
+fn changed_settings() -> u8 {
+    unsafe {
+        (!pg_sys::standard_conforming_strings) as u8
+            | ((pg_sys::DateStyle != pg_sys::USE_ISO_DATES as i32) as u8) << 1
+            | ((pg_sys::IntervalStyle != pg_sys::INTSTYLE_POSTGRES as i32) as u8) << 2
+            | ((pg_sys::extra_float_digits != 1) as u8) << 3
+            | ((bytea_output != 1) as u8) << 4
+    }
+}
+
+/// One GUC nest level holding the safe search_path (when `path`) and every fixed setting the session
+/// changed; undone with `pop_setting(level)`.
+fn push_internal_settings(path: bool) -> i32 {
+    let changed = changed_settings();
+    unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        let set = |name: &std::ffi::CStr, value: &std::ffi::CStr| {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        };
+        if path {
+            set(c"search_path", SAFE_SEARCH_PATH);
+        }
+        for (i, (name, value)) in FIXED_SETTINGS.iter().enumerate() {
+            if changed & (1 << i) != 0 {
+                set(name, value);
+            }
+        }
+        level
     }
 }
 
@@ -254,7 +318,7 @@ fn internal_work<R>(lazy: bool, f: impl FnOnce() -> R) -> R {
                 pop_setting(level);
             }
             if self.3 {
-                if let (_, Some(level)) = LAZY_PATH.with(|l| l.replace((false, None))) {
+                if let (_, Some(level), _) = LAZY_PATH.with(|l| l.replace((false, None, false))) {
                     pop_setting(level);
                 }
             }
@@ -276,17 +340,20 @@ fn internal_work<R>(lazy: bool, f: impl FnOnce() -> R) -> R {
             if crate::fast_ffi::IsTransactionState() {
                 let path = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), true);
                 let path = if path.is_null() { None } else { Some(std::ffi::CStr::from_ptr(path).to_owned()) };
-                if path.as_deref() != Some(SAFE_SEARCH_PATH) {
+                let other_path = path.as_deref() != Some(SAFE_SEARCH_PATH);
+                if other_path {
                     SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = path);
-                    if lazy {
-                        LAZY_PATH.with(|l| l.set((true, None)));
-                        lazy_scope = true;
-                    } else {
-                        level = Some(push_setting(c"search_path", SAFE_SEARCH_PATH));
-                    }
                 } else {
                     // inside a pg_worlds plpgsql function (SHOW REVIEWS judging a world): its caller's
                     SESSION_SEARCH_PATH.with(|p| *p.borrow_mut() = caller_path());
+                }
+                if other_path || changed_settings() != 0 {
+                    if lazy {
+                        LAZY_PATH.with(|l| l.set((true, None, other_path)));
+                        lazy_scope = true;
+                    } else {
+                        level = Some(push_internal_settings(other_path));
+                    }
                 }
             }
         }
@@ -538,7 +605,8 @@ fn load_layout(tabno: i32) -> Layout {
         let hmap: Vec<Option<i32>> = row.get::<Vec<i32>>(9).unwrap_or_default().into_iter().map(|a| (a > 0).then_some(a)).collect();
         // history tables only ever gain columns, so position i after the fixed ones is column 8 + i
         let names: Vec<String> = row.get::<Vec<String>>(12).unwrap_or_default();
-        let name = |i: usize| names.get(i).cloned().unwrap_or_default();
+        // (printed quoted by worlds._qualified)
+        let name = |i: usize| crate::sql_text::QuotedName::printed(names.get(i).cloned().unwrap_or_default());
         Layout {
             tabno,
             table_name: name(0),

@@ -376,10 +376,7 @@ pub(super) fn key_expr(layout: &Layout, alias: &str) -> String {
     }
 }
 
-pub fn quote_ident(s: &str) -> String {
-    let c = std::ffi::CString::new(s).unwrap();
-    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned() }
-}
+use crate::sql_text::quote_ident;
 
 /// The key of a row as the cache keeps it (column `ord` of a `snapshot_spi` row).
 pub(super) fn read_key_of(layout: &Layout, row: &super::snapshot_spi::Row, ord: usize) -> Option<Key> {

@@ -1,7 +1,8 @@
 //! Unique indexes other than the primary key, inside a world: a row's values in each are locked (so two
 //! sessions adding one value queue), then checked against what the world sees and against what other
 //! writers committed since this backend's view of the world was read (23505, worded as Postgres words it).
-use super::overlay::{quote_ident, with_cache, World};
+use crate::sql_text::quote_ident;
+use super::overlay::{with_cache, World};
 use super::writes::latest;
 use super::{as_table_owner, snapshot_spi, world_locks, Layout};
 use pgrx::prelude::*;

@@ -2,7 +2,8 @@
 //! INSERT ... ON CONFLICT). A write is a new version of the row in the table's delta, checked as the
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
-use super::overlay::{key_expr, quote_ident, read_key_of, session_world, with_cache, World, CACHES};
+use crate::sql_text::quote_ident;
+use super::overlay::{key_expr, read_key_of, session_world, with_cache, World, CACHES};
 use super::{app_triggers, snapshot_spi, world_locks};
 use super::unique_checks::{check_unique, lock_unique_values, output_values, primary_key_name, raise_duplicate, unique_clash};
 use super::write_events::bump_version;
@@ -357,7 +358,7 @@ fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, o
     } else {
         "SELECT 1 FROM {delta} d WHERE d._w_world = $1 AND d._w_del AND d._w_of = $2 LIMIT 1"
     }
-    .replace("{delta}", &layout.delta_name);
+    .replace("{delta}", layout.delta_name.as_str());
     let target: pgrx::datum::DatumWithOid = if by_tid {
         unsafe { pgrx::datum::DatumWithOid::new(identity.tid, pg_sys::TIDOID) }
     } else {
@@ -758,7 +759,7 @@ fn write_version_with(
         names.push(n);
         args.push(a);
     }
-    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
+    let cols: Vec<crate::sql_text::QuotedName> = names.iter().map(|n| quote_ident(n)).collect();
     // $1 world, $2 deleted, $3 the version's number; the row's columns follow. The number is taken as
     // history's are (capture::next_hseq: increasing per backend, and across the world's writers, who
     // serialize on its lock), not from a sequence: nextval would move the session's lastval(), which
@@ -768,7 +769,7 @@ fn write_version_with(
     let sql = format!(
         "INSERT INTO {delta} AS d (_w_world, _w_dseq, _w_del{}{}) VALUES ($1, $3::int8, $2{}{}) RETURNING _w_dseq, {}{}",
         if cols.is_empty() { "" } else { ", " },
-        cols.join(", "),
+        crate::sql_text::join(&cols, ", "),
         if placeholders.is_empty() { "" } else { ", " },
         placeholders.join(", "),
         key_expr(layout, "d"),

@@ -8,7 +8,8 @@ pub use undo_agent::undo_agent;
 
 use crate::spi_calls::Fresh;
 use crate::api::{raise, raise_with};
-use crate::merge::{apply_plan, json_object_expr, key_match, live_columns, short_name, tracked_layouts, Changed, Planned};
+use crate::sql_text::{json_object_expr, key_match};
+use crate::merge::{apply_plan, live_columns, short_name, tracked_layouts, Changed, Planned};
 use crate::storage::overlay::{base_of, with_world, world_by_num};
 use crate::storage::{as_internal, Layout};
 use pgrx::prelude::*;
@@ -18,7 +19,7 @@ use worlds_core::merge::{Decision, Outcome};
 
 fn planned(layout: &std::rc::Rc<Layout>, key: String, key_obj: Value, now: Option<Value>, then: Option<Value>) -> Planned {
     Planned {
-        table: layout.table_name.clone(),
+        table: layout.table_name.to_string(),
         layout: layout.clone(),
         merge_by_columns: false,
         row: Changed { key, key_obj, base: then.clone(), ours: then.clone(), theirs: now },
@@ -52,7 +53,7 @@ fn main_changes_since(l: &Layout, at: &str) -> Vec<(Value, Option<Value>, Option
         hrow = json_object_expr("h", &cols),
         hist = l.history_name,
         table = l.table_name,
-        kmatch = key_match(l, "t", "k"),
+        kmatch = key_match(&l.key_columns, "t", "k"),
     );
     key_rows(&sql, &[at.into()]).into_iter().map(|(k, then, now, _)| (k, then, now)).collect()
 }
@@ -76,7 +77,7 @@ fn undo_rows(l: &Layout, entries: &str, args: &[pgrx::datum::DatumWithOid]) -> V
         hist = l.history_name,
         hrow = json_object_expr("h", &cols),
         table = l.table_name,
-        kmatch = key_match(l, "t", "kk"),
+        kmatch = key_match(&l.key_columns, "t", "kk"),
     );
     key_rows(&sql, args)
 }

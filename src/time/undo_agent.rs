@@ -7,7 +7,8 @@
 //! run_id) refuses the undo with 40001, naming up to 10, unless SKIP CHANGED leaves it.
 use super::{key_text_of, planned, world_changes_since};
 use crate::api::{raise, raise_with};
-use crate::merge::{apply_plan, json_object_expr, short_name, tracked_layouts};
+use crate::sql_text::json_object_expr;
+use crate::merge::{apply_plan, short_name, tracked_layouts};
 use crate::storage::as_internal;
 use crate::storage::overlay::{with_world, world_by_num};
 use pgrx::prelude::*;

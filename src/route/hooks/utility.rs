@@ -610,10 +610,10 @@ pub(super) unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::O
         let name = |p: *const std::ffi::c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
         let mut qualified = String::new();
         if !(*rv).schemaname.is_null() {
-            qualified.push_str(&overlay::quote_ident(&name((*rv).schemaname)));
+            qualified.push_str(crate::sql_text::quote_ident(&name((*rv).schemaname)).as_str());
             qualified.push('.');
         }
-        qualified.push_str(&overlay::quote_ident(&name((*rv).relname)));
+        qualified.push_str(crate::sql_text::quote_ident(&name((*rv).relname)).as_str());
         let cols = if (*copy).attlist.is_null() {
             "*".to_string()
         } else {
@@ -621,7 +621,7 @@ pub(super) unsafe fn route_copy(copy: *mut pg_sys::CopyStmt) -> Option<pg_sys::O
             (0..(*l).length)
                 .map(|i| {
                     let s = crate::fast_ffi::list_nth(l, i) as *mut pg_sys::String;
-                    overlay::quote_ident(&name((*s).sval))
+                    crate::sql_text::quote_ident(&name((*s).sval)).to_string()
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -700,8 +700,8 @@ pub(super) unsafe fn copy_from_into_world(
             s.get()
         });
         let staging = format!("_w_copy_{}_{seq}", std::process::id());
-        let defs = cols.iter().map(|(n, t)| format!("{} {t}", overlay::quote_ident(n))).collect::<Vec<_>>().join(", ");
-        let list = cols.iter().map(|(n, _)| overlay::quote_ident(n)).collect::<Vec<_>>().join(", ");
+        let defs = cols.iter().map(|(n, t)| format!("{} {t}", crate::sql_text::quote_ident(n))).collect::<Vec<_>>().join(", ");
+        let list = cols.iter().map(|(n, _)| crate::sql_text::quote_ident(n).to_string()).collect::<Vec<_>>().join(", ");
         // as the session's role: COPY into the staging table, and the INSERT into t, check its rights
         crate::spi_calls::run(&format!("CREATE TEMP TABLE {staging} ({defs}) ON COMMIT DROP")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let staged = pg_sys::copyObjectImpl(copy as *const std::ffi::c_void) as *mut pg_sys::CopyStmt;

@@ -1,0 +1,177 @@
+//! The one place pg_worlds writes SQL text's names and literals.
+//!
+//! A name or a literal that is already quoted travels as its own type, `QuotedName` or `SqlLiteral`, never
+//! as a bare `String`: code that builds SQL can't then forget to quote one, or quote it twice. Both are
+//! made only here, by Postgres's own functions (`quote_identifier`, `quote_literal_cstr`), or from names
+//! Postgres itself printed quoted (`regclass::text`, `format('%I')`: `QuotedName::printed`). Values go as
+//! parameters (`$1`) wherever a statement can take one; a literal is written only where the text itself is
+//! what pg_worlds hands over (DIFF AS SQL, a view's comment, a row object's key names).
+//!
+//! Postgres reads such text under the settings of the moment: pg_worlds' internal work runs with the
+//! settings it is written for (storage/mod.rs, `FIXED_SETTINGS`), and a literal from `quote_literal_cstr`
+//! is written `E'...'` when it holds a backslash, so it reads the same under any
+//! `standard_conforming_strings`.
+//!
+//! It imports nothing of pg_worlds: every room may use it.
+use std::fmt;
+
+/// An identifier, or a qualified name, as SQL text: quoted where Postgres needs quotes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QuotedName(String);
+
+impl QuotedName {
+    /// One identifier, quoted as Postgres's quote_ident() quotes it (`orders`, `"Orders"`, `"a""b"`).
+    pub fn ident(name: &str) -> Self {
+        // (a name never holds a NUL: one that does is cut there, as Postgres would cut it)
+        let c = std::ffi::CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default();
+        unsafe {
+            let quoted = pgrx::pg_sys::quote_identifier(c.as_ptr());
+            let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
+            // (quote_identifier returns its argument itself when no quotes are needed)
+            if quoted != c.as_ptr() as *const _ {
+                pgrx::pg_sys::pfree(quoted as *mut std::ffi::c_void);
+            }
+            QuotedName(out)
+        }
+    }
+
+    /// `schema.name`, each part quoted.
+    pub fn qualified(schema: &str, name: &str) -> Self {
+        QuotedName(format!("{}.{}", Self::ident(schema), Self::ident(name)))
+    }
+
+    /// A name Postgres printed already quoted: `regclass::text`, `format('%I.%I')`,
+    /// `worlds._qualified(oid)`, quote_ident() in SQL.
+    pub fn printed(text: String) -> Self {
+        QuotedName(text)
+    }
+
+    /// This name's column `column` as `name.column`.
+    pub fn dot(&self, column: &str) -> String {
+        format!("{}.{}", self.0, Self::ident(column))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for QuotedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for QuotedName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One identifier, quoted (`QuotedName::ident`).
+pub fn quote_ident(name: &str) -> QuotedName {
+    QuotedName::ident(name)
+}
+
+/// Identifiers quoted and joined with `, `: a column list.
+pub fn column_list<S: AsRef<str>>(names: &[S]) -> String {
+    names.iter().map(|n| QuotedName::ident(n.as_ref()).0).collect::<Vec<_>>().join(", ")
+}
+
+/// A constant as SQL text: a quoted string (`'it''s'`, `E'a\\b'`), NULL, or a number or boolean written
+/// out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqlLiteral(String);
+
+impl SqlLiteral {
+    /// A string constant as Postgres's own quote_literal() writes it (E'...' with backslashes doubled when
+    /// the text has one): it reads the same whatever the session's standard_conforming_strings says.
+    pub fn text(s: &str) -> Self {
+        // (a text value never holds a NUL; a Rust string that does is cut there, as Postgres would refuse it)
+        let c = std::ffi::CString::new(s.split('\0').next().unwrap_or_default()).unwrap_or_default();
+        unsafe {
+            let quoted = pgrx::pg_sys::quote_literal_cstr(c.as_ptr());
+            let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
+            pgrx::pg_sys::pfree(quoted.cast());
+            SqlLiteral(out)
+        }
+    }
+
+    /// A string constant cast to a type: `'...'::jsonb`. The type is a name Postgres printed
+    /// (format_type()) or one of pg_worlds' own.
+    pub fn cast(s: &str, type_name: &str) -> Self {
+        SqlLiteral(format!("{}::{type_name}", Self::text(s).0))
+    }
+
+    pub fn null() -> Self {
+        SqlLiteral("NULL".into())
+    }
+
+    pub fn boolean(b: bool) -> Self {
+        SqlLiteral(b.to_string())
+    }
+
+    /// A JSON number as SQL text: its digits, which Postgres reads as numeric (exactly).
+    pub fn number(n: &serde_json::Number) -> Self {
+        SqlLiteral(n.to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SqlLiteral {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A string constant (`SqlLiteral::text`).
+pub fn quote_literal(s: &str) -> SqlLiteral {
+    SqlLiteral::text(s)
+}
+
+/// A row of `alias` as a jsonb object of these columns: `jsonb_build_object('c', alias.c, ...)` (the key a
+/// literal, the column a quoted name). jsonb_build_object takes at most 100 arguments: chunks of 50
+/// columns, concatenated.
+pub fn json_object_expr(alias: &str, cols: &[String]) -> String {
+    let parts: Vec<String> = cols
+        .chunks(50)
+        .map(|chunk| {
+            format!(
+                "jsonb_build_object({})",
+                chunk.iter().map(|c| format!("{}, {alias}.{}", quote_literal(c), quote_ident(c))).collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "'{}'::jsonb".into()
+    } else {
+        parts.join(" || ")
+    }
+}
+
+/// The key of a row of `alias` as the text Postgres writes for it: `alias.id::text`, `ROW(alias.a,
+/// alias.b)::text`, or the whole row's for a table without a key.
+pub fn key_text_expr(key_columns: &[String], alias: &str) -> String {
+    match key_columns.len() {
+        0 => format!("ROW({alias}.*)::text"),
+        1 => format!("{alias}.{}::text", quote_ident(&key_columns[0])),
+        _ => format!("ROW({})::text", key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// `a.k1 = b.k1 AND a.k2 = b.k2` over the key columns.
+pub fn key_match(key_columns: &[String], a: &str, b: &str) -> String {
+    key_columns.iter().map(|c| format!("{a}.{c} = {b}.{c}", c = quote_ident(c))).collect::<Vec<_>>().join(" AND ")
+}
+
+/// Names, literals or expressions written one after another with `sep` between them.
+pub fn join<T: fmt::Display>(items: impl IntoIterator<Item = T>, sep: &str) -> String {
+    items.into_iter().map(|i| i.to_string()).collect::<Vec<_>>().join(sep)
+}
