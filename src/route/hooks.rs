@@ -17,7 +17,6 @@ use crate::{api::raise, guc};
 use pgrx::pg_sys;
 use pgrx::pg_sys::ffi::pg_guard_ffi_boundary;
 use pgrx::prelude::*;
-use std::collections::HashMap;
 
 thread_local! {
     /// Set by BEGIN / START TRANSACTION, cleared when the top-level transaction ends.
@@ -53,13 +52,10 @@ mod utility;
 mod write_locks;
 mod analyze;
 mod executor;
-mod views;
 use analyze::*;
 use executor::*;
-use views::*;
+use crate::route::rewrite::*;
 pub use analyze::sync_past_schema;
-pub(crate) use analyze::route_select;
-pub(crate) use views::inline_view;
 use write_locks::lock_world_before_reading;
 use utility::process_utility;
 

@@ -93,22 +93,6 @@ unsafe fn remembered(text: &[u8], state_fits: impl Fn(*mut std::ffi::c_void) -> 
     })
 }
 
-/// Refusals made when the statement is analysed (before anything runs).
-pub unsafe fn check_target(layout: &storage::Layout) {
-    if let Some(why) = &layout.unsupported {
-        raise("0A000", why.clone());
-    }
-    if layout.key_attnos.is_empty() {
-        raise(
-            "0A000",
-            format!(
-                "MERGE into {} inside a world needs the table to have a primary key; use INSERT, UPDATE or DELETE",
-                layout.table_name
-            ),
-        );
-    }
-}
-
 /// Runs a MERGE into a tracked table in the session's world; returns the rows it wrote. None when the
 /// target isn't a tracked table (a temporary table: Postgres runs it).
 pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
@@ -121,7 +105,7 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
         let rte = crate::fast_ffi::list_nth((*stmt).rtable, crate::fast_ffi::list_nth_int(results, 0) - 1) as *mut pg_sys::RangeTblEntry;
         let tabno = *storage::routed_tables().get(&(*rte).relid)?;
         let layout = storage::relation_layout(tabno);
-        check_target(&layout);
+        super::rewrite::check_target(&layout);
         let world = overlay::session_world()?;
         if world.read_only {
             raise("25006", format!("{} is a moment of the past: it can be read, not written", world.name));
@@ -139,7 +123,7 @@ pub unsafe fn run_in_world(query_desc: *mut pg_sys::QueryDesc) -> Option<u64> {
             None => analyze(&text, params, (*query_desc).queryEnv),
         };
         let (select, actions) = as_select(query, &layout);
-        super::hooks::route_select(select);
+        super::rewrite::route_select(select);
         // Under READ COMMITTED, as Postgres re-reads a target row it waited for: take the world's write
         // lock first, then join on a fresh snapshot, so concurrent MERGEs of one row queue instead of one
         // losing the other's update. Under REPEATABLE READ the statement's snapshot is read, and a row

@@ -4,6 +4,8 @@ pub(crate) mod history_lookup;
 mod hooks;
 mod merge_command;
 mod row_locks;
+pub(crate) mod rewrite;
+mod view_inline;
 pub mod upsert;
 mod view_writes;
 pub mod world_scan;

@@ -122,7 +122,7 @@ unsafe fn lock_through_views(q: *mut pg_sys::Query, tracked: &HashMap<pg_sys::Oi
                 kept = pg_sys::lappend(kept, rc as *mut std::ffi::c_void);
                 continue;
             }
-            super::hooks::inline_view(rte);
+            super::view_inline::inline_view(rte);
             let body = (*rte).subquery;
             // (the errors Postgres gives a view that can't be locked: GROUP BY, DISTINCT, UNION, ...)
             pg_sys::CheckSelectLocking(body, (*rc).strength);

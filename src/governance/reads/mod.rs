@@ -14,6 +14,8 @@ use pgrx::prelude::*;
 
 pub mod check;
 pub mod record;
+mod nodes;
+mod sent;
 pub mod shmem;
 mod stopped;
 pub use stopped::finish;

@@ -11,33 +11,18 @@
 //! A scan with none left reads the whole table. `key = c` or `key IN (...)` on a single-column key is a
 //! lookup of those keys. The columns read are the table's columns the statement uses (its range-table
 //! entries' selected columns).
-use super::shmem::{self, Recorded};
+use super::nodes::{list, planstates, tag, text_of};
+use super::sent::{sent_whole, send, Read};
+use super::shmem;
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use worlds_core::reads::{self, Columns, Conjunct, Test};
 
-/// One read of a table by one scan.
-pub(super) enum Read {
-    Whole,
-    Keys(Vec<String>),
-    Scan(Vec<Conjunct>),
-}
-
-#[derive(Default)]
-struct Local {
-    whole: bool,
-    keys: HashMap<u64, Columns>,
-    scans: HashMap<u64, Columns>,
-}
-
 thread_local! {
     /// Does world n check its reads? (It can only be turned off after its fork: a stale yes records
     /// reads nobody checks.)
     static CHECKS: RefCell<HashMap<i32, bool>> = RefCell::new(HashMap::new());
-    /// What this backend already put in shared memory, per (world, table): the same read again costs
-    /// no lock.
-    static SENT: RefCell<HashMap<(i32, u32), Local>> = RefCell::new(HashMap::new());
     /// The owner of each tracked table's overlay view (its own entry for the table isn't a user's read).
     static VIEW_OWNERS: RefCell<HashMap<u32, pg_sys::Oid>> = RefCell::new(HashMap::new());
 }
@@ -69,19 +54,6 @@ pub fn checks_reads_now(num: i32) -> bool {
 /// A world's check_reads changed (ALTER WORLD): ask again.
 pub fn forget_check(num: i32) {
     CHECKS.with(|c| c.borrow_mut().remove(&num));
-}
-
-unsafe fn list<T>(l: *mut pg_sys::List) -> Vec<*mut T> {
-    unsafe {
-        if l.is_null() {
-            return Vec::new();
-        }
-        (0..(*l).length).map(|i| crate::fast_ffi::list_nth(l, i) as *mut T).collect()
-    }
-}
-
-unsafe fn tag<T>(n: *mut T) -> pg_sys::NodeTag {
-    unsafe { (*(n as *mut pg_sys::Node)).type_ }
 }
 
 unsafe fn strip(mut n: *mut pg_sys::Node) -> *mut pg_sys::Node {
@@ -178,17 +150,6 @@ unsafe fn value_of(n: *mut pg_sys::Node, env: &Env) -> Option<(pg_sys::Oid, pg_s
 
 fn built_in(oid: pg_sys::Oid) -> bool {
     oid.to_u32() < pg_sys::FirstNormalObjectId
-}
-
-pub(super) unsafe fn text_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> String {
-    unsafe {
-        let (mut out, mut varlena) = (pg_sys::Oid::INVALID, false);
-        pg_sys::getTypeOutputInfo(typ, &mut out, &mut varlena);
-        let s = pg_sys::OidOutputFunctionCall(out, d);
-        let r = std::ffi::CStr::from_ptr(s).to_string_lossy().into_owned();
-        pg_sys::pfree(s as *mut std::ffi::c_void);
-        r
-    }
 }
 
 /// An array constant's elements as text (None: a null element, or not built-in).
@@ -472,7 +433,7 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int
             let rte = crate::fast_ffi::list_nth(rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
             let Some(&tabno) = tracked.get(&(*rte).relid) else { continue };
             // (read whole already: nothing this scan says adds to it)
-            if SENT.with(|s| s.borrow().get(&(world.num, (*rte).relid.to_u32())).is_some_and(|l| l.whole)) {
+            if sent_whole(world.num, (*rte).relid.to_u32()) {
                 continue;
             }
             let layout = crate::storage::relation_layout(tabno);
@@ -547,31 +508,6 @@ fn read_of(conds: Vec<Cond>) -> Option<Read> {
         None if conds.is_empty() => Read::Whole,
         None => Read::Scan(conds.into_iter().map(|c| c.conj).collect()),
     })
-}
-
-/// The plan states under `ps` (itself included).
-pub(super) unsafe fn planstates(ps: *mut pg_sys::PlanState, out: &mut Vec<*mut pg_sys::PlanState>) {
-    unsafe {
-        if ps.is_null() {
-            return;
-        }
-        out.push(ps);
-        planstates((*ps).lefttree, out);
-        planstates((*ps).righttree, out);
-        let arr = |p: *mut *mut pg_sys::PlanState, n: i32| (0..n.max(0) as usize).map(|i| *p.add(i)).collect::<Vec<_>>();
-        let children: Vec<*mut pg_sys::PlanState> = match tag(ps) {
-            pg_sys::NodeTag::T_AppendState => arr((*(ps as *mut pg_sys::AppendState)).appendplans, (*(ps as *mut pg_sys::AppendState)).as_nplans),
-            pg_sys::NodeTag::T_MergeAppendState => arr((*(ps as *mut pg_sys::MergeAppendState)).mergeplans, (*(ps as *mut pg_sys::MergeAppendState)).ms_nplans),
-            pg_sys::NodeTag::T_BitmapAndState => arr((*(ps as *mut pg_sys::BitmapAndState)).bitmapplans, (*(ps as *mut pg_sys::BitmapAndState)).nplans),
-            pg_sys::NodeTag::T_BitmapOrState => arr((*(ps as *mut pg_sys::BitmapOrState)).bitmapplans, (*(ps as *mut pg_sys::BitmapOrState)).nplans),
-            pg_sys::NodeTag::T_SubqueryScanState => vec![(*(ps as *mut pg_sys::SubqueryScanState)).subplan],
-            pg_sys::NodeTag::T_CustomScanState => list((*(ps as *mut pg_sys::CustomScanState)).custom_ps),
-            _ => Vec::new(),
-        };
-        for c in children {
-            planstates(c, out);
-        }
-    }
 }
 
 /// A scan recorded as it runs.
@@ -707,52 +643,4 @@ unsafe fn param_type(quals: &[*mut pg_sys::Node], id: i32) -> pg_sys::Oid {
         }
         quals.iter().find_map(|q| find(*q, id)).unwrap_or(pg_sys::Oid::INVALID)
     }
-}
-
-/// Puts a read in shared memory, unless this backend already did.
-pub(super) fn send(world: i32, relid: u32, read: Read, cols: Columns) {
-    SENT.with(|s| {
-        let mut s = s.borrow_mut();
-        let local = s.entry((world, relid)).or_default();
-        if local.whole {
-            return;
-        }
-        let outcome = match read {
-            Read::Whole => shmem::record_whole(world, relid),
-            Read::Keys(keys) => {
-                let hashes: Vec<u64> = keys.iter().map(|k| reads::hash(k.as_bytes())).filter(|h| !local.keys.get(h).is_some_and(|c| c.covers(&cols))).collect();
-                if hashes.is_empty() {
-                    return;
-                }
-                let r = shmem::record_keys(world, relid, &hashes, cols);
-                if r == Recorded::Kept {
-                    for h in hashes {
-                        let c = local.keys.entry(h).or_default();
-                        *c = c.union(&cols);
-                    }
-                }
-                r
-            }
-            Read::Scan(conjs) => match reads::encode(&conjs) {
-                None => shmem::record_whole(world, relid),
-                Some(bytes) => {
-                    let h = reads::hash(&bytes);
-                    if local.scans.get(&h).is_some_and(|c| c.covers(&cols)) {
-                        return;
-                    }
-                    let r = shmem::record_scan(world, relid, &bytes, cols);
-                    if r == Recorded::Kept {
-                        let c = local.scans.entry(h).or_default();
-                        *c = c.union(&cols);
-                    }
-                    r
-                }
-            },
-        };
-        if outcome == Recorded::Whole {
-            local.whole = true;
-            local.keys.clear();
-            local.scans.clear();
-        }
-    });
 }

@@ -10,7 +10,8 @@
 //! as it was. Only a LIMIT at the top of the plan (under a Sort or Result at most), never rescanned, and
 //! never for a scrollable cursor. A statement that never finishes (an error, a portal dropped) sends the
 //! read as it was when its memory goes: never less than was read.
-use super::record::{send, Read};
+use super::nodes::{planstates, text_of};
+use super::sent::{send, Read};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use worlds_core::reads::{Columns, Conjunct, Test};
@@ -125,7 +126,7 @@ pub unsafe fn finish(query_desc: *mut pg_sys::QueryDesc) {
         }
         for held in take(estate) {
             let mut states = Vec::new();
-            super::record::planstates((*query_desc).planstate, &mut states);
+            planstates((*query_desc).planstate, &mut states);
             let ps = states.into_iter().find(|ps| (**ps).plan == held.plan).unwrap_or(std::ptr::null_mut());
             let slot = if ps.is_null() { std::ptr::null_mut() } else { (*(ps as *mut pg_sys::ScanState)).ss_ScanTupleSlot };
             let stopped_at = if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 {
@@ -133,7 +134,7 @@ pub unsafe fn finish(query_desc: *mut pg_sys::QueryDesc) {
             } else {
                 let mut isnull = false;
                 let d = crate::fast_ffi::slot_getattr(slot, held.key_attno as i32, &mut isnull);
-                (!isnull).then(|| super::record::text_of(held.key_type, d))
+                (!isnull).then(|| text_of(held.key_type, d))
             };
             let read = match (stopped_at, held.read) {
                 (Some(value), Read::Scan(mut conjs)) => {

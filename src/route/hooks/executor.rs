@@ -103,9 +103,6 @@ unsafe extern "C-unwind" {
     fn errcode(sqlerrcode: std::ffi::c_int) -> std::ffi::c_int;
 }
 
-/// Marks the WITH CHECK options that are a table's row-level security policies (run as a view's checks).
-pub(super) const RLS_CHECK: &std::ffi::CStr = c"pg_worlds: row-level security";
-
 /// ExecutorRun: while a statement that checks row-level security policies in a world runs, a failed
 /// check reads as Postgres words it for the table (42501), not as a view's WITH CHECK OPTION (44000).
 pub(super) unsafe extern "C-unwind" fn executor_run(

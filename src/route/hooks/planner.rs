@@ -91,18 +91,6 @@ pub(super) fn is_write_twin(layout: &storage::Layout, relid: pg_sys::Oid) -> boo
     layout.key_kind == b'i' && layout.overlay_rows != pg_sys::Oid::INVALID && relid == layout.overlay_rows
 }
 
-/// Can a world's UPDATE / DELETE of this table read its rows in place (the world scan reads the table for a
-/// SELECT, and the table has no inheritance children and no dropped column)? The router asks before it
-/// chooses the write twin (and that the table has no row-level security), this hook again before it converts.
-pub(super) fn in_place_target(layout: &storage::Layout) -> bool {
-    if layout.unsupported.is_some() || !crate::route::world_scan::supports(layout) {
-        return false;
-    }
-    // a dropped column: the view's row has a NULL placeholder there, and OLD, the whole row the trigger
-    // gets, is typed as the view's row, which Postgres checks column by column against the scanned row
-    unsafe { table_shape(layout.relid).is_some_and(|(dropped, _)| !dropped) }
-}
-
 /// Turns the sub-query entry the rewriter expanded the view's body into back into the table, marked for the
 /// world scan; false (nothing changed) where it can't.
 unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) -> bool {
@@ -154,44 +142,4 @@ unsafe fn wholerow_source(parse: *mut pg_sys::Query) -> Option<i32> {
         }
         None
     }
-}
-
-/// Whether the table has (a dropped column, row-level security); None when it has inheritance children
-/// (the world scan reads the table alone).
-unsafe fn table_shape(relid: pg_sys::Oid) -> Option<(bool, bool)> {
-    unsafe {
-        let rel = pg_sys::RelationIdGetRelation(relid);
-        if rel.is_null() {
-            return None;
-        }
-        let desc = (*rel).rd_att;
-        let children = (*(*rel).rd_rel).relhassubclass;
-        let rls = (*(*rel).rd_rel).relrowsecurity;
-        let dropped = (0..(*desc).natts as usize).any(|i| (*(*desc).attrs.as_ptr().add(i)).attisdropped);
-        pg_sys::RelationClose(rel);
-        (!children).then_some((dropped, rls))
-    }
-}
-
-/// Has the table row-level security enabled (for any role)?
-pub(super) fn has_row_security(relid: pg_sys::Oid) -> bool {
-    unsafe { table_shape(relid).is_none_or(|(_, rls)| rls) }
-}
-
-/// `WHERE CURRENT OF cursor` in the statement's conditions (the only place the parser allows it).
-pub(super) unsafe fn has_current_of(parse: *mut pg_sys::Query) -> bool {
-    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
-        unsafe {
-            if node.is_null() {
-                return false;
-            }
-            match (*node).type_ {
-                pg_sys::NodeTag::T_CurrentOfExpr => true,
-                // (a sub-select's own conditions are about its own tables)
-                pg_sys::NodeTag::T_Query => false,
-                _ => pg_sys::expression_tree_walker(node, Some(walker), context),
-            }
-        }
-    }
-    unsafe { walker((*parse).jointree as *mut pg_sys::Node, std::ptr::null_mut()) }
 }

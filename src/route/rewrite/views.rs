@@ -2,11 +2,15 @@
 //! tracked tables, its write actions; the row-level security a command gets in main, applied to the overlay.
 use super::*;
 
+/// Marks the WITH CHECK options that are a table's row-level security policies (run as a view's checks).
+pub(crate) const RLS_CHECK: &std::ffi::CStr = c"pg_worlds: row-level security";
+
+
 /// The row-level security a role's command on a table gets in main: (security quals, WITH CHECK options,
 /// whether the quals have sub-links). Asked of Postgres before the entry is swapped.
-pub(super) struct RowSecurity(*mut pg_sys::List, *mut pg_sys::List, bool);
+pub(crate) struct RowSecurity(*mut pg_sys::List, *mut pg_sys::List, bool);
 
-pub(super) unsafe fn row_security_of(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32) -> RowSecurity {
+pub(crate) unsafe fn row_security_of(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32) -> RowSecurity {
     unsafe {
         let mut quals: *mut pg_sys::List = std::ptr::null_mut();
         let mut checks: *mut pg_sys::List = std::ptr::null_mut();
@@ -23,7 +27,7 @@ pub(super) unsafe fn row_security_of(query: *mut pg_sys::Query, rte: *mut pg_sys
 /// statement's WHERE. WITH CHECK: Postgres checks a view with an INSTEAD OF trigger only for WITH CHECK
 /// OPTION, so the policies' checks run as such, marked, and executor_run words a violation as Postgres
 /// does for the table (42501).
-pub(super) unsafe fn apply_row_security(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32, is_result: bool, policies: RowSecurity) {
+pub(crate) unsafe fn apply_row_security(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry, rt_index: i32, is_result: bool, policies: RowSecurity) {
     unsafe {
         let RowSecurity(quals, checks, has_sublinks) = policies;
         if !quals.is_null() {
@@ -50,7 +54,7 @@ pub(super) unsafe fn apply_row_security(query: *mut pg_sys::Query, rte: *mut pg_
 }
 
 /// Turns the (already swapped) entry into `(SELECT * FROM overlay WHERE quals)` as a security barrier.
-pub(super) unsafe fn filter_with_barrier(rte: *mut pg_sys::RangeTblEntry, quals: *mut pg_sys::List, rt_index: i32, has_sublinks: bool) {
+pub(crate) unsafe fn filter_with_barrier(rte: *mut pg_sys::RangeTblEntry, quals: *mut pg_sys::List, rt_index: i32, has_sublinks: bool) {
     unsafe {
         let inner = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
         (*inner).inFromCl = true;
@@ -94,7 +98,7 @@ pub(super) unsafe fn filter_with_barrier(rte: *mut pg_sys::RangeTblEntry, quals:
 
 /// The number of attributes of the tracked table (and so of its overlay): the conflict twin's action
 /// column comes right after them.
-pub(super) unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
+pub(crate) unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
     unsafe {
         let rel = pg_sys::relation_open(layout.relid, pg_sys::NoLock as i32);
         let n = (*(*rel).rd_att).natts as i16;
@@ -104,7 +108,7 @@ pub(super) unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
 }
 
 /// Supplies the conflict twin's action column in an INSERT's target list.
-pub(super) unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, value: *mut pg_sys::Expr) {
+pub(crate) unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, value: *mut pg_sys::Expr) {
     unsafe {
         let name = std::ffi::CString::new(crate::route::upsert::ACTION_COLUMN).unwrap();
         let te = pg_sys::makeTargetEntry(value, width + 1, pg_sys::pstrdup(name.as_ptr()), false);
@@ -114,7 +118,7 @@ pub(super) unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, va
 
 /// A write inside a world must never reach main: a table pg_worlds doesn't track (tracking failed, or it
 /// was untracked) is refused, unless it is the session's own temporary table or pg_worlds' own.
-pub(super) unsafe fn refuse_untracked_write(relid: pg_sys::Oid) {
+pub(crate) unsafe fn refuse_untracked_write(relid: pg_sys::Oid) {
     unsafe {
         if is_own_or_system(relid) {
             return;
@@ -130,49 +134,14 @@ pub(super) unsafe fn refuse_untracked_write(relid: pg_sys::Oid) {
     }
 }
 
-pub(super) unsafe fn relation_name(relid: pg_sys::Oid) -> String {
+pub(crate) unsafe fn relation_name(relid: pg_sys::Oid) -> String {
     unsafe {
         let name = pg_sys::get_rel_name(relid);
         if name.is_null() { relid.to_u32().to_string() } else { std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned() }
     }
 }
 
-/// A user view read inside a world becomes the sub-query it stands for, so the tracked tables it reads are
-/// swapped too (the rewriter would otherwise expand it later, unrouted). The view's own permission check
-/// moves to its OLD entry, as the rewriter does; its body keeps the view owner's rights (or the invoker's,
-/// for security_invoker views) and its security_barrier.
-pub(crate) unsafe fn inline_view(rte: *mut pg_sys::RangeTblEntry) {
-    unsafe {
-        let rel = pg_sys::relation_open((*rte).relid, pg_sys::NoLock as i32);
-        let body = pg_sys::copyObjectImpl(pg_sys::get_view_query(rel) as *const std::ffi::c_void) as *mut pg_sys::Query;
-        pg_sys::AcquireRewriteLocks(body, true, false);
-        let old = crate::fast_ffi::list_nth((*body).rtable, 0) as *mut pg_sys::RangeTblEntry;
-        (*old).requiredPerms = (*rte).requiredPerms;
-        (*old).checkAsUser = (*rte).checkAsUser;
-        (*old).selectedCols = (*rte).selectedCols;
-        (*old).insertedCols = (*rte).insertedCols;
-        (*old).updatedCols = (*rte).updatedCols;
-        (*rte).requiredPerms = 0;
-        (*rte).rtekind = pg_sys::RTEKind::RTE_SUBQUERY;
-        (*rte).subquery = body;
-        (*rte).security_barrier = view_is_security_barrier(rel);
-        (*rte).relid = pg_sys::Oid::INVALID;
-        (*rte).relkind = 0;
-        (*rte).rellockmode = 0;
-        (*rte).tablesample = std::ptr::null_mut();
-        (*rte).inh = false;
-        pg_sys::relation_close(rel, pg_sys::NoLock as i32);
-    }
-}
-
-pub(super) unsafe fn view_is_security_barrier(rel: pg_sys::Relation) -> bool {
-    unsafe {
-        let opts = (*rel).rd_options as *const pg_sys::ViewOptions;
-        !opts.is_null() && (*opts).security_barrier
-    }
-}
-
-pub(super) unsafe fn view_owner(view: pg_sys::Oid) -> pg_sys::Oid {
+pub(crate) unsafe fn view_owner(view: pg_sys::Oid) -> pg_sys::Oid {
     unsafe {
         let rel = pg_sys::relation_open(view, pg_sys::NoLock as i32);
         let owner = (*(*rel).rd_rel).relowner;
@@ -183,7 +152,7 @@ pub(super) unsafe fn view_owner(view: pg_sys::Oid) -> pg_sys::Oid {
 
 /// Can the statement touch a table at all? (`SELECT 1`, `SELECT worlds.switch_world('main')` can't: they
 /// need no world resolved, so they still run when the session's world is gone or never existed.)
-pub(super) unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
+pub(crate) unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
     unsafe {
         if (*query).hasSubLinks || !(*query).cteList.is_null() || (*query).resultRelation != 0 {
             return true;
@@ -200,7 +169,7 @@ pub(super) unsafe fn reads_relations(query: *mut pg_sys::Query) -> bool {
 /// the system catalogs and temporary tables? Those alone are never routed, so a statement over them needs
 /// no world resolved: a session whose world doesn't exist (a mistyped `options=-c worlds.world=...`) can
 /// still run SWITCH WORLD, whose functions read only the catalog.
-pub(super) unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
+pub(crate) unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
     unsafe fn names_user_relation(q: *mut pg_sys::Query) -> bool {
         unsafe {
             let rtable = (*q).rtable;
@@ -219,7 +188,7 @@ pub(super) unsafe fn reads_user_relations(query: *mut pg_sys::Query) -> bool {
 }
 
 /// A relation of pg_worlds' own schemas, of the system catalogs, or a temporary one.
-pub(super) unsafe fn is_own_or_system(relid: pg_sys::Oid) -> bool {
+pub(crate) unsafe fn is_own_or_system(relid: pg_sys::Oid) -> bool {
     unsafe {
         if pg_sys::get_rel_persistence(relid) == pg_sys::RELPERSISTENCE_TEMP as std::ffi::c_char {
             return true;
@@ -235,7 +204,7 @@ pub(super) unsafe fn is_own_or_system(relid: pg_sys::Oid) -> bool {
 
 /// For a write of this kind to a relation: does it have an INSTEAD OF row trigger, and rules (other than a
 /// view's own SELECT rule)?
-pub(super) unsafe fn write_actions(relid: pg_sys::Oid, cmd: pg_sys::CmdType::Type) -> (bool, bool) {
+pub(crate) unsafe fn write_actions(relid: pg_sys::Oid, cmd: pg_sys::CmdType::Type) -> (bool, bool) {
     unsafe {
         let rel = pg_sys::relation_open(relid, pg_sys::NoLock as i32);
         let td = (*rel).trigdesc;
@@ -257,7 +226,7 @@ pub(super) unsafe fn write_actions(relid: pg_sys::Oid, cmd: pg_sys::CmdType::Typ
     }
 }
 
-pub(super) fn command_word(cmd: pg_sys::CmdType::Type) -> &'static str {
+pub(crate) fn command_word(cmd: pg_sys::CmdType::Type) -> &'static str {
     match cmd {
         pg_sys::CmdType::CMD_INSERT => "INSERT",
         pg_sys::CmdType::CMD_UPDATE => "UPDATE",
@@ -267,7 +236,7 @@ pub(super) fn command_word(cmd: pg_sys::CmdType::Type) -> &'static str {
 }
 
 /// Does a view (through other views) read a tracked table?
-pub(super) unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -> bool {
+pub(crate) unsafe fn view_reads_tracked(view: pg_sys::Oid, ctx: &RouteContext) -> bool {
     unsafe {
         let rel = pg_sys::relation_open(view, pg_sys::AccessShareLock as i32);
         let body = pg_sys::get_view_query(rel);
