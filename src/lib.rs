@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 pub mod api;
 pub mod fast_ffi;
 pub mod catalog;
+pub mod datum;
 pub mod governance;
 pub mod guc;
 pub mod merge;
@@ -22,6 +23,7 @@ pub mod route;
 mod shared_memory;
 pub mod spi_calls;
 pub mod sql_text;
+pub mod subxact;
 pub mod statements;
 pub mod storage;
 pub mod time;
@@ -50,6 +52,12 @@ pub extern "C-unwind" fn _PG_init() {
         PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
         route::install_hooks();
         storage::register_callbacks();
+        // the work of the rooms above storage that storage's callbacks run (storage/callbacks.rs)
+        storage::callbacks::on_relcache_invalidation(route::history_lookup::on_relcache_invalidation);
+        storage::callbacks::on_relcache_invalidation(governance::agents::on_relcache_invalidation);
+        storage::callbacks::at_abort(time::past_schema::on_abort);
+        storage::callbacks::at_subxact_abort(route::routing_aborted);
+        storage::callbacks::at_xact_end(route::on_xact_end);
         time::purge::register_workers();
         governance::reads::shmem::register();
         shared_memory::register();

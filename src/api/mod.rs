@@ -51,7 +51,7 @@ fn _json_size(meta: JsonArg) -> i64 {
 pub fn refuse_in_transaction(statement: &str) {
     // an explicit BEGIN (seen by the utility hook), or an implicit multi-statement block; a plpgsql
     // exception block's subtransaction alone doesn't count
-    let in_block = crate::route::explicit_transaction_block()
+    let in_block = crate::api::explicit_transaction_block()
         || unsafe { pg_sys::IsTransactionBlock() && !pg_sys::IsSubTransaction() };
     if in_block {
         raise("25001", format!("{statement} cannot run inside a transaction block"));
@@ -124,3 +124,23 @@ unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for JsonArg {
 }
 
 pgrx::impl_sql_translatable!(JsonArg, "jsonb");
+
+thread_local! {
+    /// Set by BEGIN / START TRANSACTION (the utility hook), cleared when the top-level transaction ends.
+    static IN_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// BEGIN / START TRANSACTION ran: the statements that follow are one transaction block.
+pub fn note_transaction_block() {
+    IN_BLOCK.with(|b| b.set(true));
+}
+
+/// Inside a transaction block the session began (not a function's or a single statement's transaction).
+pub fn explicit_transaction_block() -> bool {
+    IN_BLOCK.with(|b| b.get()) && unsafe { pg_sys::IsTransactionBlock() }
+}
+
+/// The top-level transaction ended (storage's transaction callback).
+pub fn transaction_block_ended() {
+    IN_BLOCK.with(|b| b.set(false));
+}

@@ -43,9 +43,8 @@ mod fast_forward;
 mod diff;
 pub use apply::*;
 pub use diff::*;
-pub(crate) mod subxact;
-pub(crate) use subxact::{in_subtransaction_keep, rolled_back, rolled_back_with_state};
-use subxact::{in_subtransaction, trial};
+pub(crate) use crate::subxact::{in_subtransaction_keep, rolled_back, rolled_back_with_state};
+use crate::subxact::{in_subtransaction, trial};
 mod rebase;
 pub use rebase::rebase;
 

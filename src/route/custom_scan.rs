@@ -60,33 +60,6 @@ pub unsafe fn int_at(list: *mut pg_sys::List, n: i32) -> i32 {
     unsafe { (*(crate::fast_ffi::list_nth(list, n) as *mut pg_sys::Integer)).ival }
 }
 
-/// An int2, int4 or int8 datum as an i64; None for another type.
-pub fn integer_of(typ: pg_sys::Oid, d: pg_sys::Datum) -> Option<i64> {
-    match typ {
-        pg_sys::INT2OID => Some(d.value() as i16 as i64),
-        pg_sys::INT4OID => Some(d.value() as i32 as i64),
-        pg_sys::INT8OID => Some(d.value() as i64),
-        _ => None,
-    }
-}
-
-/// The non-null elements of an array datum, and their type.
-///
-/// # Safety
-/// `d` is an array datum.
-pub unsafe fn array_elements(d: pg_sys::Datum) -> (pg_sys::Oid, Vec<pg_sys::Datum>) {
-    unsafe {
-        let array = pg_sys::pg_detoast_datum(d.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let elem = (*array).elemtype;
-        let (mut len, mut by_val, mut align) = (0i16, false, 0 as std::ffi::c_char);
-        pg_sys::get_typlenbyvalalign(elem, &mut len, &mut by_val, &mut align);
-        let (mut values, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        pg_sys::deconstruct_array(array, elem, len as i32, by_val, align, &mut values, &mut nulls, &mut count);
-        let elements = (0..count as usize).filter(|&i| !*nulls.add(i)).map(|i| *values.add(i)).collect();
-        (elem, elements)
-    }
-}
-
 /// Narrows the integer key range `range` (lo, hi) by `key <strategy> v`, a btree strategy: false when no
 /// key can satisfy it (`< i64::MIN`, `> i64::MAX`), None for a strategy that isn't a comparison.
 pub fn narrow(range: &mut (i64, i64), strategy: u32, v: i64) -> Option<bool> {

@@ -19,7 +19,8 @@
 //! (`BETWEEN $1 AND $2`, `id > 7`): the history branch takes the before-images in that range from the
 //! cache's key order (the delta branch's key index serves a range as it is). The branch's own quals (the
 //! world's visibility test among them) still run on what is fetched.
-use super::custom_scan::{array_elements, exec_methods, int_at, integer_of, narrow, path_methods, scan_methods, Methods};
+use super::custom_scan::{exec_methods, int_at, narrow, path_methods, scan_methods, Methods};
+use crate::datum::{array_elements, integer_of};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;

@@ -18,21 +18,9 @@ use pgrx::pg_sys;
 use pgrx::pg_sys::ffi::pg_guard_ffi_boundary;
 use pgrx::prelude::*;
 
-thread_local! {
-    /// Set by BEGIN / START TRANSACTION, cleared when the top-level transaction ends.
-    static IN_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-pub fn explicit_transaction_block() -> bool {
-    IN_BLOCK.with(|b| b.get()) && unsafe { pg_sys::IsTransactionBlock() }
-}
-
 /// At a transaction's end (called by storage's one transaction callback, last).
 pub fn on_xact_end(event: pg_sys::XactEvent::Type) {
     use pg_sys::XactEvent::*;
-    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
-        IN_BLOCK.with(|b| b.set(false));
-    }
     if matches!(event, XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT) {
         routing_aborted();
     }

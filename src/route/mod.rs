@@ -9,6 +9,6 @@ mod view_inline;
 pub mod upsert;
 mod view_writes;
 pub mod world_scan;
-pub use hooks::{explicit_transaction_block, install_hooks, on_xact_end, routing_aborted};
+pub use hooks::{install_hooks, on_xact_end, routing_aborted};
 
 pub use hooks::sync_past_schema;

@@ -10,10 +10,7 @@ use crate::api::raise;
 use crate::storage::Layout;
 use pgrx::pg_sys;
 
-/// The name of the conflict twin's extra column that carries the DO UPDATE action.
-pub const ACTION_COLUMN: &str = "_w_upsert";
-/// The alias the action gives the row the world already has.
-pub const TARGET_ALIAS: &str = "_w_x";
+use crate::storage::upsert_wire::{self, TARGET_ALIAS};
 
 /// The DO UPDATE part of an INSERT, as the conflict twin's trigger gets it: the SELECT computing the
 /// updated row, and the statement's parameters that SELECT uses (`$n` stays `$n` in it).
@@ -121,10 +118,7 @@ pub(crate) unsafe fn action_sql(query: *mut pg_sys::Query, result_index: i32, la
 /// text array: `<length of sql>:<sql><attnums>;<type oids>;<values as text[]>` (lists comma-separated).
 pub(crate) unsafe fn action_value(action: &Action) -> *mut pg_sys::Expr {
     unsafe {
-        let types = action.param_types.iter().map(|t| t.to_u32().to_string()).collect::<Vec<_>>().join(",");
-        let matches = action.match_attnos.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let head = format!("{}:{}{matches};{types};", action.sql.len(), action.sql);
-        let konst = text_const(&head);
+        let konst = text_const(&upsert_wire::head(&action.sql, &action.match_attnos, &action.param_types));
         if action.param_types.is_empty() {
             return konst;
         }
@@ -194,33 +188,6 @@ unsafe fn to_text(e: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
         (*c).location = -1;
         c as *mut pg_sys::Expr
     }
-}
-
-/// The trigger's side of `action_value`.
-pub struct Decoded {
-    pub sql: String,
-    pub match_attnos: Vec<i16>,
-    pub param_types: Vec<pg_sys::Oid>,
-    pub param_values: Option<String>,
-}
-
-pub fn decode(value: &str) -> Option<Decoded> {
-    let (len, rest) = value.split_once(':')?;
-    let len: usize = len.parse().ok()?;
-    if rest.len() < len || !rest.is_char_boundary(len) {
-        return None;
-    }
-    let (sql, tail) = rest.split_at(len);
-    let (matches, tail) = tail.split_once(';')?;
-    let (types, values) = tail.split_once(';')?;
-    let list = |s: &str| s.split(',').filter(|x| !x.is_empty()).map(|x| x.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
-    let param_types: Vec<pg_sys::Oid> = list(types).into_iter().map(pg_sys::Oid::from_u32).collect();
-    Some(Decoded {
-        sql: sql.to_string(),
-        match_attnos: list(matches).into_iter().map(|a| a as i16).collect(),
-        param_values: (!param_types.is_empty()).then(|| values.to_string()),
-        param_types,
-    })
 }
 
 /// ON CONFLICT ON CONSTRAINT of a constraint without an index (CHECK, FOREIGN KEY): Postgres's 42809, which

@@ -14,7 +14,8 @@
 //! One relation is planned where the overlay view gave a three-branch append: planning was about half the
 //! time of a point read in a world. Used for tables with one integer key column, without row-level
 //! security; other reads, and all writes, go through the overlay views.
-use super::custom_scan::{array_elements, exec_methods, int_at, integer_of, narrow, path_methods, scan_methods, Methods};
+use super::custom_scan::{exec_methods, int_at, narrow, path_methods, scan_methods, Methods};
+use crate::datum::{array_elements, integer_of};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;

@@ -128,7 +128,7 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     BackgroundWorker::transaction(move || {
-        let made = crate::merge::subxact::in_subtransaction(|| {
+        let made = crate::subxact::in_subtransaction(|| {
             unsafe {
                 let worlds = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
                 let tables = pg_sys::get_relname_relid(c"tables".as_ptr(), worlds);
@@ -146,7 +146,7 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
             .ok();
         });
         if let Err(e) = made {
-            let (state, message) = crate::merge::subxact::state_and_message(&e);
+            let (state, message) = crate::subxact::state_and_message(&e);
             pgrx::debug1!("pg_worlds: the storage of table {tabno} was left to its writer: {state} {message}");
         }
     });

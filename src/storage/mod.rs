@@ -23,11 +23,13 @@ mod delta_insert;
 pub mod history_marks;
 mod maker;
 pub mod overlay;
+pub mod callbacks;
 pub mod rewrite;
 pub mod snapshot_spi;
 pub mod world_locks;
 pub mod world_storage;
 pub mod unique_checks;
+pub mod upsert_wire;
 pub mod write_events;
 pub mod writes;
 
@@ -497,7 +499,7 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
         return Some(layout);
     }
     let made = progress_kept(|| {
-        crate::merge::subxact::in_subtransaction(|| {
+        crate::subxact::in_subtransaction(|| {
             as_internal(|| crate::spi_calls::run_with_args("SELECT worlds._make_history(t) FROM worlds.tables t WHERE t.tabno = $1", &[tabno.into()]))
         })
     });
@@ -509,7 +511,7 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
         }
         Ok(Err(e)) => e.to_string(),
         Err(e) => {
-            let (state, message) = crate::merge::subxact::state_and_message(&e);
+            let (state, message) = crate::subxact::state_and_message(&e);
             // a failure of the moment (a serialization failure, a deadlock, a lock or statement timeout, a
             // cancel, no memory) is the write's: it fails as it would, and the next write tries again
             if matches!(&state[..2], "40" | "53" | "55" | "57") {
@@ -519,7 +521,7 @@ pub fn ensure_history(tabno: i32) -> Option<Rc<Layout>> {
         }
     };
     pgrx::log!("pg_worlds could not make the storage of table {}: {reason}", layout.table_name);
-    let _ = crate::merge::subxact::in_subtransaction(|| {
+    let _ = crate::subxact::in_subtransaction(|| {
         as_internal(|| {
             crate::spi_calls::run_with_args(
                 "UPDATE worlds.tables SET unsupported = $2 WHERE tabno = $1 AND history IS NULL",
@@ -770,12 +772,13 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
     delta_insert::on_relcache_invalidation(relid);
-    crate::route::history_lookup::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
     overlay::worlds::on_relcache_invalidation(relid);
     overlay::delta_since::on_relcache_invalidation(relid);
     commit_direct::on_relcache_invalidation(relid);
-    crate::governance::agents::on_relcache_invalidation(relid);
+    for f in callbacks::relcache() {
+        f(relid);
+    }
     LAYOUTS.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             if relid == pg_sys::Oid::INVALID {
@@ -810,7 +813,13 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     rewrite::on_xact(event);
     capture::on_xact(event);
     overlay::on_xact(event);
-    crate::route::on_xact_end(event);
+    for f in callbacks::xact_end() {
+        f(event);
+    }
+    use pg_sys::XactEvent::*;
+    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
+        crate::api::transaction_block_ended();
+    }
 }
 
 pub fn register_callbacks() {

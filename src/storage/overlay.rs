@@ -212,7 +212,9 @@ pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
         super::write_events::forget_aborted(0);
         forget_all();
-        crate::time::past_schema::on_abort();
+        for f in super::callbacks::abort() {
+            f();
+        }
         // an error may have skipped a guard's reset: nothing of pg_worlds' own work survives the abort
         super::INTERNAL.with(|i| i.set(0));
         OVERRIDE.with(|o| {
@@ -231,7 +233,9 @@ unsafe extern "C-unwind" fn on_subxact(
     _arg: *mut std::ffi::c_void,
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        crate::route::routing_aborted();
+        for f in super::callbacks::subxact_abort() {
+            f();
+        }
         forget_all();
         super::write_events::forget_aborted(my);
         // before the subtransaction's relations leave the relcache (those it created are removed)

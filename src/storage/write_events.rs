@@ -160,7 +160,7 @@ pub(super) fn bump_version(world: &World) {
     }
     // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
     // `commit` (the event goes with the transaction if it rolls back)
-    let in_block = crate::route::explicit_transaction_block();
+    let in_block = crate::api::explicit_transaction_block();
     let (xact, xact_event) = COMMIT_EVENT.with(|c| c.get());
     // the rows counted for an earlier event (a transaction block's own event stays reserved to its end)
     flush_except(if in_block && xact == stmt.0 { xact_event } else { 0 });

@@ -129,7 +129,7 @@ unsafe fn upsert_action(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> Op
     unsafe {
         let natts = (*desc).natts;
         let att = &*(*desc).attrs.as_ptr().add(natts as usize - 1);
-        if std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() != crate::route::upsert::ACTION_COLUMN.as_bytes() {
+        if std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_bytes() != super::upsert_wire::ACTION_COLUMN.as_bytes() {
             return None;
         }
         let mut isnull = false;
@@ -154,7 +154,7 @@ fn upsert(
     // the statement's command id: versions this statement writes come at or after it
     let statement_cid = unsafe { (*crate::fast_ffi::GetActiveSnapshot()).curcid };
     let (names, args) = row_args(desc, proposed);
-    let Some(action) = crate::route::upsert::decode(action) else {
+    let Some(action) = super::upsert_wire::decode(action) else {
         raise("XX000", "pg_worlds: a malformed ON CONFLICT action reached the trigger");
     };
     // the statement's own parameters come first ($n in the action is the statement's $n), the proposed row after
@@ -168,7 +168,7 @@ fn upsert(
         .map(|&a| {
             let att = unsafe { &*(*desc).attrs.as_ptr().add(a as usize - 1) };
             let k = quote_ident(&unsafe { std::ffi::CStr::from_ptr(att.attname.data.as_ptr()) }.to_string_lossy());
-            format!("{a}.{k} = excluded.{k}", a = crate::route::upsert::TARGET_ALIAS)
+            format!("{a}.{k} = excluded.{k}", a = super::upsert_wire::TARGET_ALIAS)
         })
         .collect();
     let sql = format!("{}, (SELECT {}) AS excluded WHERE {}", action.sql, excluded.join(", "), matches.join(" AND "));
@@ -191,7 +191,7 @@ fn upsert(
         .filter(|&i| unsafe {
             let att = &*(*desc).attrs.as_ptr().add(i);
             let name = std::ffi::CStr::from_ptr(att.attname.data.as_ptr()).to_string_lossy();
-            !(att.attisdropped || name.starts_with("........pg.dropped.") || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN))
+            !(att.attisdropped || name.starts_with("........pg.dropped.") || (i + 1 == natts && name == super::upsert_wire::ACTION_COLUMN))
         })
         .collect();
     // run as the session (routed, with its rights): the action reads the world's row of the real table
@@ -453,7 +453,7 @@ fn row_args(desc: pg_sys::TupleDesc, tuple: pg_sys::HeapTuple) -> (Vec<String>, 
             // not the table's: dropped placeholders, the conflict twin's action, the rows twin's identity
             let natts = (*desc).natts as usize;
             if name.starts_with("........pg.dropped.")
-                || (i + 1 == natts && name == crate::route::upsert::ACTION_COLUMN)
+                || (i + 1 == natts && name == super::upsert_wire::ACTION_COLUMN)
                 || (i + 3 >= natts && matches!(name.as_str(), "_w_src" | "_w_tid" | "_w_seq"))
             {
                 continue;
@@ -569,7 +569,7 @@ pub fn changed_since_statement(layout: &Layout, world: &World, values: &[pgrx::d
 fn row_key(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWithOid]) -> super::overlay::Key {
     let values: Vec<&pgrx::datum::DatumWithOid> = layout.key_columns.iter().map(|k| &args[names.iter().position(|n| n == k).unwrap()]).collect();
     if layout.key_kind == b'i' && values.len() == 1 {
-        if let Some(i) = values[0].datum().and_then(|d| crate::route::custom_scan::integer_of(values[0].oid(), d.sans_lifetime())) {
+        if let Some(i) = values[0].datum().and_then(|d| crate::datum::integer_of(values[0].oid(), d.sans_lifetime())) {
             return super::overlay::Key::I(i);
         }
     }

@@ -75,7 +75,7 @@ pub(super) unsafe fn process_utility_before(
         if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_TransactionStmt {
             let kind = (*(stmt as *mut pg_sys::TransactionStmt)).kind;
             if kind == pg_sys::TransactionStmtKind::TRANS_STMT_BEGIN || kind == pg_sys::TransactionStmtKind::TRANS_STMT_START {
-                IN_BLOCK.with(|b| b.set(true));
+                crate::api::note_transaction_block();
             }
         }
         if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropRoleStmt && this_extension_exists() && !pg_sys::XactReadOnly {
@@ -302,11 +302,11 @@ unsafe fn track_created(relation: *mut pg_sys::RangeVar) {
         }
         let track = if crate::guc::LAZY_STORAGE.get() { "_track_lazy" } else { "track" };
         let sql = format!("SELECT worlds.{track}(c.oid::regclass) FROM pg_catalog.pg_class c WHERE c.oid = $1 AND worlds._trackable(c.oid::regclass)");
-        let tracked = crate::merge::subxact::in_subtransaction(|| storage::as_internal(|| crate::spi_calls::run_with_args(&sql, &[relid.into()])));
+        let tracked = crate::subxact::in_subtransaction(|| storage::as_internal(|| crate::spi_calls::run_with_args(&sql, &[relid.into()])));
         let failed = match tracked {
             Ok(Ok(())) => return,
             Ok(Err(e)) => e.to_string(),
-            Err(e) => crate::merge::subxact::state_and_message(&e).1,
+            Err(e) => crate::subxact::state_and_message(&e).1,
         };
         pgrx::log!("pg_worlds could not track table {}: {failed}", relid.to_u32());
     }

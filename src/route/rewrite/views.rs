@@ -110,7 +110,7 @@ pub(crate) unsafe fn overlay_width(layout: &storage::Layout) -> i16 {
 /// Supplies the conflict twin's action column in an INSERT's target list.
 pub(crate) unsafe fn add_action_column(query: *mut pg_sys::Query, width: i16, value: *mut pg_sys::Expr) {
     unsafe {
-        let name = std::ffi::CString::new(crate::route::upsert::ACTION_COLUMN).unwrap();
+        let name = std::ffi::CString::new(crate::storage::upsert_wire::ACTION_COLUMN).unwrap();
         let te = pg_sys::makeTargetEntry(value, width + 1, pg_sys::pstrdup(name.as_ptr()), false);
         (*query).targetList = pg_sys::lappend((*query).targetList, te as *mut std::ffi::c_void);
     }

@@ -113,7 +113,7 @@ pub(super) fn delta_since(layout: &Layout, world: i32, frontier: &str) -> Option
                 continue;
             }
             let Some(dseq) = get(slot, dseq_at) else { continue };
-            let key = if key_at > 0 { get(slot, key_at).and_then(|d| crate::route::custom_scan::integer_of(key_type, d)).map(Key::I) } else { None };
+            let key = if key_at > 0 { get(slot, key_at).and_then(|d| crate::datum::integer_of(key_type, d)).map(Key::I) } else { None };
             out.push((dseq.value() as i64, get(slot, del_at).is_some_and(|d| d.value() != 0), key, get(slot, base_at).map(|d| tid_of_datum(d)), get(slot, of_at).map(|d| d.value() as i64)));
         }
         pg_sys::index_endscan(scan);
