@@ -812,6 +812,13 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     // (first: following a rewrite writes history, which capture then closes)
     rewrite::on_xact(event);
     capture::on_xact(event);
+    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
+        // (events first: the world's row, locked by the version's UPDATE, is held as briefly as can be)
+        write_events::commit_writes();
+    }
+    if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
+        write_events::forget_aborted(0);
+    }
     overlay::on_xact(event);
     for f in callbacks::xact_end() {
         f(event);
@@ -822,11 +829,33 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     }
 }
 
+/// A subtransaction's abort: the rooms above forget what they began in it, then the overlay, write events
+/// and capture.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact(
+    event: pg_sys::SubXactEvent::Type,
+    my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        for f in callbacks::subxact_abort() {
+            f();
+        }
+        overlay::forget_all();
+        write_events::forget_aborted(my);
+        // before the subtransaction's relations leave the relcache (those it created are removed)
+        capture::close_targets();
+    }
+}
+
 pub fn register_callbacks() {
     unsafe {
         pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0usize));
     }
-    overlay::register_xact_callbacks();
+    unsafe {
+        pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
+    }
     unsafe { pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut()) };
 }
 

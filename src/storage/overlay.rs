@@ -204,13 +204,9 @@ pub fn forget_all() {
 }
 
 /// At a transaction's end (called by storage's one transaction callback, after capture's).
+/// (storage's transaction callback runs write_events' work first: storage/mod.rs, on_xact)
 pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
-    if event == pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
-        // (events first: the world's row, locked by the version's UPDATE, is held as briefly as can be)
-        super::write_events::commit_writes();
-    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
-        super::write_events::forget_aborted(0);
         forget_all();
         for f in super::callbacks::abort() {
             f();
@@ -222,30 +218,6 @@ pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
                 *o = None;
             }
         });
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn on_subxact(
-    event: pg_sys::SubXactEvent::Type,
-    my: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        for f in super::callbacks::subxact_abort() {
-            f();
-        }
-        forget_all();
-        super::write_events::forget_aborted(my);
-        // before the subtransaction's relations leave the relcache (those it created are removed)
-        super::capture::close_targets();
-    }
-}
-
-pub fn register_xact_callbacks() {
-    unsafe {
-        pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
     }
 }
 

@@ -147,3 +147,27 @@ unsafe fn plan_for(sql: &str, types: &[pg_sys::Oid], generic: bool) -> pg_sys::S
 pub fn arg<T: IntoDatum>(v: T) -> Option<pg_sys::Datum> {
     v.into_datum()
 }
+
+/// A query over the world's rows with the statement's snapshot (see above), arguments as given.
+/// A statement of pg_worlds' own on a write's path: planned once per backend (planning them every time was
+/// a sixth of a world's TPC-B), run as a statement of its own would run (on a fresh snapshot).
+pub(crate) fn kept<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    query_fresh_generic(sql, &types, &values, f)
+}
+
+/// As `kept`, but what has committed by now under every isolation level: under REPEATABLE READ too (whose
+/// fresh queries read the transaction's snapshot), on the latest snapshot, after a command counter
+/// increment so the statement's own earlier versions are seen. For the checks a write makes after it took
+/// a key's lock: a concurrent session's version of the key, or of a unique value, is found here and fails
+/// the statement (40001, 23505) instead of the commit.
+pub(crate) fn latest<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&Row) -> R) -> Vec<R> {
+    if unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32 {
+        return kept(sql, args, f);
+    }
+    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
+    unsafe { pg_sys::CommandCounterIncrement() };
+    query_latest_generic(sql, &types, &values, f)
+}

@@ -3,7 +3,7 @@
 //! writers committed since this backend's view of the world was read (23505, worded as Postgres words it).
 use crate::sql_text::quote_ident;
 use super::overlay::{with_cache, World};
-use super::writes::latest;
+use super::snapshot_spi::latest;
 use super::{as_table_owner, snapshot_spi, world_locks, Layout};
 use pgrx::prelude::*;
 

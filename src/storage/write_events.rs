@@ -2,7 +2,7 @@
 //! counts added once per statement) and the world's version, moved at commit (PRE_COMMIT / PRE_PREPARE),
 //! and what a rolled-back subtransaction undoes of them.
 use super::overlay::{World, BUMPED, CACHES, WORLD, WRITE_EVENT};
-use super::writes::kept;
+use super::snapshot_spi::kept;
 use super::{as_internal, world_locks};
 use pgrx::prelude::*;
 

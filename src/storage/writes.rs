@@ -3,6 +3,7 @@
 //! table would check it (NOT NULL, keys, unique, CHECK), serialized per world, and reflected in this
 //! backend's overlay cache at once.
 use crate::sql_text::quote_ident;
+use super::snapshot_spi::{kept, latest};
 use super::overlay::{key_expr, read_key_of, session_world, with_cache, World, CACHES};
 use super::{app_triggers, snapshot_spi, world_locks};
 use super::unique_checks::{check_unique, lock_unique_values, output_values, primary_key_name, raise_duplicate, unique_clash};
@@ -609,30 +610,6 @@ fn key_visible(layout: &Layout, names: &[String], args: &[pgrx::datum::DatumWith
         .collect();
     let sql = format!("SELECT 1 FROM {} v WHERE {} LIMIT 1", layout.overlay_name, conds.join(" AND "));
     as_table_owner(layout, || !snapshot_query(&sql, args).is_empty())
-}
-
-/// A query over the world's rows with the statement's snapshot (see snapshot_spi), arguments as given.
-/// A statement of pg_worlds' own on a write's path: planned once per backend (planning them every time was
-/// a sixth of a world's TPC-B), run as a statement of its own would run (on a fresh snapshot).
-pub(super) fn kept<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&snapshot_spi::Row) -> R) -> Vec<R> {
-    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
-    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
-    snapshot_spi::query_fresh_generic(sql, &types, &values, f)
-}
-
-/// As `kept`, but what has committed by now under every isolation level: under REPEATABLE READ too (whose
-/// fresh queries read the transaction's snapshot), on the latest snapshot, after a command counter
-/// increment so the statement's own earlier versions are seen. For the checks a write makes after it took
-/// a key's lock: a concurrent session's version of the key, or of a unique value, is found here and fails
-/// the statement (40001, 23505) instead of the commit.
-pub(super) fn latest<R>(sql: &str, args: &[pgrx::datum::DatumWithOid], f: impl FnMut(&snapshot_spi::Row) -> R) -> Vec<R> {
-    if unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32 {
-        return kept(sql, args, f);
-    }
-    let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
-    let values: Vec<Option<pg_sys::Datum>> = args.iter().map(|a| a.datum().map(|d| d.sans_lifetime())).collect();
-    unsafe { pg_sys::CommandCounterIncrement() };
-    snapshot_spi::query_latest_generic(sql, &types, &values, f)
 }
 
 fn snapshot_query(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<Option<i64>> {
