@@ -3,7 +3,9 @@
 # the `postgres` system user that Debian's package creates.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PGBIN=/usr/lib/postgresql/15/bin
+# PG_TREE: a copy of the server tree (its usr/lib/postgresql/15 and usr/share/postgresql/15) to run instead of the
+# system one, e.g. a soak that must keep the pg_worlds it started with while a newer one is installed
+PGBIN=${PG_TREE:-}/usr/lib/postgresql/15/bin
 PG_CONFIG=$PGBIN/pg_config
 RUN_DIR=$ROOT/.run
 export PATH="$HOME/.cargo/bin:$PGBIN:$PATH"

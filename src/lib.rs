@@ -53,7 +53,7 @@ pub extern "C-unwind" fn _PG_init() {
         route::install_hooks();
         storage::register_callbacks();
         // the work of the rooms above storage that storage's callbacks run (storage/callbacks.rs)
-        storage::callbacks::on_relcache_invalidation(route::history_lookup::on_relcache_invalidation);
+        storage::callbacks::on_relcache_invalidation(route::scans::keys::on_relcache_invalidation);
         storage::callbacks::on_relcache_invalidation(governance::agents::on_relcache_invalidation);
         storage::callbacks::at_abort(time::past_schema::on_abort);
         storage::callbacks::at_subxact_abort(route::routing_aborted);

@@ -66,8 +66,8 @@ pub fn install_hooks() {
         pg_sys::ExecutorFinish_hook = Some(finish::executor_finish);
         planner::install();
     }
-    super::world_scan::install();
-    super::history_lookup::install();
+    super::scans::world_scan::install();
+    super::scans::key_lookup::install();
 }
 
 /// Utility statements that change the schema; refused inside a world until worlds learn schema changes.

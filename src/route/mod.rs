@@ -1,6 +1,5 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
-pub(crate) mod custom_scan;
-pub(crate) mod history_lookup;
+pub mod scans;
 mod hooks;
 mod merge_command;
 mod row_locks;
@@ -8,7 +7,6 @@ pub(crate) mod rewrite;
 mod view_inline;
 pub mod upsert;
 mod view_writes;
-pub mod world_scan;
 pub use hooks::{install_hooks, on_xact_end, routing_aborted};
 
 pub use hooks::sync_past_schema;

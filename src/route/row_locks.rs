@@ -401,7 +401,7 @@ pub unsafe fn lock_calls(stmt: *mut pg_sys::PlannedStmt) -> Vec<LockCall> {
     unsafe {
         let mut out = Vec::new();
         let mut lock_fn = None;
-        for plan in super::history_lookup::plan_nodes(stmt) {
+        for plan in super::scans::keys::plan_nodes(stmt) {
             if (*plan).type_ != pg_sys::NodeTag::T_SubqueryScan {
                 continue;
             }

@@ -117,7 +117,7 @@ unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) ->
         // the role's rights were checked on the table by the router's permission copy of the entry
         (*rte).requiredPerms = 0;
         (*rte).checkAsUser = pg_sys::Oid::INVALID;
-        crate::route::world_scan::mark(rte);
+        crate::route::scans::world_scan::mark(rte);
         true
     }
 }

@@ -50,7 +50,7 @@ pub(super) unsafe fn lock_world_before_reading(query_desc: *mut pg_sys::QueryDes
             world_locks::lock_world(&world, Mode::Shared);
             false
         } else if let Some(mut keys) = (!tabnos.is_empty() && (!keyless || !targets.is_empty()))
-            .then(|| crate::route::history_lookup::keys_written(stmt, (*query_desc).params, &tabnos))
+            .then(|| crate::route::scans::keys::keys_written(stmt, (*query_desc).params, &tabnos))
             .flatten()
             .filter(|k| k.len() <= world_locks::MAX_KEY_LOCKS)
         {

@@ -302,11 +302,11 @@ pub(crate) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
                     && !is_result
                     && row_security.is_none()
                     && (*query).commandType == pg_sys::CmdType::CMD_SELECT
-                    && crate::route::world_scan::supports(&layout)
+                    && crate::route::scans::keys::supports(&layout)
                 {
                     // read in place by the world scan: the entry stays the table's (its rights included)
                     refuse_system_columns(query, i + 1);
-                    crate::route::world_scan::mark(rte);
+                    crate::route::scans::world_scan::mark(rte);
                     continue;
                 }
                 let mut overlay = layout.overlay;
@@ -554,7 +554,7 @@ unsafe fn keep_notify(node: *mut pg_sys::Node, keep: &mut Option<pg_sys::Oid>) {
 /// SELECT, and the table has no inheritance children and no dropped column)? The router asks before it
 /// chooses the write twin (and that the table has no row-level security), this hook again before it converts.
 pub(crate) fn in_place_target(layout: &storage::Layout) -> bool {
-    if layout.unsupported.is_some() || !crate::route::world_scan::supports(layout) {
+    if layout.unsupported.is_some() || !crate::route::scans::keys::supports(layout) {
         return false;
     }
     // a dropped column: the view's row has a NULL placeholder there, and OLD, the whole row the trigger

@@ -19,20 +19,20 @@
 //! (`BETWEEN $1 AND $2`, `id > 7`): the history branch takes the before-images in that range from the
 //! cache's key order (the delta branch's key index serves a range as it is). The branch's own quals (the
 //! world's visibility test among them) still run on what is fetched.
-use super::custom_scan::{exec_methods, int_at, narrow, path_methods, scan_methods, Methods};
+use crate::route::scans::methods::{exec_methods, int_at, narrow, path_methods, scan_methods, Methods};
 use crate::datum::{array_elements, integer_of};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use crate::route::scans::keys::{find_version_index, version_index, DELTA, HISTORY, KEY_LIST, KEY_RANGE, ONE_KEY};
 
-const NAME: &std::ffi::CStr = c"WorldKeyLookup";
+static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(path_methods(crate::route::scans::methods::KEY_LOOKUP, plan_path));
 
-static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(path_methods(NAME, plan_path));
-static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> = Methods(scan_methods(NAME, create_state));
-static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(exec_methods(NAME, begin, exec, end, rescan));
+static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> = Methods(scan_methods(crate::route::scans::methods::KEY_LOOKUP, create_state));
 
-const HISTORY: i32 = 0;
-const DELTA: i32 = 1;
+static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(exec_methods(crate::route::scans::methods::KEY_LOOKUP, begin, exec, end, rescan));
+
+
 
 // ---------------------------------------------------------------------------------------------- planning
 
@@ -46,7 +46,7 @@ unsafe fn storage_of(relid: pg_sys::Oid) -> Option<(i32, i32)> {
     }
     storage::routed_tables().values().copied().find_map(|tabno| {
         let l = storage::relation_layout(tabno);
-        if !crate::route::world_scan::supports(&l) && !overlay::text_keyed(&l) {
+        if !crate::route::scans::keys::supports(&l) && !overlay::text_keyed(&l) {
             return None;
         }
         if l.history == relid {
@@ -83,10 +83,8 @@ struct Clauses {
     bounds: Vec<(*mut pg_sys::Expr, u16)>,
 }
 
-/// How the lookup names its keys (the plan's custom_private[4]).
-const ONE_KEY: i32 = 0;
-const KEY_LIST: i32 = 1;
-const KEY_RANGE: i32 = 2;
+
+
 
 unsafe fn is_delta_visible(n: *mut pg_sys::Node) -> bool {
     unsafe {
@@ -387,68 +385,6 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
     }
 }
 
-/// The delta's btree index on (key, _w_dseq), opened.
-unsafe fn version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
-    unsafe {
-        let index = find_version_index(rel, key_attno);
-        if !index.is_null() {
-            return index;
-        }
-        let name = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned();
-        crate::api::raise("XX000", format!("pg_worlds: {name} has no index on (key, _w_dseq)"))
-    }
-}
-
-thread_local! {
-    /// delta relid -> its (key, _w_dseq) index (InvalidOid: none), forgotten at a relcache invalidation
-    static VERSION_INDEXES: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, pg_sys::Oid>> = Default::default();
-}
-
-/// A relcache invalidation of `relid` (InvalidOid: of everything).
-pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
-    VERSION_INDEXES.with(|v| {
-        if let Ok(mut v) = v.try_borrow_mut() {
-            if relid == pg_sys::Oid::INVALID {
-                v.clear();
-            } else {
-                v.retain(|&d, &mut i| d != relid && i != relid);
-            }
-        }
-    });
-}
-
-/// The same, or null when it has none. (Which index it is is kept per delta: looking through the delta's
-/// indexes for it was a fiftieth of a world's write statement.)
-pub(crate) unsafe fn find_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
-    unsafe {
-        let known = VERSION_INDEXES.with(|v| v.borrow().get(&(*rel).rd_id).copied());
-        if let Some(oid) = known {
-            return if oid == pg_sys::Oid::INVALID { std::ptr::null_mut() } else { pg_sys::index_open(oid, pg_sys::AccessShareLock as i32) };
-        }
-        let found = search_version_index(rel, key_attno);
-        let oid = if found.is_null() { pg_sys::Oid::INVALID } else { (*found).rd_id };
-        VERSION_INDEXES.with(|v| v.borrow_mut().insert((*rel).rd_id, oid));
-        found
-    }
-}
-
-unsafe fn search_version_index(rel: pg_sys::Relation, key_attno: i16) -> pg_sys::Relation {
-    unsafe {
-        let dseq = pg_sys::get_attnum((*rel).rd_id, c"_w_dseq".as_ptr());
-        let list = pg_sys::RelationGetIndexList(rel);
-        for i in 0..if list.is_null() { 0 } else { (*list).length } {
-            let index = pg_sys::index_open(crate::fast_ffi::list_nth_oid(list, i), pg_sys::AccessShareLock as i32);
-            let ix = (*index).rd_index;
-            let keys = (*ix).indkey.values.as_ptr();
-            if (*ix).indnkeyatts == 2 && *keys == key_attno && *keys.add(1) == dseq && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID {
-                return index;
-            }
-            pg_sys::index_close(index, pg_sys::AccessShareLock as i32);
-        }
-        std::ptr::null_mut()
-    }
-}
-
 /// The keys the statement names, each once (as the cache keeps them, and as datums of the key's type in
 /// the query's memory); NULLs match nothing.
 unsafe fn keys_named(n: *mut LookupNode) -> Vec<(overlay::Key, pg_sys::Datum)> {
@@ -666,168 +602,4 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
 /// Registers the scan's methods by name (as a plan read back needs them).
 pub fn install() {
     unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
-}
-
-// ------------------------------------------------------------------------- the keys a write statement names
-
-/// The keys a write statement reads its target rows by, before it runs: for each of `tabnos` (the tables
-/// whose overlay the statement writes), every scan of the table's delta in the plan is a key lookup of
-/// keys named by constants or parameters, so every row it can write has one of those keys. Then the
-/// statement locks those keys before it reads (route/hooks.rs), as Postgres's UPDATE locks a row before it
-/// changes it. None when a scan of a target's delta isn't such a lookup (a range, a join, a scan).
-///
-/// # Safety
-/// A planned statement about to start, and its parameters.
-pub unsafe fn keys_written(stmt: *mut pg_sys::PlannedStmt, params: pg_sys::ParamListInfo, tabnos: &[i32]) -> Option<Vec<(i32, overlay::Key)>> {
-    unsafe {
-        let deltas: Vec<(pg_sys::Oid, i32)> = tabnos.iter().map(|&t| (storage::relation_layout(t).delta, t)).collect();
-        let mut found: Vec<(i32, overlay::Key)> = Vec::new();
-        let mut lookups: Vec<i32> = Vec::new();
-        for plan in plan_nodes(stmt) {
-            let scanrelid = match (*plan).type_ {
-                pg_sys::NodeTag::T_SeqScan
-                | pg_sys::NodeTag::T_SampleScan
-                | pg_sys::NodeTag::T_IndexScan
-                | pg_sys::NodeTag::T_IndexOnlyScan
-                | pg_sys::NodeTag::T_BitmapHeapScan
-                | pg_sys::NodeTag::T_TidScan
-                | pg_sys::NodeTag::T_TidRangeScan
-                | pg_sys::NodeTag::T_CustomScan => (*(plan as *mut pg_sys::Scan)).scanrelid,
-                _ => continue,
-            };
-            if scanrelid == 0 {
-                continue;
-            }
-            let rte = crate::fast_ffi::list_nth((*stmt).rtable, scanrelid as i32 - 1) as *mut pg_sys::RangeTblEntry;
-            if crate::route::world_scan::is_world_scan(plan) {
-                // an UPDATE / DELETE reading its target in place (hooks/planner.rs): main's scan under it
-                // must name its keys
-                let Some(&tabno) = tabnos.iter().find(|&&t| storage::relation_layout(t).relid == (*rte).relid) else { continue };
-                let (expr, list) = crate::route::world_scan::key_condition(plan)?;
-                let keys = evaluate_keys(expr, params, list)?;
-                lookups.push(tabno);
-                found.extend(keys.into_iter().map(|k| (tabno, k)));
-                continue;
-            }
-            let Some(&(_, tabno)) = deltas.iter().find(|(d, _)| *d == (*rte).relid) else { continue };
-            // a scan of a target's delta: it must be this lookup, naming its keys
-            let cscan = plan as *mut pg_sys::CustomScan;
-            if (*plan).type_ != pg_sys::NodeTag::T_CustomScan
-                || !std::ptr::eq((*cscan).methods, &SCAN_METHODS.0)
-                || int_at((*cscan).custom_private, 2) != DELTA
-                || int_at((*cscan).custom_private, 4) == KEY_RANGE
-            {
-                return None;
-            }
-            let expr = crate::fast_ffi::list_nth((*cscan).custom_exprs, 0) as *mut pg_sys::Expr;
-            let keys = evaluate_keys(expr, params, int_at((*cscan).custom_private, 4) == KEY_LIST)?;
-            lookups.push(tabno);
-            found.extend(keys.into_iter().map(|k| (tabno, k)));
-        }
-        // every target read through a lookup (a target the plan doesn't read at all writes nothing)
-        tabnos.iter().all(|t| lookups.contains(t)).then_some(found)
-    }
-}
-
-/// Every plan node of the statement: its tree, its sub-plans and init plans, and what Append, MergeAppend,
-/// BitmapAnd / BitmapOr, custom scans and sub-query scans hold.
-pub unsafe fn plan_nodes(stmt: *mut pg_sys::PlannedStmt) -> Vec<*mut pg_sys::Plan> {
-    unsafe {
-        let mut out = Vec::new();
-        let mut plans: Vec<*mut pg_sys::Plan> = vec![(*stmt).planTree];
-        let subplans = (*stmt).subplans;
-        for i in 0..if subplans.is_null() { 0 } else { (*subplans).length } {
-            plans.push(crate::fast_ffi::list_nth(subplans, i) as *mut pg_sys::Plan);
-        }
-        while let Some(plan) = plans.pop() {
-            if plan.is_null() {
-                continue;
-            }
-            plans.push((*plan).lefttree);
-            plans.push((*plan).righttree);
-            let lists: Vec<*mut pg_sys::List> = match (*plan).type_ {
-                pg_sys::NodeTag::T_Append => vec![(*(plan as *mut pg_sys::Append)).appendplans],
-                pg_sys::NodeTag::T_MergeAppend => vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans],
-                pg_sys::NodeTag::T_BitmapAnd => vec![(*(plan as *mut pg_sys::BitmapAnd)).bitmapplans],
-                pg_sys::NodeTag::T_BitmapOr => vec![(*(plan as *mut pg_sys::BitmapOr)).bitmapplans],
-                pg_sys::NodeTag::T_CustomScan => vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans],
-                _ => vec![],
-            };
-            for l in lists {
-                for i in 0..if l.is_null() { 0 } else { (*l).length } {
-                    plans.push(crate::fast_ffi::list_nth(l, i) as *mut pg_sys::Plan);
-                }
-            }
-            if (*plan).type_ == pg_sys::NodeTag::T_SubqueryScan {
-                plans.push((*(plan as *mut pg_sys::SubqueryScan)).subplan);
-            }
-            out.push(plan);
-        }
-        out
-    }
-}
-
-/// Can the expression be computed before the statement runs: constants and the statement's own
-/// parameters, through casts, functions and arrays of them (no sub-plan's output)?
-unsafe fn computable(n: *mut pg_sys::Node) -> bool {
-    unsafe {
-        if n.is_null() {
-            return true;
-        }
-        let all = |l: *mut pg_sys::List| (0..if l.is_null() { 0 } else { (*l).length }).all(|i| computable(crate::fast_ffi::list_nth(l, i) as *mut pg_sys::Node));
-        match (*n).type_ {
-            pg_sys::NodeTag::T_Const => true,
-            pg_sys::NodeTag::T_Param => (*(n as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN,
-            pg_sys::NodeTag::T_RelabelType => computable((*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node),
-            pg_sys::NodeTag::T_CoerceViaIO => computable((*(n as *mut pg_sys::CoerceViaIO)).arg as *mut pg_sys::Node),
-            pg_sys::NodeTag::T_FuncExpr => all((*(n as *mut pg_sys::FuncExpr)).args),
-            pg_sys::NodeTag::T_OpExpr => all((*(n as *mut pg_sys::OpExpr)).args),
-            pg_sys::NodeTag::T_ArrayExpr => all((*(n as *mut pg_sys::ArrayExpr)).elements),
-            _ => false,
-        }
-    }
-}
-
-/// The keys a lookup's key expression names (an array of them for a list), as the cache keeps them.
-pub(crate) unsafe fn evaluate_keys(expr: *mut pg_sys::Expr, params: pg_sys::ParamListInfo, list: bool) -> Option<Vec<overlay::Key>> {
-    unsafe {
-        if !computable(expr as *mut pg_sys::Node) {
-            return None;
-        }
-        // one integer constant (`WHERE id = 42` as a client sends it): no expression context to build
-        if !list && !expr.is_null() && (*expr).type_ == pg_sys::NodeTag::T_Const {
-            let c = expr as *mut pg_sys::Const;
-            if (*c).constisnull {
-                return Some(Vec::new());
-            }
-            if let Some(k) = integer_of((*c).consttype, (*c).constvalue) {
-                return Some(vec![overlay::Key::I(k)]);
-            }
-        }
-        let econtext = pg_sys::CreateStandaloneExprContext();
-        (*econtext).ecxt_param_list_info = params;
-        let old = pg_sys::MemoryContextSwitchTo((*econtext).ecxt_per_query_memory);
-        let state = pg_sys::ExecInitExpr(expr, std::ptr::null_mut());
-        pg_sys::MemoryContextSwitchTo(old);
-        let mut isnull = false;
-        let d = pg_sys::ExecEvalExprSwitchContext(state, econtext, &mut isnull);
-        let key_of = |typ: pg_sys::Oid, d: pg_sys::Datum| {
-            if let Some(k) = integer_of(typ, d) {
-                return overlay::Key::I(k);
-            }
-            let (mut output, mut varlena) = (pg_sys::Oid::INVALID, false);
-            pg_sys::getTypeOutputInfo(typ, &mut output, &mut varlena);
-            overlay::Key::T(std::ffi::CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, d)).to_string_lossy().into_owned())
-        };
-        let keys = if isnull {
-            Vec::new()
-        } else if list {
-            let (elem, elements) = array_elements(d);
-            elements.into_iter().map(|e| key_of(elem, e)).collect()
-        } else {
-            vec![key_of(pg_sys::exprType(expr as *mut pg_sys::Node), d)]
-        };
-        pg_sys::FreeExprContext(econtext, true);
-        Some(keys)
-    }
 }

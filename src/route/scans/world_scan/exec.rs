@@ -1,243 +1,13 @@
-//! The world scan: how a SELECT inside a world reads a tracked table (see docs/architecture.md, "The world
-//! scan", where this departs from DESIGN.md's overlay view for reads).
-//!
-//! The router leaves a table a SELECT only reads as the real table and marks its range-table entry (`mark`).
-//! The planner plans that relation exactly as in main (same statistics, indexes, join paths); this hook then
-//! wraps each of its scan paths in a Custom Scan that
-//! - runs main's scan as planned and drops the rows the world doesn't see (the overlay cache's sets: rows
-//!   main created since the fork, by tid; keys the world's chain shadows), and
-//! - adds the rows the world has instead: its chain's delta rows, found through the same index keys as
-//!   main's scan when that scan is on the primary key (else read whole), and main's before-images, fetched
-//!   by the tids the overlay cache holds for them (those in main's key range), filtered by the relation's
-//!   quals. With a key-ordered scan the two streams are merged in key order.
-//!
-//! One relation is planned where the overlay view gave a three-branch append: planning was about half the
-//! time of a point read in a world. Used for tables with one integer key column, without row-level
-//! security; other reads, and all writes, go through the overlay views.
-use super::custom_scan::{exec_methods, int_at, narrow, path_methods, scan_methods, Methods};
+//! Running the world scan: main's rows the world sees, then (or merged in key order with them) the world's own.
+use crate::route::scans::methods::{int_at, list_items, narrow};
 use crate::datum::{array_elements, integer_of};
 use crate::storage::{self, overlay};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The marker on a range-table entry the world scan reads: `security_barrier`, which Postgres uses only
-/// for sub-query entries (it survives copying, so cached plans keep it).
-///
-/// # Safety
-/// `rte` is a valid range-table entry of a relation.
-pub unsafe fn mark(rte: *mut pg_sys::RangeTblEntry) {
-    unsafe {
-        (*rte).security_barrier = true;
-        (*rte).inh = false;
-    }
-}
-
-unsafe fn marked(rte: *mut pg_sys::RangeTblEntry) -> bool {
-    unsafe { (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && (*rte).security_barrier }
-}
-
-/// Which tables the world scan can read: one integer key column (the visibility sets are probed by it).
-pub fn supports(layout: &storage::Layout) -> bool {
-    layout.key_kind == b'i' && layout.key_attnos.len() == 1
-}
-
-const NAME: &std::ffi::CStr = c"WorldScan";
-
-static PATH_METHODS: Methods<pg_sys::CustomPathMethods> = Methods(path_methods(NAME, plan_path));
-static SCAN_METHODS: Methods<pg_sys::CustomScanMethods> = Methods(scan_methods(NAME, create_state));
-static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(pg_sys::CustomExecMethods {
-    EstimateDSMCustomScan: Some(estimate_dsm),
-    InitializeDSMCustomScan: Some(initialize_dsm),
-    ReInitializeDSMCustomScan: Some(reinitialize_dsm),
-    InitializeWorkerCustomScan: Some(initialize_worker),
-    ..exec_methods(NAME, begin, exec, end, rescan)
-});
-
-static mut PREV_SET_REL_PATHLIST: pg_sys::set_rel_pathlist_hook_type = None;
-
-pub fn install() {
-    unsafe {
-        // parallel workers find the scan's methods by name when they read the plan
-        pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0);
-        PREV_SET_REL_PATHLIST = pg_sys::set_rel_pathlist_hook;
-        pg_sys::set_rel_pathlist_hook = Some(set_rel_pathlist);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------- planning
-
-#[pg_guard]
-unsafe extern "C-unwind" fn set_rel_pathlist(
-    root: *mut pg_sys::PlannerInfo,
-    rel: *mut pg_sys::RelOptInfo,
-    rti: pg_sys::Index,
-    rte: *mut pg_sys::RangeTblEntry,
-) {
-    unsafe {
-        if let Some(prev) = PREV_SET_REL_PATHLIST {
-            prev(root, rel, rti, rte);
-        }
-        super::history_lookup::add_path(rel, rte);
-        if !marked(rte) || (*rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL || pg_sys::is_dummy_rel(rel) {
-            return;
-        }
-        let Some(&tabno) = storage::routed_tables().get(&(*rte).relid) else { return };
-        let key_attno = storage::relation_layout(tabno).key_attnos[0];
-        let paths = (*rel).pathlist;
-        let partial = (*rel).partial_pathlist;
-        (*rel).pathlist = std::ptr::null_mut();
-        (*rel).partial_pathlist = std::ptr::null_mut();
-        // the source of an UPDATE / DELETE (hooks/planner.rs): the world part is read live (see ScanCache::live)
-        let live = (*(*root).parse).resultRelation != 0;
-        for p in list_items::<pg_sys::Path>(paths) {
-            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, false, live) {
-                pg_sys::add_path(rel, wrapped);
-            }
-        }
-        for p in list_items::<pg_sys::Path>(partial) {
-            if let Some(wrapped) = wrap(rel, p, tabno, key_attno, true, live) {
-                pg_sys::add_partial_path(rel, wrapped);
-            }
-        }
-    }
-}
-
-unsafe fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
-    unsafe {
-        if list.is_null() {
-            return Vec::new();
-        }
-        (0..(*list).length).map(|i| crate::fast_ffi::list_nth(list, i) as *mut T).collect()
-    }
-}
-
-/// main's scan path under a world scan, or None for a path the world scan can't run under it.
-unsafe fn wrap(
-    rel: *mut pg_sys::RelOptInfo,
-    path: *mut pg_sys::Path,
-    tabno: i32,
-    key_attno: i32,
-    partial: bool,
-    live: bool,
-) -> Option<*mut pg_sys::Path> {
-    use pg_sys::NodeTag::*;
-    unsafe {
-        let mut child = path;
-        match (*path).pathtype {
-            T_SeqScan | T_IndexScan | T_BitmapHeapScan | T_TidScan | T_TidRangeScan | T_SampleScan => {}
-            T_IndexOnlyScan => {
-                // the world scan needs each row's tid and key from the heap tuple: a plain index scan
-                let copy = pg_sys::palloc(std::mem::size_of::<pg_sys::IndexPath>()) as *mut pg_sys::IndexPath;
-                std::ptr::copy_nonoverlapping(path as *const pg_sys::IndexPath, copy, 1);
-                (*copy).path.pathtype = T_IndexScan;
-                child = copy as *mut pg_sys::Path;
-            }
-            _ => return None,
-        }
-        let order = key_order(rel, child, key_attno);
-        let cp = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomPath>()) as *mut pg_sys::CustomPath;
-        (*cp).path.type_ = T_CustomPath;
-        (*cp).path.pathtype = T_CustomScan;
-        (*cp).path.parent = rel;
-        (*cp).path.pathtarget = (*rel).reltarget;
-        (*cp).path.param_info = (*child).param_info;
-        (*cp).path.parallel_aware = partial;
-        (*cp).path.parallel_safe = (*child).parallel_safe;
-        (*cp).path.parallel_workers = (*child).parallel_workers;
-        (*cp).path.rows = (*child).rows;
-        (*cp).path.startup_cost = (*child).startup_cost;
-        (*cp).path.total_cost = (*child).total_cost;
-        (*cp).path.pathkeys = if order != 0 { (*child).pathkeys } else { std::ptr::null_mut() };
-        (*cp).custom_paths = pg_sys::lappend(std::ptr::null_mut(), child as *mut std::ffi::c_void);
-        let mut private = pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeInteger(tabno) as *mut std::ffi::c_void);
-        private = pg_sys::lappend(private, pg_sys::makeInteger(order) as *mut std::ffi::c_void);
-        // in the plan, so a parallel worker's begin needn't load the table's layout (SPI, on its cold caches)
-        private = pg_sys::lappend(private, pg_sys::makeInteger(key_attno) as *mut std::ffi::c_void);
-        private = pg_sys::lappend(private, pg_sys::makeInteger(live as i32) as *mut std::ffi::c_void);
-        (*cp).custom_private = private;
-        (*cp).methods = &PATH_METHODS.0;
-        Some(cp as *mut pg_sys::Path)
-    }
-}
-
-/// 1 / -1 when main's path returns rows in ascending / descending key order (the world's rows are then
-/// merged in), 0 when in no order the world scan can keep.
-unsafe fn key_order(rel: *mut pg_sys::RelOptInfo, path: *mut pg_sys::Path, key_attno: i32) -> i32 {
-    unsafe {
-        let keys = (*path).pathkeys;
-        if keys.is_null() || (*keys).length != 1 {
-            return 0;
-        }
-        let pk = crate::fast_ffi::list_nth(keys, 0) as *mut pg_sys::PathKey;
-        let ec = (*pk).pk_eclass;
-        let on_key = list_items::<pg_sys::EquivalenceMember>((*ec).ec_members).into_iter().any(|em| {
-            let e = (*em).em_expr as *mut pg_sys::Node;
-            !e.is_null() && (*e).type_ == pg_sys::NodeTag::T_Var && {
-                let v = e as *mut pg_sys::Var;
-                (*v).varno as u32 == (*rel).relid && (*v).varattno as i32 == key_attno && (*v).varlevelsup == 0
-            }
-        });
-        if !on_key {
-            return 0;
-        }
-        match (*pk).pk_strategy as u32 {
-            pg_sys::BTLessStrategyNumber => 1,
-            pg_sys::BTGreaterStrategyNumber => -1,
-            _ => 0,
-        }
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn plan_path(
-    _root: *mut pg_sys::PlannerInfo,
-    rel: *mut pg_sys::RelOptInfo,
-    best_path: *mut pg_sys::CustomPath,
-    tlist: *mut pg_sys::List,
-    clauses: *mut pg_sys::List,
-    custom_plans: *mut pg_sys::List,
-) -> *mut pg_sys::Plan {
-    unsafe {
-        let cscan = pg_sys::palloc0(std::mem::size_of::<pg_sys::CustomScan>()) as *mut pg_sys::CustomScan;
-        (*cscan).scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
-        (*cscan).scan.plan.targetlist = tlist;
-        // main's scan checks the quals on main's rows; the world scan checks them on the world's own rows
-        // only, so they are its expressions, not its filter
-        (*cscan).scan.plan.qual = std::ptr::null_mut();
-        (*cscan).custom_exprs = pg_sys::extract_actual_clauses(clauses, false);
-        (*cscan).scan.scanrelid = (*rel).relid;
-        (*cscan).flags = (*best_path).flags;
-        (*cscan).custom_plans = pg_sys::lappend(std::ptr::null_mut(), ungated(crate::fast_ffi::list_nth(custom_plans, 0) as *mut pg_sys::Plan) as *mut std::ffi::c_void);
-        (*cscan).custom_private = (*best_path).custom_private;
-        (*cscan).methods = &SCAN_METHODS.0;
-        cscan as *mut pg_sys::Plan
-    }
-}
-
-/// Main's scan plan without the gating Result Postgres puts over it for a condition that names no column of
-/// the table (`where (select 1) is not null`: a one-time filter). The same gate sits above the world scan (Postgres
-/// gates every scan of the relation), so the one under it is redundant, and the world scan reads its child as the
-/// scan node itself (its scan slot, its relation, its index): a Result there was read as a scan, and crashed.
-/// The gate's target list is the scan's own (both built from the path's target), kept on the scan.
-unsafe fn ungated(plan: *mut pg_sys::Plan) -> *mut pg_sys::Plan {
-    unsafe {
-        let mut plan = plan;
-        while (*plan).type_ == pg_sys::NodeTag::T_Result {
-            let result = plan as *mut pg_sys::Result;
-            let inner = (*result).plan.lefttree;
-            if inner.is_null() || (*result).resconstantqual.is_null() || !(*result).plan.qual.is_null() {
-                break;
-            }
-            (*inner).targetlist = (*result).plan.targetlist;
-            plan = inner;
-        }
-        plan
-    }
-}
-
 /// Is this plan-state node one the world scan runs under it (a scan of the table it reads)?
-fn is_scan_state(tag: pg_sys::NodeTag) -> bool {
+pub(crate) fn is_scan_state(tag: pg_sys::NodeTag) -> bool {
     use pg_sys::NodeTag::*;
     matches!(tag, T_SeqScanState | T_IndexScanState | T_BitmapHeapScanState | T_TidScanState | T_TidRangeScanState | T_SampleScanState)
 }
@@ -245,64 +15,64 @@ fn is_scan_state(tag: pg_sys::NodeTag) -> bool {
 // --------------------------------------------------------------------------------------------- execution
 
 #[repr(C)]
-struct ScanNode {
-    css: pg_sys::CustomScanState,
-    run: *mut Run,
+pub(crate) struct ScanNode {
+    pub(crate) css: pg_sys::CustomScanState,
+    pub(crate) run: *mut Run,
 }
 
 /// A storage relation whose rows the world adds (the delta, or main's history), read as the table's rows.
-struct Side {
-    rel: pg_sys::Relation,
+pub(crate) struct Side {
+    pub(crate) rel: pg_sys::Relation,
     /// its index on the key column, when main's scan is an index scan on the key with the same operators
-    key_index: pg_sys::Relation,
-    slot: *mut pg_sys::TupleTableSlot,
+    pub(crate) key_index: pg_sys::Relation,
+    pub(crate) slot: *mut pg_sys::TupleTableSlot,
     /// for each attribute of the table: the side's attribute of the same name (0: none, read as NULL)
-    map: Vec<i32>,
-    seq_attno: i32,
-    key_attno: i32,
-    is_delta: bool,
+    pub(crate) map: Vec<i32>,
+    pub(crate) seq_attno: i32,
+    pub(crate) key_attno: i32,
+    pub(crate) is_delta: bool,
 }
 
-struct Run {
-    tabno: i32,
-    key_attno: i32,
+pub(crate) struct Run {
+    pub(crate) tabno: i32,
+    pub(crate) key_attno: i32,
     /// 1 / -1: main's scan is in ascending / descending key order, and so is the output; 0: no order
-    order: i32,
-    child: *mut pg_sys::PlanState,
+    pub(crate) order: i32,
+    pub(crate) child: *mut pg_sys::PlanState,
     /// the key column in the tuple descriptor of main's scan slot (its cached offset)
-    key_att: *const pg_sys::FormData_pg_attribute,
-    qual: *mut pg_sys::ExprState,
-    extra_slot: *mut pg_sys::TupleTableSlot,
+    pub(crate) key_att: *const pg_sys::FormData_pg_attribute,
+    pub(crate) qual: *mut pg_sys::ExprState,
+    pub(crate) extra_slot: *mut pg_sys::TupleTableSlot,
     /// holds the world's rows of the current scan
-    cxt: pg_sys::MemoryContext,
+    pub(crate) cxt: pg_sys::MemoryContext,
     /// the delta and history relations, opened when first read
-    sides: [Option<Side>; 2],
+    pub(crate) sides: [Option<Side>; 2],
     /// the world's rows that pass the quals, with their keys (sorted when ordered)
-    extras: Vec<(i64, pg_sys::MinimalTuple)>,
-    next_extra: usize,
-    gathered: bool,
-    base_done: bool,
+    pub(crate) extras: Vec<(i64, pg_sys::MinimalTuple)>,
+    pub(crate) next_extra: usize,
+    pub(crate) gathered: bool,
+    pub(crate) base_done: bool,
     /// a row of main's the world sees (key, main's output slot), waiting for its turn in the merge
-    pending: Option<(i64, *mut pg_sys::TupleTableSlot)>,
-    cache: overlay::ScanCache,
+    pub(crate) pending: Option<(i64, *mut pg_sys::TupleTableSlot)>,
+    pub(crate) cache: overlay::ScanCache,
     /// a parallel scan: whether a participant has taken the world's rows (they are added once)
-    shared: *const AtomicU32,
+    pub(crate) shared: *const AtomicU32,
     /// the leader's cache of the table, between sizing the shared memory and filling it
-    export: Vec<i64>,
+    pub(crate) export: Vec<i64>,
     /// how main's rows leave the node (see `Output`)
-    output: Output,
+    pub(crate) output: Output,
     /// a row of main's taken by the unguarded path whose test needs the cache made current first
-    unchecked: Option<(i64, u64, *mut pg_sys::TupleTableSlot)>,
+    pub(crate) unchecked: Option<(i64, u64, *mut pg_sys::TupleTableSlot)>,
     /// main's scan is a sequential scan of a heap: its rows are prefetched (see `prefetch_ahead`)
-    heap_seq: bool,
+    pub(crate) heap_seq: bool,
     /// the keys the statement's own conditions name (`key = x`, `key = ANY(x)`, x known before it runs),
     /// computed at the first gather: None = not yet, Some(None) = no such condition
-    condition_keys: Option<Option<Vec<i64>>>,
+    pub(crate) condition_keys: Option<Option<Vec<i64>>>,
 }
 
 /// How the node returns main's rows.
 #[derive(Clone, Copy, PartialEq)]
-enum Output {
+pub(crate) enum Output {
     /// as main's scan projected them (its output slot)
     Projected,
     /// main's scan slot itself: the node's target list is the table's row as stored
@@ -312,7 +82,7 @@ enum Output {
 }
 
 /// How the node can return main's rows given its target list (see `Output`).
-unsafe fn output_for(tlist: *mut pg_sys::List, scanrelid: pg_sys::Index, desc: pg_sys::TupleDesc) -> Output {
+pub(crate) unsafe fn output_for(tlist: *mut pg_sys::List, scanrelid: pg_sys::Index, desc: pg_sys::TupleDesc) -> Output {
     unsafe {
         let entries = list_items::<pg_sys::TargetEntry>(tlist);
         if entries.is_empty() {
@@ -339,28 +109,17 @@ unsafe fn output_for(tlist: *mut pg_sys::List, scanrelid: pg_sys::Index, desc: p
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn create_state(cscan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
-    unsafe {
-        let node = pg_sys::palloc0(std::mem::size_of::<ScanNode>()) as *mut ScanNode;
-        (*node).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
-        (*node).css.flags = (*cscan).flags;
-        (*node).css.methods = &EXEC_METHODS.0;
-        node as *mut pg_sys::Node
-    }
-}
-
-unsafe fn run_of<'a>(node: *mut pg_sys::CustomScanState) -> &'a mut Run {
+pub(crate) unsafe fn run_of<'a>(node: *mut pg_sys::CustomScanState) -> &'a mut Run {
     unsafe { &mut *(*(node as *mut ScanNode)).run }
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn drop_run(arg: *mut std::ffi::c_void) {
+pub(crate) unsafe extern "C-unwind" fn drop_run(arg: *mut std::ffi::c_void) {
     unsafe { drop(Box::from_raw(arg as *mut Run)) }
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: std::ffi::c_int) {
+pub(crate) unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *mut pg_sys::EState, eflags: std::ffi::c_int) {
     unsafe {
         let cscan = (*node).ss.ps.plan as *mut pg_sys::CustomScan;
         let tabno = int_at((*cscan).custom_private, 0);
@@ -437,12 +196,12 @@ unsafe extern "C-unwind" fn begin(node: *mut pg_sys::CustomScanState, estate: *m
 }
 
 #[inline]
-unsafe fn tup_is_null(slot: *mut pg_sys::TupleTableSlot) -> bool {
+pub(crate) unsafe fn tup_is_null(slot: *mut pg_sys::TupleTableSlot) -> bool {
     unsafe { slot.is_null() || ((*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16) != 0 }
 }
 
 #[inline]
-unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64> {
+pub(crate) unsafe fn attr_i64(slot: *mut pg_sys::TupleTableSlot, attno: i32) -> Option<i64> {
     unsafe {
         let mut isnull = false;
         let d = crate::fast_ffi::slot_getattr(slot, attno, &mut isnull);
@@ -465,7 +224,7 @@ mod unguarded {
 /// next row the world sees, while the cache is current. It neither panics nor holds anything that needs
 /// dropping when main's scan raises an ERROR (a longjmp over this frame, as over a C caller's); everything
 /// else goes through `exec_guarded`.
-unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+pub(crate) unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let run = run_of(node);
         if run.gathered && run.order == 0 && !run.base_done && run.unchecked.is_none() {
@@ -478,7 +237,7 @@ unsafe extern "C-unwind" fn exec(node: *mut pg_sys::CustomScanState) -> *mut pg_
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
+pub(crate) unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let run = run_of(node);
         if !(*(*node).ss.ps.state).es_epq_active.is_null() {
@@ -523,7 +282,7 @@ unsafe extern "C-unwind" fn exec_guarded(node: *mut pg_sys::CustomScanState) -> 
 /// (ExecScan: the test row of this relation, once, if it passes the scan's conditions). The world's own rows
 /// are not added: the re-check is of the one row the statement locked. Never taken by the fast path
 /// (`exec`), which runs only once the world's rows are gathered.
-unsafe fn epq_row(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
+pub(crate) unsafe fn epq_row(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let child = run.child;
         if !(*child).chgParam.is_null() {
@@ -539,7 +298,7 @@ unsafe fn epq_row(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_
 
 /// A row of main's as the node returns it (see `Output`).
 #[inline(always)]
-unsafe fn emit(node: *mut pg_sys::CustomScanState, run: &Run, out: *mut pg_sys::TupleTableSlot) -> *mut pg_sys::TupleTableSlot {
+pub(crate) unsafe fn emit(node: *mut pg_sys::CustomScanState, run: &Run, out: *mut pg_sys::TupleTableSlot) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         if run.output != Output::Empty {
             return out;
@@ -554,7 +313,7 @@ unsafe fn emit(node: *mut pg_sys::CustomScanState, run: &Run, out: *mut pg_sys::
 }
 
 /// The next of the world's own rows, projected; an empty slot at the end.
-unsafe fn next_extra(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
+pub(crate) unsafe fn next_extra(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut pg_sys::TupleTableSlot {
     unsafe {
         let Some(&(_, tuple)) = run.extras.get(run.next_extra) else {
             return pg_sys::ExecClearTuple((*node).ss.ps.ps_ResultTupleSlot);
@@ -571,7 +330,7 @@ unsafe fn next_extra(node: *mut pg_sys::CustomScanState, run: &mut Run) -> *mut 
 /// The key of main's row in a scan slot. Read in place from a heap tuple without nulls when the key's
 /// offset is known (always for a first column), as deforming the tuple would, at a fraction of the cost.
 #[inline]
-unsafe fn key_of(slot: *mut pg_sys::TupleTableSlot, key_attno: i32, att: *const pg_sys::FormData_pg_attribute) -> Option<i64> {
+pub(crate) unsafe fn key_of(slot: *mut pg_sys::TupleTableSlot, key_attno: i32, att: *const pg_sys::FormData_pg_attribute) -> Option<i64> {
     unsafe {
         let ops = (*slot).tts_ops;
         if ((*slot).tts_nvalid as i32) < key_attno && (ops == &pg_sys::TTSOpsBufferHeapTuple || ops == &pg_sys::TTSOpsHeapTuple) {
@@ -604,7 +363,7 @@ unsafe fn key_of(slot: *mut pg_sys::TupleTableSlot, key_attno: i32, att: *const 
 /// node's time (a cache miss). So the row a few places ahead on the page is fetched into the cache now.
 /// Reads the heap scan's page-at-a-time state; a prefetch never faults, and the page is pinned by the scan.
 #[inline(always)]
-unsafe fn prefetch_ahead(child: *mut pg_sys::PlanState) {
+pub(crate) unsafe fn prefetch_ahead(child: *mut pg_sys::PlanState) {
     #[cfg(target_arch = "x86_64")]
     unsafe {
         const AHEAD: i32 = 4;
@@ -631,7 +390,7 @@ unsafe fn prefetch_ahead(child: *mut pg_sys::PlanState) {
 }
 
 /// What advancing main's scan gave.
-enum Base {
+pub(crate) enum Base {
     /// a row of main's the world sees: its key and main's output slot (the node's output: both project
     /// the relation's target list, or `Output` says how it is returned)
     Row(i64, *mut pg_sys::TupleTableSlot),
@@ -644,7 +403,7 @@ enum Base {
 /// Advances main's scan to its next row the world sees. `FAST`: the unguarded path, which stops at a row
 /// it can't test without making the cache current (SPI).
 #[inline(always)]
-unsafe fn next_base_row<const FAST: bool>(run: &mut Run) -> Base {
+pub(crate) unsafe fn next_base_row<const FAST: bool>(run: &mut Run) -> Base {
     unsafe {
         if !FAST {
             if let Some((key, tid, out)) = run.unchecked.take() {
@@ -690,7 +449,7 @@ unsafe fn next_base_row<const FAST: bool>(run: &mut Run) -> Base {
 
 /// Reads the world's own rows for this scan: those of its delta and main's before-images it sees, that pass
 /// the quals. Through main's index keys when its scan is an index scan on the key, else whole.
-unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
+pub(crate) unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
     unsafe {
         if !run.shared.is_null() && (*run.shared).swap(1, Ordering::AcqRel) != 0 {
             return; // another participant of the parallel scan adds them
@@ -814,7 +573,7 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
             let own = !side.key_index.is_null() && is_version_index(side.key_index, side.key_attno, side.seq_attno);
             let version_index = match &winners {
                 Some(_) if own => side.key_index,
-                Some(_) => crate::route::history_lookup::find_version_index(side.rel, side.key_attno as i16),
+                Some(_) => crate::route::scans::keys::find_version_index(side.rel, side.key_attno as i16),
                 None => std::ptr::null_mut(),
             };
             match keys {
@@ -854,13 +613,13 @@ unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
 /// The integer keys the scan's own conditions name (`world_scan::key_condition`), when they can be computed
 /// before it runs (constants, the statement's parameters): every world row that passes the conditions has one
 /// of them. Computed once per scan.
-unsafe fn condition_keys(node: *mut pg_sys::CustomScanState, run: &mut Run) -> Option<Vec<i64>> {
+pub(crate) unsafe fn condition_keys(node: *mut pg_sys::CustomScanState, run: &mut Run) -> Option<Vec<i64>> {
     unsafe {
         if run.condition_keys.is_none() {
             let plan = (*node).ss.ps.plan;
             let params = (*(*node).ss.ps.state).es_param_list_info;
-            let keys = key_condition(plan)
-                .and_then(|(expr, list)| crate::route::history_lookup::evaluate_keys(expr, params, list))
+            let keys = crate::route::scans::keys::key_condition(plan)
+                .and_then(|(expr, list)| crate::route::scans::keys::evaluate_keys(expr, params, list))
                 .and_then(|keys| keys.into_iter().map(|k| match k {
                     overlay::Key::I(i) => Some(i),
                     _ => None,
@@ -872,7 +631,7 @@ unsafe fn condition_keys(node: *mut pg_sys::CustomScanState, run: &mut Run) -> O
 }
 
 /// The delta's rows at these (key, dseq), through its (key, _w_dseq) index.
-unsafe fn read_versions(
+pub(crate) unsafe fn read_versions(
     side: &Side,
     index: pg_sys::Relation,
     snapshot: pg_sys::Snapshot,
@@ -902,7 +661,7 @@ unsafe fn read_versions(
 
 /// main's scan keys, when its scan is an index scan on the key column alone, or a bitmap heap scan of one
 /// such index scan: (index, keys, how many).
-unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(pg_sys::Relation, pg_sys::ScanKey, i32)> {
+pub(crate) unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(pg_sys::Relation, pg_sys::ScanKey, i32)> {
     unsafe {
         if (*child).type_ == pg_sys::NodeTag::T_BitmapHeapScanState {
             let inner = (*child).lefttree;
@@ -943,12 +702,12 @@ unsafe fn index_keys(child: *mut pg_sys::PlanState, key_attno: i32) -> Option<(p
 
 /// Main's index and the side's index on the same column compare with the same operators: main's scan keys
 /// are valid for the side's index.
-unsafe fn same_operators(a: pg_sys::Relation, b: pg_sys::Relation) -> bool {
+pub(crate) unsafe fn same_operators(a: pg_sys::Relation, b: pg_sys::Relation) -> bool {
     // (the side's index may go on past the key: the delta's is on (key, version))
     unsafe { *(*a).rd_opfamily == *(*b).rd_opfamily && (*(*a).rd_index).indnatts == 1 }
 }
 
-unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: bool) -> Side {
+pub(crate) unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: bool) -> Side {
     unsafe {
         let layout = storage::relation_layout(run.tabno);
         let table_desc = (*(*node).ss.ss_currentRelation).rd_att;
@@ -980,7 +739,7 @@ unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: boo
             // (the (key, _w_dseq) index, whose oid is kept per delta, when there is one: it serves main's
             // index scans on the key and the reads of versions by (key, dseq) alike)
             Some(_) if is_delta => {
-                let index = crate::route::history_lookup::find_version_index(rel, key_attno as i16);
+                let index = crate::route::scans::keys::find_version_index(rel, key_attno as i16);
                 if index.is_null() { key_index_of(rel, key_attno) } else { index }
             }
             _ => std::ptr::null_mut(),
@@ -992,7 +751,7 @@ unsafe fn open_side(node: *mut pg_sys::CustomScanState, run: &Run, is_delta: boo
 
 /// The key ranges main's index scan keys select, when they are plain comparisons of integers: one range
 /// [lo, hi], or for `key = ANY(...)` (an IN list) one range per listed key, each once.
-unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> Option<Vec<(i64, i64)>> {
+pub(crate) unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> Option<Vec<(i64, i64)>> {
     unsafe {
         if *(*index).rd_opfamily != pg_sys::INTEGER_BTREE_FAM_OID {
             return None;
@@ -1027,7 +786,7 @@ unsafe fn key_bounds(index: pg_sys::Relation, keys: pg_sys::ScanKey, n: i32) -> 
 }
 
 /// The non-null elements of an int2, int4 or int8 array, sorted, each once.
-unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
+pub(crate) unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
     unsafe {
         let (elem, elements) = array_elements(d);
         let mut keys = elements.into_iter().map(|e| integer_of(elem, e)).collect::<Option<Vec<i64>>>()?;
@@ -1039,7 +798,7 @@ unsafe fn array_of_integers(d: pg_sys::Datum) -> Option<Vec<i64>> {
 
 /// The relation's btree index led by the key column, opened (null when it has none).
 /// Whether `index` is the delta's btree on (key, _w_dseq).
-unsafe fn is_version_index(index: pg_sys::Relation, key_attno: i32, seq_attno: i32) -> bool {
+pub(crate) unsafe fn is_version_index(index: pg_sys::Relation, key_attno: i32, seq_attno: i32) -> bool {
     unsafe {
         let ix = (*index).rd_index;
         let keys = (*ix).indkey.values.as_ptr();
@@ -1047,7 +806,7 @@ unsafe fn is_version_index(index: pg_sys::Relation, key_attno: i32, seq_attno: i
     }
 }
 
-unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relation {
+pub(crate) unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relation {
     unsafe {
         let list = pg_sys::RelationGetIndexList(rel);
         for i in 0..if list.is_null() { 0 } else { (*list).length } {
@@ -1064,7 +823,7 @@ unsafe fn key_index_of(rel: pg_sys::Relation, key_attno: i32) -> pg_sys::Relatio
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
+pub(crate) unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
     unsafe {
         let run = run_of(node);
         if !(*node).ss.ps.chgParam.is_null() {
@@ -1082,7 +841,7 @@ unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+pub(crate) unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
     unsafe {
         let run = run_of(node);
         pg_sys::ExecEndNode(run.child);
@@ -1092,130 +851,5 @@ unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
             }
             pg_sys::table_close(side.rel, pg_sys::NoLock as i32);
         }
-    }
-}
-
-// A parallel world scan: each participant runs its share of main's scan; the first to start adds the
-// world's rows. The leader passes its cache of the table in the shared memory, so workers don't rebuild it.
-// Layout: the flag (8 bytes), the number of i64 that follow, then `overlay::export_for_workers`.
-
-/// Past this, workers build their own cache (the shared memory would be too large).
-const MAX_SHARED_CACHE: usize = 8 << 20;
-
-#[pg_guard]
-unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
-    unsafe {
-        let run = run_of(node);
-        let mut export = overlay::export_for_workers(run.tabno, &run.cache);
-        if export.len() > MAX_SHARED_CACHE {
-            export.clear();
-        }
-        let size = 16 + 8 * export.len();
-        run.export = export;
-        size as pg_sys::Size
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
-    unsafe {
-        let run = run_of(node);
-        let flag = coordinate as *const AtomicU32;
-        (*flag).store(0, Ordering::Release);
-        run.shared = flag;
-        let words = (coordinate as *mut i64).add(1);
-        *words = run.export.len() as i64;
-        std::ptr::copy_nonoverlapping(run.export.as_ptr(), words.add(1), run.export.len());
-        run.export = Vec::new();
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn reinitialize_dsm(_node: *mut pg_sys::CustomScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
-    unsafe { (*(coordinate as *const AtomicU32)).store(0, Ordering::Release) }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::CustomScanState, _toc: *mut pg_sys::shm_toc, coordinate: *mut std::ffi::c_void) {
-    unsafe {
-        let run = run_of(node);
-        run.shared = coordinate as *const AtomicU32;
-        let words = (coordinate as *const i64).add(1);
-        let n = *words as usize;
-        if n > 0 {
-            overlay::import_from_leader(run.tabno, std::slice::from_raw_parts(words.add(1), n));
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------------- keys a write names
-
-/// Is this plan node a world scan?
-///
-/// # Safety
-/// `plan` is a valid plan node.
-pub unsafe fn is_world_scan(plan: *mut pg_sys::Plan) -> bool {
-    unsafe { (*plan).type_ == pg_sys::NodeTag::T_CustomScan && std::ptr::eq((*(plan as *mut pg_sys::CustomScan)).methods, &SCAN_METHODS.0) }
-}
-
-/// The condition that names every key a world scan can return, for an UPDATE / DELETE that locks its
-/// keys before it reads (hooks/write_locks.rs): `key = x` or `key = ANY (x)` among the table's conditions,
-/// which main's scan checks on main's rows and the world scan on the world's, so no row of another key
-/// comes out. Returns the expression x and whether it is a list (the caller checks that x can be computed
-/// before the statement runs); None when no condition names the key so.
-///
-/// # Safety
-/// `plan` is a world scan (`is_world_scan`).
-pub unsafe fn key_condition(plan: *mut pg_sys::Plan) -> Option<(*mut pg_sys::Expr, bool)> {
-    unsafe {
-        let cscan = plan as *mut pg_sys::CustomScan;
-        let key_attno = int_at((*cscan).custom_private, 2);
-        let scanrelid = (*cscan).scan.scanrelid;
-        // every condition on the table: main's scan checks them on main's rows (as index conditions or a
-        // filter), the world scan on the world's own
-        let clauses = (*cscan).custom_exprs;
-        let is_key = |n: *mut pg_sys::Node| -> bool {
-            let mut n = n;
-            while !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_RelabelType {
-                n = (*(n as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
-            }
-            !n.is_null() && (*n).type_ == pg_sys::NodeTag::T_Var && {
-                let v = n as *mut pg_sys::Var;
-                (*v).varno as pg_sys::Index == scanrelid && (*v).varattno as i32 == key_attno && (*v).varlevelsup == 0
-            }
-        };
-        for clause in list_items::<pg_sys::Node>(clauses) {
-            match (*clause).type_ {
-                pg_sys::NodeTag::T_OpExpr => {
-                    let op = clause as *mut pg_sys::OpExpr;
-                    if (*(*op).args).length != 2 {
-                        continue;
-                    }
-                    let (a, b) = (crate::fast_ffi::list_nth((*op).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*op).args, 1) as *mut pg_sys::Node);
-                    // an equality operator (mergejoinable), the key on either side
-                    if !pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
-                        continue;
-                    }
-                    if is_key(a) && !is_key(b) {
-                        return Some((b as *mut pg_sys::Expr, false));
-                    }
-                    if is_key(b) && !is_key(a) {
-                        return Some((a as *mut pg_sys::Expr, false));
-                    }
-                }
-                pg_sys::NodeTag::T_ScalarArrayOpExpr => {
-                    let op = clause as *mut pg_sys::ScalarArrayOpExpr;
-                    if !(*op).useOr || (*(*op).args).length != 2 {
-                        continue;
-                    }
-                    let (a, b) = (crate::fast_ffi::list_nth((*op).args, 0) as *mut pg_sys::Node, crate::fast_ffi::list_nth((*op).args, 1) as *mut pg_sys::Node);
-                    if is_key(a) && pg_sys::op_mergejoinable((*op).opno, pg_sys::exprType(a)) {
-                        return Some((b as *mut pg_sys::Expr, true));
-                    }
-                }
-                _ => {}
-            }
-        }
-        None
     }
 }

@@ -1,4 +1,4 @@
-//! What pg_worlds' Custom Scans (route/world_scan.rs, route/history_lookup.rs) share: their method tables,
+//! What pg_worlds' Custom Scans (world_scan/, key_lookup.rs) share: their method tables,
 //! kept as statics, reading the integers of their private lists, and reading keys out of datums.
 use pgrx::pg_sys;
 
@@ -100,5 +100,19 @@ mod tests {
         assert_eq!(narrow(&mut r, pg_sys::BTLessStrategyNumber, i64::MIN), Some(false));
         assert_eq!(narrow(&mut (0, 0), pg_sys::BTGreaterStrategyNumber, i64::MAX), Some(false));
         assert_eq!(narrow(&mut (0, 0), 9, 1), None);
+    }
+}
+
+/// The world scan's name (parallel workers find its methods by it; EXPLAIN shows it).
+pub const WORLD_SCAN: &std::ffi::CStr = c"WorldScan";
+/// The key lookup's.
+pub const KEY_LOOKUP: &std::ffi::CStr = c"WorldKeyLookup";
+
+pub(crate) unsafe fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
+    unsafe {
+        if list.is_null() {
+            return Vec::new();
+        }
+        (0..(*list).length).map(|i| crate::fast_ffi::list_nth(list, i) as *mut T).collect()
     }
 }
