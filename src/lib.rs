@@ -27,6 +27,7 @@ pub mod subxact;
 pub mod statements;
 pub mod storage;
 pub mod time;
+pub mod world;
 
 ::pgrx::pg_module_magic!(name, version);
 

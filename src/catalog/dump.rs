@@ -11,7 +11,8 @@
 //! writes its changes into it.
 use crate::spi_calls::Fresh;
 use crate::api::raise;
-use crate::merge::{self, resolve_world};
+use crate::merge;
+use crate::world::resolve_world;
 use crate::storage::{as_internal, overlay};
 use pgrx::iter::TableIterator;
 use pgrx::prelude::*;

@@ -10,7 +10,8 @@
 //!   database's owner under SECURITY_RESTRICTED_OPERATION, with search_path = public and the check's
 //!   timeout as statement_timeout. It reads at most 11 rows; a reason shows the first 10.
 use crate::api::{raise, raise_with};
-use crate::merge::{Planned, WorldRow};
+use crate::merge::Planned;
+use crate::world::WorldRow;
 use crate::storage::overlay::World;
 use pgrx::prelude::*;
 use worlds_core::merge::Outcome;

@@ -5,7 +5,8 @@
 //! - `policies`: merge policies' rules judged on the merge's plan (worlds_core::rules); `reviews`: the
 //!   queue of worlds waiting for a person, and its notifications; `outbox`: a world's NOTIFYs, kept
 //!   until it lands; `checks`: merge checks, queries that must find nothing in the merged result.
-use crate::merge::{Planned, WorldRow};
+use crate::merge::Planned;
+use crate::world::WorldRow;
 use pgrx::prelude::*;
 
 pub mod agents;

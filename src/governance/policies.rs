@@ -9,7 +9,8 @@
 //! - Rules count the rows the merge applies: a row whose result is what the target has (USING THEIRS, a
 //!   change both sides made) changes nothing.
 use crate::api::{raise, raise_with};
-use crate::merge::{Planned, WorldRow};
+use crate::merge::Planned;
+use crate::world::WorldRow;
 use pgrx::prelude::*;
 use serde_json::Value;
 use worlds_core::merge::Outcome;

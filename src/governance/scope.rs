@@ -9,7 +9,8 @@
 //! may_change nor tenant, an agent declares at most its policy's max_rows / max_deletes, and only people
 //! change a scope.
 use crate::api::raise;
-use crate::merge::{Planned, WorldRow};
+use crate::merge::Planned;
+use crate::world::WorldRow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::{Map, Value};

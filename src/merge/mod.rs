@@ -26,7 +26,8 @@ use std::collections::HashMap;
 use worlds_core::merge::{changed_columns, decide, Decision, Outcome, Pick, Settle};
 
 mod resolve;
-pub use resolve::*;
+pub(crate) use resolve::*;
+use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, WorldRow};
 pub mod lock;
 mod gather;
 pub use gather::*;

@@ -104,7 +104,7 @@ fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option
 pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> String {
     crate::api::refuse_in_transaction("RESTORE WORLD");
     as_internal(|| {
-        let world = crate::merge::resolve_world(name);
+        let world = crate::world::resolve_world(name);
         crate::governance::agents::require("restore", Some(world.num));
         let at: String = match (&when, &checkpoint) {
             (_, Some(label)) => crate::spi_calls::get_one_with_args::<String>(
@@ -216,7 +216,7 @@ fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Valu
 pub fn undo_merge(name: &str, skip_changed: bool) -> String {
     crate::api::refuse_in_transaction("UNDO MERGE");
     if name.contains('@') {
-        raise("0A000", format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"));
+        crate::world::refuse_moment(name);
     }
     as_internal(|| {
         crate::governance::agents::require("undo", None);

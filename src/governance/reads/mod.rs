@@ -9,7 +9,7 @@
 //! it in its blocked row, an agent keeping to a merge policy has it as a broken rule (queued), and
 //! CHECK READS lists it without merging.
 use crate::api::raise;
-use crate::merge::WorldRow;
+use crate::world::WorldRow;
 use pgrx::prelude::*;
 
 pub mod check;
@@ -89,7 +89,7 @@ fn check_reads(world: default!(Option<&str>, "NULL")) -> TableIterator<'static, 
     let session = crate::guc::current_world_setting().to_string_lossy().into_owned();
     let rows = crate::storage::as_internal(|| {
         let name = world.map(str::to_string).unwrap_or(session);
-        let w = crate::merge::resolve_world(&name);
+        let w = crate::world::resolve_world(&name);
         if w.num == 0 {
             raise("55000", "main doesn't check its reads: it has no fork point to check them against");
         }

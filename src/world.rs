@@ -1,0 +1,102 @@
+//! The one resolver of a world's name or ID, and the one shape a live world has for the statements that act
+//! on it (MERGE, DRY RUN, REBASE, DIFF, CHECK READS, UNDO, the dump): `WorldRow`, read from worlds.world.
+//! Its errors are written here once: 3D000 (no such world; one merged or dropped meanwhile) and 0A000 (a
+//! moment of the past, 'name@when', where only a live world can be used).
+//!
+//! (The routing's view of a world, its chain of layers and their snapshots, is storage::overlay::World,
+//! made from the same row by storage/overlay/worlds.rs; the plpgsql lifecycle (create, fork, alter, drop:
+//! catalog/lifecycle.sql) resolves names with worlds._resolve, which raises the same errors.)
+use crate::api::raise;
+use crate::spi_calls::Fresh;
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use serde_json::Value;
+
+/// A live world as the engine needs it.
+#[derive(Clone, Debug)]
+pub struct WorldRow {
+    pub num: i32,
+    pub id: String,
+    pub name: String,
+    pub parent: Option<i32>,
+    pub version: i64,
+    pub fork_snapshot: Option<String>,
+    /// merged in part (ONLY TABLES / ONLY KEYS) at least once: its later merges leave out what main
+    /// changed of those rows before that merge (gather.rs)
+    pub merged_part: bool,
+}
+
+/// A world of that name already merged whole at version `v` (its last merge): the tag that merge
+/// returned (an approval repeated, or made twice at once, applies once).
+pub(crate) fn merged_at_version(name: &str, v: i64) -> Option<Vec<Value>> {
+    if world_row("(name = $1 OR id = $1)", name.into()).is_some_and(|w| w.version != v) {
+        return None;
+    }
+    crate::spi_calls::get_one_with_args::<i64>(
+        "SELECT coalesce(e.rows, 0) FROM worlds.world w JOIN worlds.event e ON e.world = w.num
+         WHERE (w.name = $1 OR w.id = $1) AND w.dropped IS NOT NULL AND w.version = $2 AND e.event LIKE 'merged into %'
+           AND NOT EXISTS (SELECT 1 FROM worlds.world l WHERE l.name = w.name AND l.dropped IS NULL)
+         ORDER BY e.seq DESC LIMIT 1",
+        &[name.into(), v.into()],
+    )
+    .ok()
+    .flatten()
+    .map(|n| vec![serde_json::json!({ "tag": format!("MERGE {n}") })])
+}
+
+/// The world again, after waiting for its lock: another session may have merged or dropped it meanwhile
+/// (3D000, by the name it was asked for).
+pub(crate) fn resolve_again(world: &WorldRow) -> WorldRow {
+    world_row("id = $1", world.id.as_str().into())
+        .unwrap_or_else(|| raise("3D000", format!("world \"{}\" does not exist (it was merged or dropped meanwhile)", world.name)))
+}
+
+/// The live world named `name` (its name or its ID), for a statement that acts on it: 3D000 when there is
+/// none, 0A000 for a moment of the past ('name@when'), which can only be read.
+pub fn resolve_world(name: &str) -> WorldRow {
+    // a world past its TTL is discarded first: it can't be merged, rebased or diffed any more
+    if unsafe { !pg_sys::XactReadOnly } {
+        crate::spi_calls::run("SELECT worlds._expire()").ok();
+    }
+    let row = world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into());
+    row.unwrap_or_else(|| {
+        if name.contains('@') {
+            refuse_moment(name);
+        }
+        raise("3D000", format!("world \"{name}\" does not exist"))
+    })
+}
+
+/// The live world that `condition` (on worlds.world, with `$1`) finds first.
+pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> {
+    Spi::connect(|c| {
+        c.fresh(
+            &format!(
+                "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text), merged_part FROM worlds.world
+                 WHERE dropped IS NULL AND {condition} LIMIT 1"
+            ),
+            None,
+            &[arg],
+        )
+        .ok()
+        .and_then(|r| {
+            r.into_iter().next().map(|r| WorldRow {
+                num: r.get(1).ok().flatten().unwrap_or(0),
+                id: r.get(2).ok().flatten().unwrap_or_default(),
+                name: r.get(3).ok().flatten().unwrap_or_default(),
+                parent: r.get(4).ok().flatten(),
+                version: r.get(5).ok().flatten().unwrap_or(0),
+                fork_snapshot: r.get(6).ok().flatten(),
+                merged_part: r.get(7).ok().flatten().unwrap_or(false),
+            })
+        })
+    })
+}
+
+/// 0A000: a moment of the past ('name@when') named where a live world is needed.
+pub fn refuse_moment(name: &str) -> ! {
+    raise(
+        "0A000",
+        format!("a world as it was ({name}) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM"),
+    )
+}
