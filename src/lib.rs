@@ -19,6 +19,7 @@ pub mod datum;
 pub mod governance;
 pub mod guc;
 pub mod merge;
+pub mod plan;
 pub mod route;
 mod shared_memory;
 pub mod spi_calls;

@@ -10,11 +10,8 @@
 //!   database's owner under SECURITY_RESTRICTED_OPERATION, with search_path = public and the check's
 //!   timeout as statement_timeout. It reads at most 11 rows; a reason shows the first 10.
 use crate::api::{raise, raise_with};
-use crate::merge::Planned;
-use crate::world::WorldRow;
 use crate::storage::overlay::World;
 use pgrx::prelude::*;
-use worlds_core::merge::Outcome;
 
 /// Functions a check may not call though they are built in: they change something that outlives the
 /// check's rolled-back subtransaction (a sequence, a notification, a session's advisory locks).
@@ -213,7 +210,7 @@ fn found_rows(query: &str, timeout_ms: i32, target: Option<&World>) -> Result<Ve
             }
         })
     };
-    crate::merge::rolled_back_with_state(run).map(|rows| {
+    crate::subxact::rolled_back_with_state(run).map(|rows| {
         rows.into_iter()
             .map(|j| {
                 let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&j).unwrap_or_default();
@@ -231,17 +228,6 @@ fn found_rows(query: &str, timeout_ms: i32, target: Option<&World>) -> Result<Ve
             })
             .collect()
     })
-}
-
-/// The tables this plan's merge changes.
-fn changed_by(plan: &[Planned]) -> Vec<pg_sys::Oid> {
-    let mut v: Vec<pg_sys::Oid> = plan
-        .iter()
-        .filter(|p| !matches!(p.decision.outcome, Outcome::Conflict(_)) && p.decision.result != p.row.theirs)
-        .map(|p| p.layout.relid)
-        .collect();
-    v.dedup();
-    v
 }
 
 /// The checks a merge that changes these tables must pass: those of the tables, and those without ON
@@ -264,14 +250,10 @@ fn checks_for(changed: Vec<pg_sys::Oid>) -> Vec<(String, String, i32)> {
     })
 }
 
-/// Runs the plan's checks on the merged result (after the merge applied, in its transaction): the broken
-/// ones as (SQLSTATE, reason): 23514 for rows found, 57014 for a check past its timeout.
-pub fn broken(plan: &[Planned], target: Option<&World>) -> Vec<(&'static str, String)> {
-    broken_for(changed_by(plan), target)
-}
-
-/// The same, for a merge that changed these tables (a fast-forward merge has no plan: merge/fast_forward.rs).
-fn broken_for(changed: Vec<pg_sys::Oid>, target: Option<&World>) -> Vec<(&'static str, String)> {
+/// Runs the checks of a merge that changed these tables on the merged result (after the merge applied, in
+/// its transaction): the broken ones as (SQLSTATE, reason): 23514 for rows found, 57014 for a check past
+/// its timeout. No one skips a check (the judge: judge.rs).
+pub fn broken_for(changed: Vec<pg_sys::Oid>, target: Option<&World>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     for (name, query, timeout_ms) in checks_for(changed) {
         // (in name order: the order every merge takes these locks in)
@@ -290,25 +272,6 @@ fn broken_for(changed: Vec<pg_sys::Oid>, target: Option<&World>) -> Vec<(&'stati
         }
     }
     out
-}
-
-/// After the merge applied: a broken check refuses it (23514, or 57014 past a timeout; for an agent
-/// keeping to a policy, a broken rule: 42501, queued). No one skips a check.
-pub fn gate(plan: &[Planned], world: &WorldRow, target: Option<&World>) {
-    gate_tables(changed_by(plan), world, target);
-}
-
-/// The same, for a merge that changed these tables.
-pub fn gate_tables(changed: Vec<pg_sys::Oid>, world: &WorldRow, target: Option<&World>) {
-    let broken = broken_for(changed, target);
-    if broken.is_empty() {
-        return;
-    }
-    let reasons: Vec<String> = broken.iter().map(|(_, r)| r.clone()).collect();
-    if crate::governance::policies::judged_by(world).is_some() {
-        crate::governance::policies::refuse(world, &reasons);
-    }
-    raise(broken[0].0, format!("merging {} {}; nothing was merged", world.name, reasons.join("; it ")));
 }
 
 /// CREATE [OR REPLACE] MERGE CHECK: validated, run once on main, stored. Admins only.

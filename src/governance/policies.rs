@@ -9,7 +9,7 @@
 //! - Rules count the rows the merge applies: a row whose result is what the target has (USING THEIRS, a
 //!   change both sides made) changes nothing.
 use crate::api::{raise, raise_with};
-use crate::merge::Planned;
+use crate::plan::{Planned, Refusal};
 use crate::world::WorldRow;
 use pgrx::prelude::*;
 use serde_json::Value;
@@ -176,35 +176,36 @@ pub fn refusals(plan: &[Planned], world: &WorldRow, into_main: bool) -> Vec<Stri
     rules::broken_rules(&policy, &facts(plan, world, into_main, &agent))
 }
 
-/// A person merging a world of an agent under a policy with confirm_deletes_over: the count must be
-/// given, and right (55000 with the real count), before anything is written.
-pub fn confirm_deletes(plan: &[Planned], world: &WorldRow, given: Option<i64>) {
+/// A person merging a world of an agent under a policy with confirm_deletes_over must give the count, and
+/// the right one (55000 with the real count), before anything is written: the refusal when not.
+pub fn unconfirmed_deletes(plan: &[Planned], world: &WorldRow, given: Option<i64>) -> Option<Refusal> {
     if crate::governance::agents::session_agent().is_some() {
-        return;
+        return None;
     }
-    let Some((_, name)) = owner_policy(world.num) else { return };
-    let Some(over) = load(&name).and_then(|p| p.confirm_deletes_over) else { return };
+    let (_, name) = owner_policy(world.num)?;
+    let over = load(&name).and_then(|p| p.confirm_deletes_over)?;
     let deletes = plan.iter().filter(|p| changes(p) && p.decision.result.is_none()).count() as i64;
     if deletes <= over {
-        return;
+        return None;
     }
+    let rule = format!("deletes {deletes} rows, which a person confirms (CONFIRM DELETES {deletes})");
     match given {
-        Some(n) if n == deletes => {}
-        Some(n) => raise_with(
-            "55000",
-            format!("merging {} deletes {deletes} rows, not {n}; nothing was merged", world.name),
-            None,
-            Some(format!("Check what it deletes (MERGE WORLD {} DRY RUN), then confirm with CONFIRM DELETES {deletes}.", world.name)),
-        ),
-        None => raise_with(
-            "55000",
-            format!(
+        Some(n) if n == deletes => None,
+        Some(n) => Some(Refusal {
+            code: "55000",
+            message: format!("merging {} deletes {deletes} rows, not {n}; nothing was merged", world.name),
+            hint: Some(format!("Check what it deletes (MERGE WORLD {} DRY RUN), then confirm with CONFIRM DELETES {deletes}.", world.name)),
+            rule,
+        }),
+        None => Some(Refusal {
+            code: "55000",
+            message: format!(
                 "merging {} deletes {deletes} rows: its merge policy {name} (confirm_deletes_over {over}) asks the person approving it to confirm the count; nothing was merged",
                 world.name
             ),
-            None,
-            Some(format!("MERGE WORLD {} CONFIRM DELETES {deletes}", world.name)),
-        ),
+            hint: Some(format!("MERGE WORLD {} CONFIRM DELETES {deletes}", world.name)),
+            rule,
+        }),
     }
 }
 
@@ -220,67 +221,18 @@ pub fn refuse(world: &WorldRow, reasons: &[String]) -> ! {
     )
 }
 
-/// SHOW REVIEWS' reasons and changes for a queued world: its merge into its parent judged by `policy`,
-/// as a dry run (nothing written). {"reasons": [...], "changes": {table: "d deleted, u updated, i inserted"}}.
-#[pg_extern(volatile, parallel_unsafe)]
-fn _review_facts(world_num: i32, policy: &str) -> pgrx::JsonB {
-    let name = crate::storage::as_internal(|| crate::spi_calls::get_one_with_args::<String>("SELECT name FROM worlds.world WHERE num = $1", &[world_num.into()]))
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| raise("3D000", format!("world {world_num} does not exist")));
-    pgrx::JsonB(check(&name, policy))
-}
-
-/// `worlds.check_merge_policy(world, policy)`: the rules of `policy` the world's merge into its parent
-/// would break now, without merging (the spec's MCP check_merge_policy).
-#[pg_extern(volatile, parallel_unsafe)]
-fn check_merge_policy(world: &str, policy: &str) -> Vec<String> {
-    crate::governance::agents::require("read", None);
-    if load(policy).is_none() {
-        raise("42704", format!("merge policy \"{policy}\" does not exist"));
-    }
-    check(world, policy)["reasons"].as_array().map(|a| a.iter().filter_map(|r| r.as_str().map(str::to_string)).collect()).unwrap_or_default()
-}
-
-fn check(world: &str, policy: &str) -> Value {
-    let previous = CHECKING.with(|c| c.replace(Some(policy.to_string())));
-    let rows = crate::merge::rolled_back(|| {
-        crate::merge::merge(crate::merge::MergeRequest {
-            world: Some(world.to_string()),
-            into: None,
-            only_tables: None,
-            only_keys: None,
-            using_ours: None,
-            by_columns: false,
-            resolve: Vec::new(),
-            confirm: false,
-            confirm_deletes: None,
-            target: None,
-            at_version: None,
-            dry_run: true,
-        })
-    });
-    CHECKING.with(|c| *c.borrow_mut() = previous);
-    let rows = match rows {
-        Ok(rows) => rows,
-        Err(e) => return serde_json::json!({ "reasons": [format!("its merge can't be judged: {e}")], "changes": {} }),
-    };
-    let prefix = "needs a person: ";
-    let reasons: Vec<Value> = rows
-        .iter()
-        .filter(|r| r["outcome"] == "blocked")
-        .filter_map(|r| r["detail"].as_str())
-        // (the policy's rules, then what the trial merge found: broken merge checks, the data's refusals)
-        .map(|d| d.strip_prefix(prefix).unwrap_or(d))
-        .flat_map(|d| d.split("; ").map(|s| Value::String(s.to_string())).collect::<Vec<_>>())
-        .collect();
-    let mut changes = serde_json::Map::new();
-    for r in rows.iter().filter(|r| r["outcome"] == "summary") {
-        if let (Some(t), Some(d)) = (r["table"].as_str(), r["detail"].as_str()) {
-            changes.insert(t.to_string(), Value::String(d.to_string()));
+/// Runs f with `policy` judging the merges it plans, whoever runs them (SHOW REVIEWS, check_merge_policy:
+/// merge/review.rs).
+pub fn checking_as<R>(policy: &str, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<String>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CHECKING.with(|c| *c.borrow_mut() = previous);
         }
     }
-    serde_json::json!({ "reasons": reasons, "changes": changes })
+    let _restore = Restore(CHECKING.with(|c| c.replace(Some(policy.to_string()))));
+    f()
 }
 
 /// `worlds._check_policy_list(key, value)`: a list setting read as SQL reads names (22023 otherwise).

@@ -9,7 +9,7 @@
 //! may_change nor tenant, an agent declares at most its policy's max_rows / max_deletes, and only people
 //! change a scope.
 use crate::api::raise;
-use crate::merge::Planned;
+use crate::plan::Planned;
 use crate::world::WorldRow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -292,9 +292,9 @@ pub fn declared(world: &WorldRow) -> bool {
 
 /// The gate's hold: the person's refusal (42501) and the same as a broken rule ("..., outside its
 /// declared scope").
-pub fn held(plan: &[Planned], world: &WorldRow) -> Option<super::Hold> {
+pub fn held(plan: &[Planned], world: &WorldRow) -> Option<crate::plan::Refusal> {
     let (s, why) = breaches(plan, world)?;
-    Some(super::Hold {
+    Some(crate::plan::Refusal {
         code: "42501",
         message: scope::refusal(&world.name, &s, &why),
         hint: Some(format!(

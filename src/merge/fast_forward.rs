@@ -32,12 +32,8 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
     if layouts.iter().any(|l| main_changed(l, world)) {
         return false;
     }
-    if crate::governance::agents::session_agent().is_some()
-        || crate::governance::policies::judged_by(world).is_some()
-        || crate::governance::policies::owner_policy(world.num).is_some()
-        || crate::governance::scope::declared(world)
-        || world.merged_part
-    {
+    // (the judge reads the plan's rows: an agent merging, a policy, a declared scope)
+    if crate::governance::judge::needs_rows(world) || world.merged_part {
         return false;
     }
     // (the delta is read as the session's user, who writes main)

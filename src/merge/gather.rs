@@ -14,17 +14,6 @@ pub(crate) fn changes_since_fork(world_num: i32) -> Option<i64> {
     })
 }
 
-/// One row the world changed, with the three sides.
-#[derive(Clone, Debug)]
-pub struct Changed {
-    pub key: String,
-    /// the key's columns as a JSON object (the row itself for a table without a key)
-    pub key_obj: Value,
-    pub base: Option<Value>,
-    pub ours: Option<Value>,
-    pub theirs: Option<Value>,
-}
-
 pub struct TableChanges {
     pub layout: std::rc::Rc<Layout>,
     pub name: String,

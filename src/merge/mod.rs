@@ -23,10 +23,12 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::Value;
 use std::collections::HashMap;
-use worlds_core::merge::{changed_columns, decide, Decision, Outcome, Pick, Settle};
+use worlds_core::merge::{changed_columns, decide, Outcome, Pick, Settle};
 
 mod resolve;
 pub(crate) use resolve::*;
+pub(crate) use crate::plan::{Changed, MergePlan, Phase, Planned};
+use crate::governance::judge;
 use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, WorldRow};
 pub mod lock;
 mod gather;
@@ -44,10 +46,12 @@ mod fast_forward;
 mod diff;
 pub use apply::*;
 pub use diff::*;
-pub(crate) use crate::subxact::{in_subtransaction_keep, rolled_back, rolled_back_with_state};
+pub(crate) use crate::subxact::{in_subtransaction_keep, rolled_back};
 use crate::subxact::{in_subtransaction, trial};
 mod rebase;
 pub use rebase::rebase;
+mod review;
+mod stale_reads;
 
 #[derive(Default, Clone)]
 pub struct MergeRequest {
@@ -63,15 +67,6 @@ pub struct MergeRequest {
     pub target: Option<i64>,
     pub at_version: Option<i64>,
     pub dry_run: bool,
-}
-
-/// One row of a plan: the three sides and what to do with it.
-pub struct Planned {
-    pub table: String,
-    pub layout: std::rc::Rc<Layout>,
-    pub merge_by_columns: bool,
-    pub row: Changed,
-    pub decision: Decision,
 }
 
 pub fn merge(req: MergeRequest) -> Vec<Value> {
@@ -176,11 +171,14 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // world's rows as they stand, applied by typed statements, no plan (fast_forward.rs)
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
-            crate::governance::gate(&[], &world, true, None);
+            // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
+            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: Vec::new(), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
+            judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
             let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
-            crate::governance::reads::gate_again(&world);
-            // the merge checks, on the result as applied (as below)
-            crate::governance::checks::gate_tables(changed, &world, None);
+            // the reads again, the merge checks on the result as applied (as below)
+            plan.applied_tables = Some(changed);
+            plan.stale = stale_reads::stale(world.num);
+            judge::enforce(&world, judge::judge(&plan, Phase::AfterApply, None, None));
             record(&world, target_num, &target_name, false, applied as i64, deletes);
             return vec![serde_json::json!({ "tag": format!("MERGE {applied}") })];
         }
@@ -192,7 +190,15 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         // gather the three sides and decide each row (decide.rs, worlds_core::merge::decide)
-        let plan = plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref());
+        let mut mplan = MergePlan {
+            world: world.clone(),
+            into_main: target_world.is_none(),
+            tables: Vec::new(),
+            rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
+            stale: stale_reads::stale(world.num),
+            applied_tables: None,
+        };
+        let plan = &mplan.rows;
         // a table without a key has no row identity to tell a merged row from an unmerged one: once a world
         // merged into this target (in part, or whole while it stays open), its rows there would be applied again
         if let Some(p) = plan.iter().find(|p| p.layout.key_kind == b'r') {
@@ -219,7 +225,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if req.dry_run {
             // the plan shows whole rows: the role must may read them
             let mut checked: Vec<pg_sys::Oid> = Vec::new();
-            for p in &plan {
+            for p in plan {
                 if !checked.contains(&p.layout.relid) {
                     require_read(&p.layout);
                     checked.push(p.layout.relid);
@@ -227,7 +233,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         // (what main has of the plan's rows, hashed: only a dry run shows it, only TARGET compares it)
-        let fingerprint = if req.dry_run || req.target.is_some() { target_fingerprint(&plan) } else { 0 };
+        let fingerprint = if req.dry_run || req.target.is_some() { target_fingerprint(plan) } else { 0 };
         if req.dry_run && !WHOLE_MERGE_PROBE.with(|q| q.get()) {
             // (SHOW REVIEWS judging a queued world runs this dry run for its reasons: no NOTICE then)
             if !crate::governance::policies::checking() {
@@ -236,7 +242,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 world.name, world.version, world.version, fingerprint
             );
             }
-            let mut rows = dry_run_rows(&plan);
+            let mut rows = dry_run_rows(plan);
             let blocked = |why: String| {
                 serde_json::json!({
                     "table": null, "id": null, "outcome": "blocked", "detail": why,
@@ -248,28 +254,32 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 rows.push(blocked(format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint})")));
                 return rows;
             }
-            // the rules of the policy the merging agent keeps to (governance/policies.rs)
-            let why = crate::governance::refusals(&plan, &world, target_world.is_none());
-            if !why.is_empty() {
+            // the judge's verdict before the apply (governance/judge.rs): the rules of the policy the merging
+            // agent keeps to; what holds a person's merge (a stale read, the declared scope)
+            let verdict = judge::judge(&mplan, Phase::BeforeApply, None, target_world.as_ref());
+            if let Some(why) = &verdict.queue {
                 rows.push(blocked(format!("needs a person: {}", why.join("; "))));
             }
-            // what holds a person's merge: a stale read, the declared scope (governance::holds)
-            for h in crate::governance::person_holds(&plan, &world) {
-                rows.push(blocked(h.message));
+            for r in verdict.refusals {
+                rows.push(blocked(r.message));
             }
+            // (its reads are judged: the trial below judges the result only)
+            mplan.stale = None;
             // with no conflict, the merge is tried and rolled back: a constraint (or the app's trigger) that
             // would refuse it shows as a last row, blocked. A read-only transaction can't try it: the plan
             // is shown without that row
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
                     match &target_world {
-                        None => apply(&plan, &world),
-                        Some(t) => apply_into_world(&plan, &world, t),
+                        None => apply(plan, &world),
+                        Some(t) => apply_into_world(plan, &world, t),
                     };
-                    // the merge checks, on the would-be result (governance/checks.rs)
-                    let broken = crate::governance::checks::broken(&plan, target_world.as_ref());
-                    if !broken.is_empty() {
-                        raise("23514", broken.into_iter().map(|(_, r)| r).collect::<Vec<_>>().join("; "));
+                    // the judge after the apply, on the would-be result: the merge checks (its reads were
+                    // judged with the plan, above)
+                    let after = judge::judge(&mplan, Phase::AfterApply, None, target_world.as_ref());
+                    let why = after.queue.unwrap_or_else(|| after.refusals.into_iter().map(|r| r.rule).collect());
+                    if !why.is_empty() {
+                        raise("23514", why.join("; "));
                     }
                 });
                 if let Some(why) = why {
@@ -299,15 +309,15 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             );
         }
         // step 5, the gates (src/governance/): refused here, before anything is applied
-        crate::governance::gate(&plan, &world, target_world.is_none(), req.confirm_deletes);
+        judge::enforce(&world, judge::judge(&mplan, Phase::BeforeApply, Some(req.confirm_deletes), target_world.as_ref()));
         let deletes = plan
             .iter()
             .filter(|p| !matches!(p.decision.outcome, Outcome::Conflict(_)) && p.decision.result.is_none() && p.row.theirs.is_some())
             .count() as i64;
         let partial = only_tables.is_some() || only_keys.is_some();
         let run = || match &target_world {
-            None => apply(&plan, &world),
-            Some(t) => apply_into_world(&plan, &world, t),
+            None => apply(plan, &world),
+            Some(t) => apply_into_world(plan, &world, t),
         };
         let applied = if partial {
             // a reference or unique value a partial merge breaks: a row tied to one ONLY leaves out (22023)
@@ -351,9 +361,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         };
         // a world that checks its reads: judged again on the latest snapshot, after the apply: a read row
         // main changed while the merge ran refuses it too (governance/reads: what is guaranteed)
-        crate::governance::reads::gate_again(&world);
+        mplan.stale = stale_reads::stale(world.num);
         // the merge checks, on the result as applied, before it commits (no one skips them)
-        crate::governance::checks::gate(&plan, &world, target_world.as_ref());
+        judge::enforce(&world, judge::judge(&mplan, Phase::AfterApply, None, target_world.as_ref()));
         // step 7: what happened, and the world's end
         record(&world, target_num, &target_name, partial, applied as i64, deletes);
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]

@@ -69,8 +69,9 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let world = resolve_again(&world);
         // a world that checks its reads: a row it read that changed since the fork (40001): the decision
         // made on it needs making again (governance/reads)
-        if let Some(h) = crate::governance::reads::held(&world, "rebasing") {
-            raise_with(h.code, h.message, None, h.hint);
+        if let Some(s) = super::stale_reads::stale(world.num) {
+            let r = crate::governance::judge::stale_refusal(&world, &s, "rebasing");
+            raise_with(r.code, r.message, None, r.hint);
         }
         if let Some(v) = req.at_version {
             if v != world.version {

@@ -1,4 +1,5 @@
-//! Judging what a world read against what its parent changed since the fork.
+//! What a world that checks its reads read that its parent changed since the fork: the facts the stale-read
+//! gate judges (governance/judge.rs), gathered with the merge's own readers of the parent's changes.
 //!
 //! For each tracked table the world read: the rows its parent changed since the fork (`merge::
 //! parent_changes`: the row at the fork and now; the world's own rows left out). A changed row holds
@@ -6,31 +7,16 @@
 //! row added or deleted) and the read found it: a key lookup of its key, or a scan whose conditions it
 //! matches before or after the change (tested in SQL, on the rows as records of the table, with the
 //! operators and constants the scan used).
+use crate::api::raise;
 use crate::spi_calls::Fresh;
-use super::shmem;
-use crate::merge::{parent_changes, short_name};
+use crate::governance::reads::{record, shmem};
+use crate::plan::Stale;
+use super::{parent_changes, short_name};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::Value;
 use std::collections::HashMap;
 use worlds_core::reads::{self, conjunct_sql, Columns, ConjunctSql, Test};
-
-/// What the world relied on that moved, as a person reads it (None: nothing moved).
-pub enum Stale {
-    /// rows it read that changed: "accounts/1", ...
-    Rows(Vec<String>),
-    /// its reads were lost with a crash (shared memory reset since its fork)
-    Restarted,
-}
-
-impl Stale {
-    pub fn what(&self) -> String {
-        match self {
-            Stale::Rows(r) => format!("read rows that changed since it forked: {}", reads::rows_named(r)),
-            Stale::Restarted => "relies on reads made before the database restarted".to_string(),
-        }
-    }
-}
 
 /// The world's columns by name → attnum.
 fn attnums(relid: pg_sys::Oid) -> HashMap<String, i32> {
@@ -114,14 +100,14 @@ fn matching(l: &crate::storage::Layout, scans: &[Vec<reads::Conjunct>], rows: &[
 /// What world `num` read that its parent changed since the fork (None: nothing, or it doesn't check
 /// its reads). Runs as pg_worlds (`as_internal`).
 pub fn stale(num: i32) -> Option<Stale> {
-    if !super::record::checks_reads_now(num) {
+    if !record::checks_reads_now(num) {
         return None;
     }
     let Some((full, tables)) = shmem::reads_of(num) else { return Some(Stale::Restarted) };
     let world = crate::storage::overlay::world_by_num(num)?;
     let mut held: Vec<String> = Vec::new();
     let all = shmem::TableReads { whole: true, ..Default::default() };
-    for l in crate::merge::tracked_layouts() {
+    for l in super::tracked_layouts() {
         let Some(tr) = tables.get(&l.relid.to_u32()).or(if full { Some(&all) } else { None }) else { continue };
         let whole = full || tr.whole;
         let short = short_name(&l.table_name);
@@ -195,4 +181,33 @@ fn parent_changes_keyless(l: &crate::storage::Layout, world: &crate::storage::ov
     .flatten()
     .unwrap_or(true);
     main || chain
+}
+
+/// CHECK READS [OF WORLD w] (`worlds.check_reads(w)`): what the world read that changed since its fork,
+/// with what it was checked against; changes nothing. 55000 for a world that doesn't check its reads.
+#[pg_extern(volatile, parallel_unsafe)]
+fn check_reads(world: default!(Option<&str>, "NULL")) -> TableIterator<'static, (name!(checked_against, String), name!(changed, String))> {
+    let session = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    let rows = crate::storage::as_internal(|| {
+        let name = world.map(str::to_string).unwrap_or(session);
+        let w = crate::world::resolve_world(&name);
+        if w.num == 0 {
+            raise("55000", "main doesn't check its reads: it has no fork point to check them against");
+        }
+        crate::governance::agents::require("read", Some(w.num));
+        if !record::checks_reads_now(w.num) {
+            crate::api::raise_with(
+                "55000",
+                format!("world {} doesn't check its reads", w.name),
+                None,
+                Some("Fork a world WITH (check_reads = true) to have its reads checked.".into()),
+            );
+        }
+        let parent = crate::spi_calls::get_one_with_args::<String>("SELECT name FROM worlds.world WHERE num = $1", &[w.parent.unwrap_or(0).into()])
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| "main".into());
+        stale(w.num).map(|s| vec![(parent, s.what())]).unwrap_or_default()
+    });
+    TableIterator::new(rows)
 }
