@@ -99,3 +99,9 @@ impl<'conn> Fresh<'conn> for pgrx::spi::SpiClient<'conn> {
         self.select(&statement, limit, args)
     }
 }
+
+/// A write pg_worlds' bookkeeping can't do without: its SPI-level failure is an internal error (XX000, with
+/// what was being written), never dropped. (A Postgres ERROR inside the statement is raised as it is.)
+pub fn written<T>(r: SpiResult<T>, what: &str) -> T {
+    r.unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {what}: {e}")))
+}

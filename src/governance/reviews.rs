@@ -64,6 +64,6 @@ pub extern "C-unwind" fn worlds_review_queue_main(_arg: pg_sys::Datum) {
 /// The world leaves the queue (merged or dropped): its row goes, and listeners hear why.
 pub fn leave(world_num: i32, event: &str) {
     crate::storage::as_internal(|| {
-        crate::spi_calls::run_with_args("SELECT worlds._leave_reviews($1, $2)", &[world_num.into(), event.into()]).ok();
+        crate::spi_calls::written(crate::spi_calls::run_with_args("SELECT worlds._leave_reviews($1, $2)", &[world_num.into(), event.into()]), "leaving the review queue");
     });
 }

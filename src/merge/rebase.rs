@@ -54,7 +54,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
         lock::worlds(&[world.num, world.parent.unwrap_or(0)]);
         Spi::connect_mut(|c| {
-            c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
+            crate::spi_calls::written(c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]), "the world's row lock");
         });
         let has_forks = crate::spi_calls::get_one_with_args::<bool>(
             "SELECT EXISTS (SELECT 1 FROM worlds.world WHERE parent = $1 AND dropped IS NULL)",
@@ -204,12 +204,14 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }
         Spi::connect_mut(|c| {
-            c.update(
-                "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), fork_at = NULL, version = version + 1, rebased = clock_timestamp() WHERE num = $1",
-                None,
-                &[world.num.into()],
-            )
-            .ok();
+            crate::spi_calls::written(
+                c.update(
+                    "UPDATE worlds.world SET fork_snapshot = pg_current_snapshot(), fork_at = NULL, version = version + 1, rebased = clock_timestamp() WHERE num = $1",
+                    None,
+                    &[world.num.into()],
+                ),
+                "the world's new fork point",
+            );
         });
         for (l, key) in &absent {
             // (a fresh snapshot, after the new fork point's: it sees every row that point sees)

@@ -3,24 +3,29 @@
 //! moved into a world), the world ended by a whole merge into its parent (unless worlds were forked from
 //! it), and the agent's audit row.
 use super::*;
+use crate::spi_calls::written;
 
 pub(crate) fn record(world: &WorldRow, target_num: i32, target_name: &str, partial: bool, applied: i64, deletes: i64) {
     Spi::connect_mut(|c| {
         if partial {
-            c.update("UPDATE worlds.world SET version = version + 1, merged_part = true WHERE num = $1", None, &[world.num.into()]).ok();
-            c.update(
-                "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), ($5, 'merged part of ' || $2, $4)",
-                None,
-                &[world.num.into(), world.name.clone().into(), target_name.into(), applied.into(), target_num.into()],
-            )
-            .ok();
+            written(c.update("UPDATE worlds.world SET version = version + 1, merged_part = true WHERE num = $1", None, &[world.num.into()]), "the world's version");
+            written(
+                c.update(
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged part into ' || $3, $4), ($5, 'merged part of ' || $2, $4)",
+                    None,
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), applied.into(), target_num.into()],
+                ),
+                "the merge's events",
+            );
         } else {
-            c.update(
-                "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged into ' || $3, $4), ($5, 'merged ' || $2, $4)",
-                None,
-                &[world.num.into(), world.name.clone().into(), target_name.into(), applied.into(), target_num.into()],
-            )
-            .ok();
+            written(
+                c.update(
+                    "INSERT INTO worlds.event (world, event, rows) VALUES ($1, 'merged into ' || $3, $4), ($5, 'merged ' || $2, $4)",
+                    None,
+                    &[world.num.into(), world.name.clone().into(), target_name.into(), applied.into(), target_num.into()],
+                ),
+                "the merge's events",
+            );
         }
     });
     crate::governance::reviews::leave(world.num, "merged");
@@ -32,14 +37,16 @@ pub(crate) fn record(world: &WorldRow, target_num: i32, target_name: &str, parti
         Spi::connect_mut(|c| {
             // its row FOR UPDATE: a CREATE WORLD forking it key-share locks that row, so a fork under
             // way is waited for (and seen below), and one that comes after waits and finds it gone
-            c.update("SELECT 1 FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]).ok();
-            c.update(
-                "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
-                   AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)",
-                None,
-                &[world.num.into()],
-            )
-            .ok();
+            written(c.update("SELECT 1 FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]), "the world's row lock");
+            written(
+                c.update(
+                    "SELECT worlds._discard(w) FROM worlds.world w WHERE num = $1
+                       AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)",
+                    None,
+                    &[world.num.into()],
+                ),
+                "the merged world's end",
+            );
         });
     }
     crate::governance::agents::audit_merge("merge", &world.name, Some(applied), Some(deletes), Some(target_name), Some(effects));
