@@ -119,8 +119,11 @@ fn tag(t: impl Into<String>) -> Vec<serde_json::Value> {
 /// the function's output columns: the spec's).
 fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
     let wrapped = format!("SELECT to_jsonb(r.*) FROM ({sql}) r");
-    crate::spi_calls::rows(&wrapped, None, args, |t| t.filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0)).collect())
-        .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+    // (its values as JSON read the same whatever the session set: DateStyle, IntervalStyle, ...)
+    crate::storage::with_fixed_output(|| {
+        crate::spi_calls::rows(&wrapped, None, args, |t| t.filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0)).collect())
+            .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+    })
 }
 
 /// Is the moment a time written out as a string ('2026-09-20 10:00')? Relative ones (now, '-1 hour') name

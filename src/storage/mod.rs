@@ -281,10 +281,33 @@ fn changed_settings() -> u8 {
     }
 }
 
+/// Runs f with the settings that change how values print fixed as internal work has them (DateStyle's
+/// style, IntervalStyle, extra_float_digits, bytea_output), and those that change how the session's own
+/// SQL text reads left as they are (search_path, standard_conforming_strings): for a query of the
+/// session's own run by pg_worlds whose rows it returns as JSON (`worlds.sql('select ...')`, AS OF), so
+/// its values read the same whatever the session set.
+pub fn with_fixed_output<R>(f: impl FnOnce() -> R) -> R {
+    struct Pop(i32);
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            pop_setting(self.0);
+        }
+    }
+    // (standard_conforming_strings, bit 0, stays the session's)
+    let changed = changed_settings() & !1;
+    let _pop = (changed != 0 && unsafe { crate::fast_ffi::IsTransactionState() }).then(|| Pop(push_fixed(changed, false)));
+    f()
+}
+
 /// One GUC nest level holding the safe search_path (when `path`) and every fixed setting the session
 /// changed; undone with `pop_setting(level)`.
 fn push_internal_settings(path: bool) -> i32 {
-    let changed = changed_settings();
+    push_fixed(changed_settings(), path)
+}
+
+/// One GUC nest level holding the safe search_path (when `path`) and the fixed settings whose bits are in
+/// `changed`.
+fn push_fixed(changed: u8, path: bool) -> i32 {
     unsafe {
         let level = pg_sys::NewGUCNestLevel();
         let set = |name: &std::ffi::CStr, value: &std::ffi::CStr| {
