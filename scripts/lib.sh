@@ -7,7 +7,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # system one, e.g. a soak that must keep the pg_worlds it started with while a newer one is installed
 PGBIN=${PG_TREE:-}/usr/lib/postgresql/15/bin
 PG_CONFIG=$PGBIN/pg_config
-RUN_DIR=$ROOT/.run
+# WORLDS_RUN_DIR: where clusters and logs go (default .run): two runs at once each need their own
+RUN_DIR=${WORLDS_RUN_DIR:-$ROOT/.run}
 export PATH="$HOME/.cargo/bin:$PGBIN:$PATH"
 
 if [ "$(id -u)" -eq 0 ]; then

@@ -234,7 +234,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         // (what main has of the plan's rows, hashed: only a dry run shows it, only TARGET compares it)
         let fingerprint = if req.dry_run || req.target.is_some() { target_fingerprint(plan) } else { 0 };
-        if req.dry_run && !WHOLE_MERGE_PROBE.with(|q| q.get()) {
+        if req.dry_run {
             // (SHOW REVIEWS judging a queued world runs this dry run for its reasons: no NOTICE then)
             if !crate::governance::policies::checking() {
                 pgrx::notice!(
@@ -328,20 +328,32 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 Err(pgrx::pg_sys::panic::CaughtError::PostgresError(r))
                     if matches!(r.sql_error_code(), PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION | PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION) =>
                 {
-                    let whole = MergeRequest { only_tables: None, only_keys: None, dry_run: true, target: None, at_version: None, ..req.clone() };
                     // the same clash (same message) in the whole merge: the data's own; another clash elsewhere
-                    // in the world says nothing of this one
+                    // in the world says nothing of this one. The whole world's plan (no ONLY), its apply tried
+                    // and rolled back, as its dry run would try it
                     let whole_blocked = {
-                        let previous = WHOLE_MERGE_PROBE.with(|q| q.replace(true));
-                        // (the whole plan's trial may raise the clash rather than show it as its blocked row)
-                        let whole_error = match in_subtransaction(|| merge(whole)) {
-                            Ok(rows) => rows.iter().find(|b| b["outcome"] == "blocked").and_then(|b| b["detail"].as_str().map(str::to_string)),
+                        let all: Vec<std::rc::Rc<Layout>> = tracked_layouts().into_iter().filter(|l| world_touched(l, &world)).collect();
+                        let whole = MergeRequest { only_tables: None, only_keys: None, ..req.clone() };
+                        let tried = in_subtransaction(|| {
+                            let rows = plan_rows(&all, &world, target_world.as_ref(), &whole, &resolve, None);
+                            if rows.iter().any(|p| p.conflicts()) {
+                                return None;
+                            }
+                            trial(|| {
+                                match &target_world {
+                                    None => apply(&rows, &world),
+                                    Some(t) => apply_into_world(&rows, &world, t),
+                                };
+                            })
+                        });
+                        // (the trial may raise the clash rather than return it)
+                        let whole_error = match tried {
+                            Ok(e) => e,
                             Err(e) => match *e {
                                 pgrx::pg_sys::panic::CaughtError::PostgresError(x) => Some(x.message().to_string()),
                                 _ => None,
                             },
                         };
-                        WHOLE_MERGE_PROBE.with(|q| q.set(previous));
                         whole_error.is_some_and(|d| d.starts_with(r.message()))
                     };
                     if whole_blocked {
@@ -368,12 +380,6 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         record(&world, target_num, &target_name, partial, applied as i64, deletes);
         vec![serde_json::json!({ "tag": format!("MERGE {applied}") })]
     })
-}
-
-thread_local! {
-    /// Set while a partial merge that failed asks whether the whole merge would fail too (its dry run
-    /// prints no notice of its own)
-    static WHOLE_MERGE_PROBE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 pub struct RebaseRequest {
