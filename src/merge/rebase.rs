@@ -97,45 +97,35 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let mut absent: Vec<(std::rc::Rc<Layout>, String)> = Vec::new();
         let mut writes: Vec<(std::rc::Rc<Layout>, Value, bool)> = Vec::new();
         let mut conflicts = Vec::new();
-        // a world of a world: its base is the parent as of the fork, theirs the parent now
+        // a world of a world: its base is the parent as of the fork, theirs the parent now (the planner's
+        // three sides, as a merge into that parent reads them; main's when the parent is main)
         let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
-        let base_world = parent_world.as_ref().and_then(|_| world_by_num(world.num)).and_then(|w| base_of(&w));
-        for l in layouts.iter().filter(|l| world_touched(l, &world)) {
-            let mut t = gather(l, &world);
-            if parent_world.is_some() {
-                other_sides(l, &mut t.rows, base_world.as_ref(), parent_world.as_ref());
+        let touched: Vec<std::rc::Rc<Layout>> = layouts.iter().filter(|l| world_touched(l, &world)).cloned().collect();
+        let settle = MergeRequest { by_columns: req.by_columns, using_ours: req.using_ours, ..Default::default() };
+        for p in plan_rows(&touched, &world, parent_world.as_ref(), &settle, &resolve, None) {
+            let (l, row) = (&p.layout, &p.row);
+            if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
+                absent.push((l.clone(), row.key.clone()));
             }
-            let mbc = merge_by_columns(l);
-            for row in t.rows {
-                if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
-                    absent.push((l.clone(), row.key.clone()));
+            if l.key_kind == b'r' {
+                // a table without a key: the world's rows stay as they are; a row of main it removed
+                // that main changed since is a conflict, however it would be settled
+                if row.base.is_some() && row.theirs != row.base {
+                    conflicts.push(format!("{}/{}", short_name(&p.table), row.key));
                 }
-                if l.key_kind == b'r' {
-                    // a table without a key: the world's rows stay as they are; a row of main it removed
-                    // that main changed since is a conflict, however it would be settled
-                    if row.base.is_some() && row.theirs != row.base {
-                        conflicts.push(format!("{}/{}", short_name(&t.name), row.key));
-                    }
-                    continue;
+                continue;
+            }
+            match p.decision.outcome {
+                Outcome::Conflict(_) => conflicts.push(format!("{}/{}", short_name(&p.table), row.key)),
+                _ if p.decision.result != row.ours => {
+                    // the world now holds the settled row (or main's, as a version of its own)
+                    let (v, del) = match p.decision.result.clone() {
+                        Some(v) => (v, false),
+                        None => (row.ours.clone().or(row.theirs.clone()).unwrap_or(Value::Null), true),
+                    };
+                    writes.push((l.clone(), v, del));
                 }
-                let settle = Settle {
-                    resolve: resolve.get(&(l.relid, row.key.clone())).cloned(),
-                    by_columns: req.by_columns || mbc,
-                    using_ours: req.using_ours,
-                };
-                let d = decide(row.base.as_ref(), row.ours.as_ref(), row.theirs.as_ref(), &settle);
-                match d.outcome {
-                    Outcome::Conflict(_) => conflicts.push(format!("{}/{}", short_name(&t.name), row.key)),
-                    _ if d.result != row.ours => {
-                        // the world now holds the settled row (or main's, as a version of its own)
-                        let (v, del) = match d.result.clone() {
-                            Some(v) => (v, false),
-                            None => (row.ours.clone().or(row.theirs.clone()).unwrap_or(Value::Null), true),
-                        };
-                        writes.push((l.clone(), v, del));
-                    }
-                    _ => {}
-                }
+                _ => {}
             }
         }
         if !conflicts.is_empty() {
