@@ -310,18 +310,7 @@ fn push_internal_settings(path: bool) -> i32 {
 fn push_fixed(changed: u8, path: bool) -> i32 {
     unsafe {
         let level = pg_sys::NewGUCNestLevel();
-        let set = |name: &std::ffi::CStr, value: &std::ffi::CStr| {
-            pg_sys::set_config_option(
-                name.as_ptr(),
-                value.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-        };
+        let set = |name: &std::ffi::CStr, value: &std::ffi::CStr| set_saved(name, value);
         if path {
             set(c"search_path", SAFE_SEARCH_PATH);
         }
@@ -885,8 +874,14 @@ pub fn register_callbacks() {
 /// Sets a setting for this transaction's current nesting level; undo it with `pop_setting(level)` (as
 /// `SET LOCAL` inside a function would be undone when it returns).
 pub fn push_setting(name: &std::ffi::CStr, value: &std::ffi::CStr) -> i32 {
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    set_saved(name, value);
+    level
+}
+
+/// A setting set at the current GUC nest level, its value before saved (undone by `pop_setting`).
+fn set_saved(name: &std::ffi::CStr, value: &std::ffi::CStr) {
     unsafe {
-        let level = pg_sys::NewGUCNestLevel();
         pg_sys::set_config_option(
             name.as_ptr(),
             value.as_ptr(),
@@ -897,7 +892,6 @@ pub fn push_setting(name: &std::ffi::CStr, value: &std::ffi::CStr) -> i32 {
             0,
             false,
         );
-        level
     }
 }
 
