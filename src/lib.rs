@@ -88,6 +88,30 @@ mod tests {
         .unwrap();
     }
 
+    /// sql_text's names and literals read back as what they quote, under either standard_conforming_strings.
+    #[pg_test]
+    fn quoted_names_and_literals_read_back() {
+        use crate::sql_text::{QuotedName, SqlLiteral};
+        assert_eq!(QuotedName::ident("orders").as_str(), "orders");
+        assert_eq!(QuotedName::ident("Orders").as_str(), "\"Orders\"");
+        assert_eq!(QuotedName::ident("a\"b").as_str(), "\"a\"\"b\"");
+        assert_eq!(QuotedName::qualified("app", "it's").as_str(), "app.\"it's\"");
+        assert_eq!(SqlLiteral::text("it's").as_str(), "'it''s'");
+        assert_eq!(SqlLiteral::text("a\\b").as_str(), "E'a\\\\b'");
+        for scs in ["on", "off"] {
+            Spi::run(&format!("SET LOCAL standard_conforming_strings = {scs}")).unwrap();
+            for text in ["it's", "a\\b", "\\x01", "ünï", "\"quoted\"", "'';--"] {
+                let back = Spi::get_one::<String>(&format!("SELECT {}", SqlLiteral::text(text))).unwrap();
+                assert_eq!(back.as_deref(), Some(text), "literal of {text:?} with standard_conforming_strings = {scs}");
+                let q = QuotedName::ident(text);
+                let named = Spi::get_one::<String>(&format!("SELECT t.{q} FROM (SELECT 'x'::text AS {q}) t")).unwrap();
+                assert_eq!(named.as_deref(), Some("x"), "{text:?} as a name");
+            }
+        }
+        // (a NUL can't be in a name or a text value: cut there)
+        assert_eq!(SqlLiteral::text("a\0b").as_str(), "'a'");
+    }
+
     #[pg_test]
     fn active_snapshot_text_is_pg_current_snapshot() {
         // one snapshot, read both ways: Postgres's function through a read-only query on it, and ours
