@@ -52,19 +52,40 @@ pub(crate) fn resolve_again(world: &WorldRow) -> WorldRow {
 }
 
 /// The live world named `name` (its name or its ID), for a statement that acts on it: 3D000 when there is
-/// none, 0A000 for a moment of the past ('name@when'), which can only be read.
+/// none, 0A000 for a moment of the past ('name@when'), which can only be read. A world past its TTL is
+/// discarded first: it can't be merged, rebased or diffed any more.
 pub fn resolve_world(name: &str) -> WorldRow {
-    // a world past its TTL is discarded first: it can't be merged, rebased or diffed any more
     if unsafe { !pg_sys::XactReadOnly } {
         crate::spi_calls::run("SELECT worlds._expire()").ok();
     }
-    let row = world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into());
-    row.unwrap_or_else(|| {
-        if name.contains('@') {
-            refuse_moment(name);
-        }
-        raise("3D000", format!("world \"{name}\" does not exist"))
-    })
+    resolve_live(name)
+}
+
+/// The live world named `name` (its name or its ID; a name first), or the resolver's error.
+pub fn resolve_live(name: &str) -> WorldRow {
+    world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into()).unwrap_or_else(|| missing(name))
+}
+
+/// The resolver's error for a name that finds no live world: 0A000 for a moment ('name@when'), else 3D000.
+pub fn missing(name: &str) -> ! {
+    if name.contains('@') {
+        refuse_moment(name);
+    }
+    raise("3D000", format!("world \"{name}\" does not exist"))
+}
+
+/// `worlds._resolve_num(name_or_id)`: the resolver, for the plpgsql lifecycle (`worlds._resolve`,
+/// catalog/lifecycle.sql): the live world's number, or its error.
+#[pg_extern(stable, parallel_safe)]
+fn _resolve_num(name_or_id: Option<&str>) -> i32 {
+    resolve_live(name_or_id.unwrap_or_default()).num
+}
+
+/// `worlds._world_missing(name_or_id)`: the resolver's error (for `worlds._resolve`, when the world its
+/// statement's snapshot reads is gone).
+#[pg_extern(stable, parallel_safe)]
+fn _world_missing(name_or_id: Option<&str>) {
+    missing(name_or_id.unwrap_or_default())
 }
 
 /// The live world that `condition` (on worlds.world, with `$1`) finds first.

@@ -2,21 +2,16 @@
 -- Each statement of the spec is a function here with named arguments; worlds.sql(text) parses the spec's
 -- own syntax and calls these. Errors carry the spec's SQLSTATEs.
 
--- A live world by name or ID (3D000 otherwise).
+-- A live world by name or ID, found by the one resolver (src/world.rs: its 3D000 and 0A000), as this
+-- statement's snapshot has its row.
 CREATE FUNCTION worlds._resolve(name_or_id text) RETURNS worlds.world
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     w worlds.world;
 BEGIN
-    SELECT * INTO w FROM worlds.world
-    WHERE dropped IS NULL AND (name = name_or_id OR id = name_or_id)
-    ORDER BY (name = name_or_id) DESC LIMIT 1;
+    SELECT * INTO w FROM worlds.world WHERE num = worlds._resolve_num(name_or_id) AND dropped IS NULL;
     IF NOT FOUND THEN
-        IF position('@' IN coalesce(name_or_id, '')) > 0 THEN
-            RAISE EXCEPTION 'a world as it was (%) can only be read: in SWITCH, DIFF ... TO, or as the source of FORK WORLD / CREATE WORLD ... FROM', name_or_id
-                USING ERRCODE = 'feature_not_supported';
-        END IF;
-        RAISE EXCEPTION 'world "%" does not exist', name_or_id USING ERRCODE = 'invalid_catalog_name';
+        PERFORM worlds._world_missing(name_or_id);
     END IF;
     RETURN w;
 END $$;
