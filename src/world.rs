@@ -5,7 +5,7 @@
 //!
 //! (The routing's view of a world, its chain of layers and their snapshots, is storage::overlay::World,
 //! made from the same row by storage/overlay/worlds.rs; the plpgsql lifecycle (create, fork, alter, drop:
-//! catalog/lifecycle.sql) resolves names with worlds._resolve, which raises the same errors.)
+//! catalog/lifecycle.sql) resolves names with worlds._resolve, which asks this resolver: `_resolve_num`.)
 use crate::api::raise;
 use crate::spi_calls::Fresh;
 use pgrx::datum::DatumWithOid;
