@@ -26,10 +26,7 @@ BEGIN
                AND f.proname NOT IN ('as_of', '_as_of_query', '_require_select', '_shadow_past', '_unshadow_past')
              ORDER BY f.oid LOOP
         body := p.oid::regprocedure;
-        -- (and with the settings its SQL text is written for, whatever the session set: storage/mod.rs,
-        -- FIXED_SETTINGS; DateStyle and IntervalStyle stay the session's, as the values its messages show)
-        EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = pg_catalog, pg_temp'
-                       ' SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = hex', body);
+        EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = pg_catalog, pg_temp', body);
         EXECUTE format('ALTER FUNCTION %s SET SCHEMA worlds_data', body);
         EXECUTE format('ALTER FUNCTION %s RENAME TO %I', body, p.proname || '__body');
         EXECUTE format('CREATE FUNCTION worlds.%I(%s) RETURNS %s LANGUAGE c %s %s PARALLEL %s COST %s%s AS %L, %L',
