@@ -559,7 +559,7 @@ fn reset_main_part(cache: &mut TableCache, main_snapshot: &str) {
 }
 
 /// A table with one key column of a type whose text is its identity (text, varchar, uuid): its key as the
-/// cache keeps it (`col::text`) is what a key lookup (route/history_lookup.rs) looks up.
+/// cache keeps it (`col::text`) is what a key lookup (route/scans/key_lookup.rs) looks up.
 pub fn text_keyed(layout: &Layout) -> bool {
     layout.key_kind == b't'
         && layout.key_attnos.len() == 1

@@ -1,5 +1,5 @@
 //! The planner hook: an UPDATE or DELETE of a world reads its target rows in place, with the world scan
-//! (route/world_scan.rs), instead of through the overlay view's three-branch UNION ALL.
+//! (route/scans/world_scan/), instead of through the overlay view's three-branch UNION ALL.
 //!
 //! The router makes a world's write target the table's overlay view (hooks/analyze.rs); its INSTEAD OF
 //! trigger writes the world's rows (storage/writes.rs). For UPDATE / DELETE the rewriter then does what it

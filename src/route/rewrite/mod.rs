@@ -16,7 +16,7 @@ use crate::route::view_inline::inline_view;
 pub(crate) struct RouteContext {
     pub(crate) tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
     /// a plain SELECT (no row locks, no writes in WITH): the tables it reads can be left as they are,
-    /// for the world scan to read (see world_scan.rs)
+    /// for the world scan to read (see route/scans/world_scan/)
     pub(crate) world_scan: bool,
     /// the overlay views themselves (already routed; never inlined again)
     pub(crate) overlays: std::rc::Rc<std::collections::HashMap<pg_sys::Oid, i32>>,

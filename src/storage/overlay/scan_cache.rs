@@ -1,4 +1,4 @@
-//! The overlay's visibility tests for the world scan (route/world_scan.rs), on a table with an integer
+//! The overlay's visibility tests for the world scan (route/scans/world_scan/), on a table with an integer
 //! key, and their hand-over to parallel workers.
 use super::*;
 
