@@ -22,17 +22,8 @@ pub struct QuotedName(String);
 impl QuotedName {
     /// One identifier, quoted as Postgres's quote_ident() quotes it (`orders`, `"Orders"`, `"a""b"`).
     pub fn ident(name: &str) -> Self {
-        // (a name never holds a NUL: one that does is cut there, as Postgres would cut it)
-        let c = std::ffi::CString::new(name.split('\0').next().unwrap_or_default()).unwrap_or_default();
-        unsafe {
-            let quoted = pgrx::pg_sys::quote_identifier(c.as_ptr());
-            let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
-            // (quote_identifier returns its argument itself when no quotes are needed)
-            if quoted != c.as_ptr() as *const _ {
-                pgrx::pg_sys::pfree(quoted as *mut std::ffi::c_void);
-            }
-            QuotedName(out)
-        }
+        // (quote_identifier returns its argument itself when no quotes are needed: nothing to free then)
+        QuotedName(quoted_by(name, |c| unsafe { pgrx::pg_sys::quote_identifier(c) }))
     }
 
     /// `schema.name`, each part quoted.
@@ -91,14 +82,7 @@ impl SqlLiteral {
     /// A string constant as Postgres's own quote_literal() writes it (E'...' with backslashes doubled when
     /// the text has one): it reads the same whatever the session's standard_conforming_strings says.
     pub fn text(s: &str) -> Self {
-        // (a text value never holds a NUL; a Rust string that does is cut there, as Postgres would refuse it)
-        let c = std::ffi::CString::new(s.split('\0').next().unwrap_or_default()).unwrap_or_default();
-        unsafe {
-            let quoted = pgrx::pg_sys::quote_literal_cstr(c.as_ptr());
-            let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
-            pgrx::pg_sys::pfree(quoted.cast());
-            SqlLiteral(out)
-        }
+        SqlLiteral(quoted_by(s, |c| unsafe { pgrx::pg_sys::quote_literal_cstr(c) }))
     }
 
     /// A string constant cast to a type: `'...'::jsonb`. The type is a name Postgres printed
@@ -174,4 +158,19 @@ pub fn key_match(key_columns: &[String], a: &str, b: &str) -> String {
 /// Names, literals or expressions written one after another with `sep` between them.
 pub fn join<T: fmt::Display>(items: impl IntoIterator<Item = T>, sep: &str) -> String {
     items.into_iter().map(|i| i.to_string()).collect::<Vec<_>>().join(sep)
+}
+
+/// `text` as one of Postgres's quoting functions writes it. A NUL can't be in a name or a text value: one
+/// in `text` cuts it there, as Postgres would. What the function returns is freed unless it is its
+/// argument (quote_identifier's answer when no quotes are needed).
+fn quoted_by(text: &str, quote: impl FnOnce(*const std::ffi::c_char) -> *const std::ffi::c_char) -> String {
+    let c = std::ffi::CString::new(text.split('\0').next().unwrap_or_default()).unwrap_or_default();
+    let quoted = quote(c.as_ptr());
+    unsafe {
+        let out = std::ffi::CStr::from_ptr(quoted).to_string_lossy().into_owned();
+        if quoted != c.as_ptr() {
+            pgrx::pg_sys::pfree(quoted as *mut std::ffi::c_void);
+        }
+        out
+    }
 }
