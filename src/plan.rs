@@ -9,7 +9,7 @@
 //! It depends on the tables' layouts (storage) and the world (world.rs) only, and on worlds_core's
 //! decision: governance, below the merge, judges it without importing the merge.
 use crate::storage::Layout;
-use crate::world::WorldRow;
+use crate::world::World;
 use serde_json::Value;
 use worlds_core::merge::{Decision, Outcome};
 
@@ -70,7 +70,7 @@ impl Stale {
 
 /// The whole plan of a merge of `world`.
 pub struct MergePlan {
-    pub world: WorldRow,
+    pub world: World,
     /// into main (not INTO another world)
     pub into_main: bool,
     /// the table-level changes, applied first in this order

@@ -1,10 +1,11 @@
-//! The one resolver of a world's name or ID, and the one shape a live world has for the statements that act
-//! on it (MERGE, DRY RUN, REBASE, DIFF, CHECK READS, UNDO, the dump): `WorldRow`, read from worlds.world.
+//! The one resolver of a world's name or ID for the statements that act on it (MERGE, DRY RUN, REBASE,
+//! DIFF, CHECK READS, UNDO, the dump). It gives the one `World` type (storage::overlay::World, re-exported
+//! here), the same the routing uses: its row in worlds.world and its chain of layers.
 //! Its errors are written here once: 3D000 (no such world; one merged or dropped meanwhile) and 0A000 (a
 //! moment of the past, 'name@when', where only a live world can be used).
 //!
-//! (The routing's view of a world, its chain of layers and their snapshots, is storage::overlay::World,
-//! made from the same row by storage/overlay/worlds.rs; the plpgsql lifecycle (create, fork, alter, drop:
+//! (The routing resolves the session's setting to the same type in storage/overlay/worlds.rs, with
+//! `world_by_num` as here; the plpgsql lifecycle (create, fork, alter, drop:
 //! catalog/lifecycle.sql) resolves names with worlds._resolve, which asks this resolver: `_resolve_num`.)
 use crate::api::raise;
 use crate::spi_calls::Fresh;
@@ -12,19 +13,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use serde_json::Value;
 
-/// A live world as the engine needs it.
-#[derive(Clone, Debug)]
-pub struct WorldRow {
-    pub num: i32,
-    pub id: String,
-    pub name: String,
-    pub parent: Option<i32>,
-    pub version: i64,
-    pub fork_snapshot: Option<String>,
-    /// merged in part (ONLY TABLES / ONLY KEYS) at least once: its later merges leave out what main
-    /// changed of those rows before that merge (gather.rs)
-    pub merged_part: bool,
-}
+pub use crate::storage::overlay::World;
 
 /// A world of that name already merged whole at version `v` (its last merge): the tag that merge
 /// returned (an approval repeated, or made twice at once, applies once).
@@ -46,7 +35,7 @@ pub(crate) fn merged_at_version(name: &str, v: i64) -> Option<Vec<Value>> {
 
 /// The world again, after waiting for its lock: another session may have merged or dropped it meanwhile
 /// (3D000, by the name it was asked for).
-pub(crate) fn resolve_again(world: &WorldRow) -> WorldRow {
+pub(crate) fn resolve_again(world: &World) -> World {
     world_row("id = $1", world.id.as_str().into())
         .unwrap_or_else(|| raise("3D000", format!("world \"{}\" does not exist (it was merged or dropped meanwhile)", world.name)))
 }
@@ -54,7 +43,7 @@ pub(crate) fn resolve_again(world: &WorldRow) -> WorldRow {
 /// The live world named `name` (its name or its ID), for a statement that acts on it: 3D000 when there is
 /// none, 0A000 for a moment of the past ('name@when'), which can only be read. A world past its TTL is
 /// discarded first: it can't be merged, rebased or diffed any more.
-pub fn resolve_world(name: &str) -> WorldRow {
+pub fn resolve_world(name: &str) -> World {
     if unsafe { !pg_sys::XactReadOnly } {
         crate::spi_calls::run("SELECT worlds._expire()").ok();
     }
@@ -62,7 +51,7 @@ pub fn resolve_world(name: &str) -> WorldRow {
 }
 
 /// The live world named `name` (its name or its ID; a name first), or the resolver's error.
-pub fn resolve_live(name: &str) -> WorldRow {
+pub fn resolve_live(name: &str) -> World {
     world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into()).unwrap_or_else(|| missing(name))
 }
 
@@ -88,30 +77,31 @@ fn _world_missing(name_or_id: Option<&str>) {
     missing(name_or_id.unwrap_or_default())
 }
 
-/// The live world that `condition` (on worlds.world, with `$1`) finds first.
-pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<WorldRow> {
-    Spi::connect(|c| {
-        c.fresh(
-            &format!(
-                "SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text), merged_part FROM worlds.world
-                 WHERE dropped IS NULL AND {condition} LIMIT 1"
-            ),
-            None,
-            &[arg],
-        )
-        .ok()
-        .and_then(|r| {
-            r.into_iter().next().map(|r| WorldRow {
-                num: r.get(1).ok().flatten().unwrap_or(0),
-                id: r.get(2).ok().flatten().unwrap_or_default(),
-                name: r.get(3).ok().flatten().unwrap_or_default(),
-                parent: r.get(4).ok().flatten(),
-                version: r.get(5).ok().flatten().unwrap_or(0),
-                fork_snapshot: r.get(6).ok().flatten(),
-                merged_part: r.get(7).ok().flatten().unwrap_or(false),
-            })
-        })
-    })
+/// The live world that `condition` (on worlds.world, with `$1`) finds first, with its chain.
+pub(crate) fn world_row(condition: &str, arg: DatumWithOid) -> Option<World> {
+    let (num, version) = Spi::connect(|c| {
+        c.fresh(&format!("SELECT num, version FROM worlds.world WHERE dropped IS NULL AND {condition} LIMIT 1"), None, &[arg])
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            .next()
+            .map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<i64>(2).ok().flatten().unwrap_or(0)))
+    })?;
+    if num == 0 {
+        // main, named where a world may be main (MERGE ... INTO main): no chain, no fork
+        return Some(World::new(crate::storage::overlay::WorldData {
+            num: 0,
+            id: "main".into(),
+            name: "main".into(),
+            parent: None,
+            version,
+            fork_snapshot: None,
+            merged_part: false,
+            chain: Vec::new(),
+            layer_snapshots: Vec::new(),
+            main_snapshot: String::new(),
+            read_only: false,
+        }));
+    }
+    crate::storage::overlay::world_by_num(num)
 }
 
 /// 0A000: a moment of the past ('name@when') named where a live world is needed.

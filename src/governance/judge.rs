@@ -14,8 +14,7 @@
 //! An agent's merge that the policy refuses waits for a person: the verdict says to queue it (42501).
 use crate::api::raise_with;
 use crate::plan::{MergePlan, Phase, Planned, Refusal, Stale};
-use crate::storage::overlay::World;
-use crate::world::WorldRow;
+use crate::world::World;
 
 /// The judge's verdict on a plan in one phase.
 #[derive(Default)]
@@ -82,7 +81,7 @@ pub fn judge(plan: &MergePlan, phase: Phase, confirm_deletes: Option<Option<i64>
 
 /// The merge enforces a verdict: an agent's refused merge is queued (42501), else the first refusal is
 /// raised with its SQLSTATE.
-pub fn enforce(world: &WorldRow, verdict: Verdict) {
+pub fn enforce(world: &World, verdict: Verdict) {
     if let Some(why) = verdict.queue {
         super::policies::refuse(world, &why);
     }
@@ -94,7 +93,7 @@ pub fn enforce(world: &WorldRow, verdict: Verdict) {
 /// Does the judge read a plan's rows for this world's merge? (No: a merge may go fast-forward, with no
 /// plan of rows, judged after the apply only.) An agent merging, a policy over the world, a declared
 /// scope: each judges the rows.
-pub fn needs_rows(world: &WorldRow) -> bool {
+pub fn needs_rows(world: &World) -> bool {
     super::agents::session_agent().is_some()
         || super::policies::judged_by(world).is_some()
         || super::policies::owner_policy(world.num).is_some()
@@ -102,7 +101,7 @@ pub fn needs_rows(world: &WorldRow) -> bool {
 }
 
 /// The refusal a stale read puts on a merge (or a rebase: `verb`) of `world`.
-pub fn stale_refusal(world: &WorldRow, s: &Stale, verb: &str) -> Refusal {
+pub fn stale_refusal(world: &World, s: &Stale, verb: &str) -> Refusal {
     let what = s.what();
     Refusal {
         code: "40001",

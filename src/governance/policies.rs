@@ -10,7 +10,7 @@
 //!   change both sides made) changes nothing.
 use crate::api::{raise, raise_with};
 use crate::plan::{Planned, Refusal};
-use crate::world::WorldRow;
+use crate::world::World;
 use pgrx::prelude::*;
 use serde_json::Value;
 use worlds_core::merge::Outcome;
@@ -85,7 +85,7 @@ fn changed_columns(p: &Planned) -> Vec<String> {
 }
 
 /// What the plan would apply, as the rules count it.
-pub fn facts(plan: &[Planned], world: &WorldRow, into_main: bool, agent: &str) -> MergeFacts {
+pub fn facts(plan: &[Planned], world: &World, into_main: bool, agent: &str) -> MergeFacts {
     let mut f = MergeFacts { into_main, ..Default::default() };
     for p in plan.iter().filter(|p| changes(p)) {
         f.rows += 1;
@@ -150,7 +150,7 @@ pub(crate) fn split_name(qualified: &str) -> (String, String) {
 
 /// The policy a merge of `world` is judged by, with the agent it counts for: the merging agent's own,
 /// or (for SHOW REVIEWS and check_merge_policy) the one named.
-pub fn judged_by(world: &WorldRow) -> Option<(String, String)> {
+pub fn judged_by(world: &World) -> Option<(String, String)> {
     if let Some(named) = CHECKING.with(|c| c.borrow().clone()) {
         let owner = owner_policy(world.num).map(|(a, _)| a).unwrap_or_default();
         return Some((owner, named));
@@ -170,7 +170,7 @@ thread_local! {
 }
 
 /// The rules the plan breaks under the policy that judges it (empty: none, or no policy).
-pub fn refusals(plan: &[Planned], world: &WorldRow, into_main: bool) -> Vec<String> {
+pub fn refusals(plan: &[Planned], world: &World, into_main: bool) -> Vec<String> {
     let Some((agent, name)) = judged_by(world) else { return Vec::new() };
     let Some(policy) = load(&name) else { return vec![format!("its merge policy {name} no longer exists")] };
     rules::broken_rules(&policy, &facts(plan, world, into_main, &agent))
@@ -178,7 +178,7 @@ pub fn refusals(plan: &[Planned], world: &WorldRow, into_main: bool) -> Vec<Stri
 
 /// A person merging a world of an agent under a policy with confirm_deletes_over must give the count, and
 /// the right one (55000 with the real count), before anything is written: the refusal when not.
-pub fn unconfirmed_deletes(plan: &[Planned], world: &WorldRow, given: Option<i64>) -> Option<Refusal> {
+pub fn unconfirmed_deletes(plan: &[Planned], world: &World, given: Option<i64>) -> Option<Refusal> {
     if crate::governance::agents::session_agent().is_some() {
         return None;
     }
@@ -210,7 +210,7 @@ pub fn unconfirmed_deletes(plan: &[Planned], world: &WorldRow, given: Option<i64
 }
 
 /// The refusal of an agent's merge that breaks its policy: the world is queued, then 42501.
-pub fn refuse(world: &WorldRow, reasons: &[String]) -> ! {
+pub fn refuse(world: &World, reasons: &[String]) -> ! {
     let policy = judged_by(world).map(|(_, p)| p).unwrap_or_default();
     crate::governance::reviews::queue(world.num, world.version, &policy);
     raise_with(

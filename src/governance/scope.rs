@@ -10,7 +10,7 @@
 //! change a scope.
 use crate::api::raise;
 use crate::plan::Planned;
-use crate::world::WorldRow;
+use crate::world::World;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::{Map, Value};
@@ -274,7 +274,7 @@ fn row_changes(plan: &[Planned], tenant: Option<&str>) -> Vec<RowChange> {
 }
 
 /// The scope's breaches by this plan, and the world's scope (None: it keeps to it, or declares none).
-pub fn breaches(plan: &[Planned], world: &WorldRow) -> Option<(Scope, Vec<String>)> {
+pub fn breaches(plan: &[Planned], world: &World) -> Option<(Scope, Vec<String>)> {
     let meta = crate::spi_calls::get_one_with_args::<JsonB>("SELECT meta FROM worlds.world WHERE num = $1", &[world.num.into()]).ok().flatten()?;
     let s = of_meta(&meta.0).filter(|s| s.declares())?;
     let why = scope::breaches(&s, &row_changes(plan, s.tenant.as_ref().map(|(c, _)| c.as_str())));
@@ -282,7 +282,7 @@ pub fn breaches(plan: &[Planned], world: &WorldRow) -> Option<(Scope, Vec<String
 }
 
 /// Does the world declare a scope (may_change, tenant, max_rows, max_deletes)?
-pub fn declared(world: &WorldRow) -> bool {
+pub fn declared(world: &World) -> bool {
     crate::spi_calls::get_one_with_args::<JsonB>("SELECT meta FROM worlds.world WHERE num = $1", &[world.num.into()])
         .ok()
         .flatten()
@@ -292,7 +292,7 @@ pub fn declared(world: &WorldRow) -> bool {
 
 /// The gate's hold: the person's refusal (42501) and the same as a broken rule ("..., outside its
 /// declared scope").
-pub fn held(plan: &[Planned], world: &WorldRow) -> Option<crate::plan::Refusal> {
+pub fn held(plan: &[Planned], world: &World) -> Option<crate::plan::Refusal> {
     let (s, why) = breaches(plan, world)?;
     Some(crate::plan::Refusal {
         code: "42501",

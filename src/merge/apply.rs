@@ -27,7 +27,7 @@ pub(super) fn fk_depth() -> HashMap<pg_sys::Oid, i32> {
 
 /// Applies the settled rows to main: deletes children-first, then inserts and updates parents-first,
 /// one set-based statement per table and kind. Returns the rows applied.
-pub(super) fn apply(plan: &[Planned], world: &WorldRow) -> usize {
+pub(super) fn apply(plan: &[Planned], world: &World) -> usize {
     apply_plan(plan, Some(world.id.clone()))
 }
 
@@ -156,7 +156,7 @@ pub(super) fn run_dml_counted(sql: &str, first: Vec<Value>, second: Vec<Value>) 
 /// A merge into another world: the plan applied through that world's overlays, then the foreign keys the
 /// merged rows take part in checked there, as Postgres checks them for a merge into main (a world's writes
 /// are not checked at write time). O(rows merged): only the merged rows and the rows that reference them.
-pub(super) fn apply_into_world(plan: &[Planned], world: &WorldRow, target: &World) -> usize {
+pub(super) fn apply_into_world(plan: &[Planned], world: &World, target: &World) -> usize {
     with_world(Some(target.clone()), || {
         let applied = crate::storage::write_events::as_merge_writes(|| apply(plan, world));
         check_foreign_keys(plan);

@@ -5,7 +5,7 @@ use super::*;
 
 pub(crate) fn plan_rows(
     layouts: &[std::rc::Rc<Layout>],
-    world: &WorldRow,
+    world: &World,
     target_world: Option<&World>,
     req: &MergeRequest,
     resolve: &HashMap<(pg_sys::Oid, String), Pick>,

@@ -487,17 +487,7 @@ pub(super) fn sql_value(table: &str, typ: Option<&str>, column: &str, v: &Value)
 /// out: (key text, the row at the fork, the row now; None where there is none). O(rows the parent's
 /// chain wrote and main changed since the world's cut). What a world's stale reads are judged on.
 pub fn parent_changes(l: &Layout, world: &World) -> Vec<(String, Option<Value>, Option<Value>)> {
-    let at_fork = base_of(world).unwrap_or_else(|| {
-        World::new(crate::storage::overlay::WorldData {
-            num: -world.num,
-            name: format!("{} (fork point)", world.name),
-            version: world.version,
-            chain: Vec::new(),
-            layer_snapshots: Vec::new(),
-            main_snapshot: world.main_snapshot.clone(),
-            read_only: true,
-        })
-    });
+    let at_fork = world.at_fork(-world.num);
     let parent = world.chain.get(1).copied().and_then(world_by_num);
     let keys = candidate_keys(l, &world.chain[1..], std::slice::from_ref(&world.main_snapshot));
     if keys.is_empty() {

@@ -14,7 +14,7 @@
 use super::*;
 
 /// The merge's tables, if every one of them can be merged fast-forward.
-pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &MergeRequest) -> bool {
+pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &World, req: &MergeRequest) -> bool {
     if req.dry_run
         || req.into.is_some()
         || req.only_tables.is_some()
@@ -47,11 +47,11 @@ pub(super) fn tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, req: &Me
 /// Applies the world's latest rows of these tables to main: deletes children first, then updates and
 /// inserts parents first (as `apply` orders a plan). Returns the rows changed, the rows deleted and the
 /// tables it changed.
-pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
+pub(super) fn apply(layouts: &[std::rc::Rc<Layout>], world: &World, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
     with_merge_source(Some(world.id.clone()), || apply_tables(layouts, world, absent))
 }
 
-fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &WorldRow, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
+fn apply_tables(layouts: &[std::rc::Rc<Layout>], world: &World, absent: &HashMap<pg_sys::Oid, Vec<String>>) -> (usize, i64, Vec<pg_sys::Oid>) {
     let mut changed: Vec<pg_sys::Oid> = Vec::new();
     let mut note = |relid: pg_sys::Oid, n: usize| {
         if n > 0 && !changed.contains(&relid) {

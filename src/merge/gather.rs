@@ -54,7 +54,7 @@ pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
 }
 
 /// The rows `world` changed in one table, with base, ours and theirs, in key order.
-pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
+pub fn gather(layout: &std::rc::Rc<Layout>, world: &World) -> TableChanges {
     let table = layout.table_name.clone();
     let delta = layout.delta_name.clone();
     let history = layout.history_name.clone();
@@ -196,7 +196,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &WorldRow) -> TableChanges {
 }
 
 /// Has main changed the table since the world's fork (an entry in its history after the fork point)?
-pub(crate) fn main_changed(layout: &Layout, world: &WorldRow) -> bool {
+pub(crate) fn main_changed(layout: &Layout, world: &World) -> bool {
     let snapshot = world.fork_snapshot.clone().unwrap_or_default();
     let after_fork = if snapshot.starts_with('@') {
         "h._w_at > substr($1, 2)::timestamptz"
@@ -216,7 +216,7 @@ pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'st
 }
 
 /// Everything the world changed, table by table (only tables it touched).
-pub fn world_changes(world: &WorldRow) -> Vec<TableChanges> {
+pub fn world_changes(world: &World) -> Vec<TableChanges> {
     tracked_layouts()
         .iter()
         .map(|l| gather(l, world))
@@ -226,7 +226,7 @@ pub fn world_changes(world: &WorldRow) -> Vec<TableChanges> {
 
 /// What a world changed since its fork, as DIFF shows it: for a world of main, as gathered (base: main as
 /// of the fork); for a world of a world, its rows against that parent as of the fork.
-pub fn own_changes(world: &WorldRow) -> Vec<TableChanges> {
+pub fn own_changes(world: &World) -> Vec<TableChanges> {
     let mut tables = world_changes(world);
     if world.parent.unwrap_or(0) == 0 {
         return tables;
@@ -286,7 +286,7 @@ pub fn read_rows(l: &Layout, keys: &[Value]) -> HashMap<String, Value> {
     })
 }
 
-pub(crate) fn world_touched(l: &Layout, world: &WorldRow) -> bool {
+pub(crate) fn world_touched(l: &Layout, world: &World) -> bool {
     let sql = format!("SELECT EXISTS (SELECT 1 FROM {} WHERE _w_world = $1)", l.delta_name);
     crate::spi_calls::get_one_with_args::<bool>(&sql, &[world.num.into()]).ok().flatten().unwrap_or(false)
 }

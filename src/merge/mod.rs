@@ -16,7 +16,7 @@
 use crate::api::{raise, raise_with};
 use crate::storage::capture::MERGE_SOURCE;
 pub(crate) use crate::sql_text::{json_object_expr, key_match, key_text_expr, quote_ident};
-use crate::storage::overlay::{base_of, with_world, world_by_num, World};
+use crate::storage::overlay::{base_of, with_world, world_by_num};
 use crate::storage::{as_internal, relation_layout, Layout};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
@@ -29,7 +29,7 @@ mod resolve;
 pub(crate) use resolve::*;
 pub(crate) use crate::plan::{Changed, MergePlan, Phase, Planned};
 use crate::governance::judge;
-use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, WorldRow};
+use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, World};
 pub mod lock;
 mod gather;
 pub use gather::*;

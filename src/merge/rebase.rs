@@ -6,7 +6,7 @@ use super::*;
 /// merge would settle them (a row settled to main's value is dropped from the world's delta).
 /// After a rebase, in the same transaction: a row the world added (or changed) whose unique value another
 /// row now has in the rebased world — both sides added it — refuses the rebase (23505; the error undoes it).
-fn refuse_duplicates_after_rebase(world: &WorldRow, layouts: &[std::rc::Rc<Layout>]) {
+fn refuse_duplicates_after_rebase(world: &World, layouts: &[std::rc::Rc<Layout>]) {
     let rebased = world_by_num(world.num);
     for l in layouts.iter().filter(|l| l.key_kind != b'r' && !l.uniques.is_empty() && world_touched(l, world)) {
         let kcols = l.key_columns.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");

@@ -5,7 +5,7 @@
 use super::*;
 use crate::spi_calls::written;
 
-pub(crate) fn record(world: &WorldRow, target_num: i32, target_name: &str, partial: bool, applied: i64, deletes: i64) {
+pub(crate) fn record(world: &World, target_num: i32, target_name: &str, partial: bool, applied: i64, deletes: i64) {
     Spi::connect_mut(|c| {
         if partial {
             written(c.update("UPDATE worlds.world SET version = version + 1, merged_part = true WHERE num = $1", None, &[world.num.into()]), "the world's version");

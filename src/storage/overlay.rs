@@ -28,8 +28,10 @@ pub enum Key {
     T(String),
 }
 
-/// The session's world as resolved from `worlds.world`: shared, since it is asked for many times in
-/// every statement (routing, each scan, each write).
+/// A world: the one shape every statement, the routing and the merge use. Resolved from `worlds.world`
+/// by the one resolver (src/world.rs, for a statement naming a world) or from the `worlds.world` setting
+/// (overlay/worlds.rs, for the session's world); both build it with `world_by_num`. Shared, since it is
+/// asked for many times in every statement (routing, each scan, each write).
 #[derive(Clone, Debug)]
 pub struct World(std::rc::Rc<WorldData>);
 
@@ -41,6 +43,32 @@ impl World {
     /// The world's version moved on (a write of this session): copied if shared.
     pub fn set_version(&mut self, v: i64) {
         std::rc::Rc::make_mut(&mut self.0).version = v;
+    }
+
+    /// A read-only view that is no live world (a moment of the past, what a world stood on at its fork):
+    /// `num` is one no world has, so caches keep it apart.
+    pub fn moment(num: i32, name: String, version: i64, chain: Vec<i32>, layer_snapshots: Vec<Option<String>>, main_snapshot: String) -> World {
+        World::new(WorldData {
+            num,
+            id: name.clone(),
+            name,
+            parent: None,
+            version,
+            fork_snapshot: None,
+            merged_part: false,
+            chain,
+            layer_snapshots,
+            main_snapshot,
+            read_only: true,
+        })
+    }
+
+    /// What a world stood on when it forked, main's side included: its parent world as of the fork, or
+    /// main as of the fork (a pseudo-world numbered `num`).
+    pub fn at_fork(&self, num: i32) -> World {
+        worlds::base_of(self).unwrap_or_else(|| {
+            World::moment(num, format!("{} (fork point)", self.name), self.version, Vec::new(), Vec::new(), self.main_snapshot.clone())
+        })
     }
 }
 
@@ -54,8 +82,17 @@ impl std::ops::Deref for World {
 #[derive(Clone, Debug)]
 pub struct WorldData {
     pub num: i32,
+    /// its ID (`w_...`); a moment's is its name
+    pub id: String,
     pub name: String,
+    /// its parent's number (0: main); None for a moment
+    pub parent: Option<i32>,
     pub version: i64,
+    /// the parent's snapshot when it forked (or '@' and a time); None for a moment
+    pub fork_snapshot: Option<String>,
+    /// merged in part (ONLY TABLES / ONLY KEYS) at least once: its later merges leave out what main
+    /// changed of those rows before that merge (merge/gather.rs)
+    pub merged_part: bool,
     /// the world and its ancestors up to (not including) main
     pub chain: Vec<i32>,
     /// for each chain layer, the snapshot through which the world sees it (None for its own rows)

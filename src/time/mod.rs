@@ -296,17 +296,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
         .unwrap_or_else(|| raise("3D000", format!("world \"{target_name}\" that {merged} was merged into no longer exists")));
     let Some(target) = world_by_num(num) else { raise("3D000", format!("world \"{target_name}\" does not exist")) };
     // what the world stood on: its parent world as of its fork, or main as of its fork
-    let beneath = base_of(&target).unwrap_or_else(|| {
-        crate::storage::overlay::World::new(crate::storage::overlay::WorldData {
-            num: -2_000_000 - target.num,
-            name: format!("{} (fork point)", target.name),
-            version: target.version,
-            chain: Vec::new(),
-            layer_snapshots: Vec::new(),
-            main_snapshot: target.main_snapshot.clone(),
-            read_only: true,
-        })
-    });
+    let beneath = target.at_fork(-2_000_000 - target.num);
     let mut plan = Vec::new();
     let mut changed_since = Vec::new();
     for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {

@@ -77,7 +77,7 @@ pub fn session_world() -> Option<World> {
         // only its version moved (another session of the world committed writes): same name, same fork
         // point (a rebase moves it; an ancestor can't move while the world lives), so the same chain
         if let (Some(v), Some((_, Some(name), fork))) = (current, row.as_ref()) {
-            if w.num > 0 && *name == w.name && fork.as_deref() == Some(own_fork(&w)) {
+            if w.num > 0 && *name == w.name && *fork == w.fork_snapshot {
                 let mut w = w;
                 w.set_version(v);
                 WORLD.with(|c| *c.borrow_mut() = Some((gen, setting_gen, w.clone())));
@@ -90,7 +90,7 @@ pub fn session_world() -> Option<World> {
             // whatever world now has the name (a moment of the past, num < 0, is never dropped: it is
             // resolved again below, when another transaction committed since the last statement)
             let chain = as_internal(|| load_chain(w.num));
-            let (_, lname) = chain.iter().find(|c| !c.4).map(|c| (c.0, c.1.clone())).unwrap_or((0, "main".to_string()));
+            let lname = chain.iter().find(|c| !c.dropped).map(|c| c.name.clone()).unwrap_or_else(|| "main".to_string());
             set_session_world(&lname);
         }
     }
@@ -324,11 +324,6 @@ unsafe fn vardata_any(v: *mut pg_sys::varlena) -> *const u8 {
     unsafe { pgrx::varlena::vardata_any(v) as *const u8 }
 }
 
-/// The snapshot (or '@' time) a world forked at, as `worlds.world` gives it.
-fn own_fork(w: &World) -> &str {
-    if w.chain.len() >= 2 { w.layer_snapshots[1].as_deref().unwrap_or("") } else { &w.main_snapshot }
-}
-
 /// Which transactions the active snapshot sees as committed, as a hash of its xmin, xmax and in-progress
 /// list: two snapshots with the same signature see the same committed data, so a cache checked with one
 /// is current for the other (this transaction's own writes update the cache in place). 0 when there is no
@@ -414,8 +409,8 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         if dropped {
             // carry on from the nearest live ancestor
             let chain = load_chain(num);
-            let live = chain.iter().find(|c| !c.4).cloned();
-            let (lnum, lname) = live.map(|c| (c.0, c.1)).unwrap_or((0, "main".to_string()));
+            let live = chain.iter().find(|c| !c.dropped).cloned();
+            let (lnum, lname) = live.map(|c| (c.num, c.name)).unwrap_or((0, "main".to_string()));
             set_session_world(&lname);
             num = lnum;
         }
@@ -437,37 +432,32 @@ pub fn past_of(name: &str, when: &str) -> World {
     });
     let cut = format!("@{at}");
     match world_by_num(num) {
-        None => World::new(WorldData {
-            num: -1,
-            name: source,
-            version: 0,
-            chain: Vec::new(),
-            layer_snapshots: Vec::new(),
-            main_snapshot: cut,
-            read_only: true,
-        }),
+        None => World::moment(-1, source, 0, Vec::new(), Vec::new(), cut),
         Some(w) => {
             use std::hash::Hasher;
             let mut h = Fx::default();
             h.write(cut.as_bytes());
             let mut layer_snapshots = w.layer_snapshots.clone();
             layer_snapshots[0] = Some(cut);
-            World::new(WorldData {
-                // its own cache entry: a number no world has, a version that changes with the moment
-                num: -1_000_000 - w.num,
-                name: source,
-                version: h.finish() as i64,
-                chain: w.chain.clone(),
-                layer_snapshots,
-                main_snapshot: w.main_snapshot.clone(),
-                read_only: true,
-            })
+            // its own cache entry: a number no world has, a version that changes with the moment
+            World::moment(-1_000_000 - w.num, source, h.finish() as i64, w.chain.clone(), layer_snapshots, w.main_snapshot.clone())
         }
     }
 }
 
-/// One row of a world's chain: (num, name, version, fork snapshot, dropped).
-pub(super) type ChainRow = (i32, String, i64, Option<String>, bool);
+/// One row of a world's chain.
+#[derive(Clone, Debug)]
+pub(super) struct ChainRow {
+    num: i32,
+    id: String,
+    name: String,
+    parent: Option<i32>,
+    version: i64,
+    /// the snapshot (or '@' time) it forked at
+    snap: Option<String>,
+    dropped: bool,
+    merged_part: bool,
+}
 
 /// The chain from a world up to main (the world first).
 pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
@@ -475,47 +465,53 @@ pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
         client
             .fresh(
                 "WITH RECURSIVE c AS (
-                     SELECT num, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) AS snap, dropped, 0 AS lvl
+                     SELECT num, id, name, parent, version, coalesce(fork_snapshot::text, '@' || fork_at::text) AS snap, dropped, merged_part, 0 AS lvl
                      FROM worlds.world WHERE num = $1
                      UNION ALL
-                     SELECT w.num, w.name, w.parent, w.version, coalesce(w.fork_snapshot::text, '@' || w.fork_at::text), w.dropped, c.lvl + 1
+                     SELECT w.num, w.id, w.name, w.parent, w.version, coalesce(w.fork_snapshot::text, '@' || w.fork_at::text), w.dropped, w.merged_part, c.lvl + 1
                      FROM worlds.world w JOIN c ON w.num = c.parent)
-                 SELECT num, name, version, snap, dropped IS NOT NULL FROM c ORDER BY lvl",
+                 SELECT num, id, name, parent, version, snap, dropped IS NOT NULL, merged_part FROM c ORDER BY lvl",
                 None,
                 &[num.into()],
             )
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-            .map(|r| {
-                (
-                    r.get::<i32>(1).ok().flatten().unwrap_or(0),
-                    r.get::<String>(2).ok().flatten().unwrap_or_default(),
-                    r.get::<i64>(3).ok().flatten().unwrap_or(0),
-                    r.get::<String>(4).ok().flatten(),
-                    r.get::<bool>(5).ok().flatten().unwrap_or(false),
-                )
+            .map(|r| ChainRow {
+                num: r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                id: r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                name: r.get::<String>(3).ok().flatten().unwrap_or_default(),
+                parent: r.get::<i32>(4).ok().flatten(),
+                version: r.get::<i64>(5).ok().flatten().unwrap_or(0),
+                snap: r.get::<String>(6).ok().flatten(),
+                dropped: r.get::<bool>(7).ok().flatten().unwrap_or(false),
+                merged_part: r.get::<bool>(8).ok().flatten().unwrap_or(false),
             })
             .collect()
     })
 }
 
-/// A world as the overlay reads it, by number (None for main).
+/// A world by number (None for main, or for a number no world has): its row and its chain up to main.
 pub fn world_by_num(num: i32) -> Option<World> {
     if num == 0 {
         return None;
     }
     let chain = load_chain(num);
-    let layers: Vec<_> = chain.iter().filter(|c| c.0 != 0).cloned().collect();
+    let layers: Vec<_> = chain.iter().filter(|c| c.num != 0).cloned().collect();
+    let own = layers.first()?;
     let mut layer_snapshots = vec![None];
     for i in 1..layers.len() {
-        layer_snapshots.push(layers[i - 1].3.clone());
+        layer_snapshots.push(layers[i - 1].snap.clone());
     }
     Some(World::new(WorldData {
         num,
-        name: layers[0].1.clone(),
-        version: layers[0].2,
-        chain: layers.iter().map(|c| c.0).collect(),
+        id: own.id.clone(),
+        name: own.name.clone(),
+        parent: own.parent,
+        version: own.version,
+        fork_snapshot: own.snap.clone(),
+        merged_part: own.merged_part,
+        chain: layers.iter().map(|c| c.num).collect(),
         layer_snapshots,
-        main_snapshot: layers.last().and_then(|c| c.3.clone()).unwrap_or_default(),
+        main_snapshot: layers.last().and_then(|c| c.snap.clone()).unwrap_or_default(),
         read_only: false,
     }))
 }
@@ -526,15 +522,14 @@ pub fn base_of(world: &World) -> Option<World> {
     if world.chain.len() < 2 {
         return None;
     }
-    Some(World::new(WorldData {
-        num: -world.num,
-        name: format!("{} (fork point)", world.name),
-        version: world.version,
-        chain: world.chain[1..].to_vec(),
-        layer_snapshots: world.layer_snapshots[1..].to_vec(),
-        main_snapshot: world.main_snapshot.clone(),
-        read_only: true,
-    }))
+    Some(World::moment(
+        -world.num,
+        format!("{} (fork point)", world.name),
+        world.version,
+        world.chain[1..].to_vec(),
+        world.layer_snapshots[1..].to_vec(),
+        world.main_snapshot.clone(),
+    ))
 }
 
 thread_local! {
