@@ -16,6 +16,8 @@ pub static INTERNAL_DDL: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static LAZY_STORAGE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 thread_local! {
+    /// Told of every change of `worlds.world` (registered by its owner from lib.rs: the search path).
+    static ON_WORLD_CHANGE: Cell<Option<fn(&CStr)>> = const { Cell::new(None) };
     /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
     static WORLD_GENERATION: Cell<u64> = const { Cell::new(0) };
 }
@@ -44,10 +46,18 @@ pub fn in_main() -> bool {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn assign_world(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+unsafe extern "C-unwind" fn assign_world(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
     WORLD_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+    if let Some(f) = ON_WORLD_CHANGE.with(|c| c.get()) {
+        f(if newval.is_null() { c"main" } else { unsafe { CStr::from_ptr(newval) } });
+    }
     // Prepared statements and cached plans were routed for the old world: make them re-analyze.
     unsafe { pg_sys::ResetPlanCache() };
+}
+
+/// `f` is told of each change of `worlds.world` (in its assign hook: it must not fail).
+pub fn on_world_change(f: fn(&CStr)) {
+    ON_WORLD_CHANGE.with(|c| c.set(Some(f)));
 }
 
 pub fn register() {

@@ -54,6 +54,9 @@ pub extern "C-unwind" fn _PG_init() {
         PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
         route::install_hooks();
         storage::register_callbacks();
+        // names resolve in the session's world's own namespaces first (storage/search_path.rs)
+        storage::search_path::install();
+        guc::on_world_change(storage::search_path::world_setting_changed);
         // the work of the rooms above storage that storage's callbacks run (storage/callbacks.rs)
         storage::callbacks::on_relcache_invalidation(route::scans::keys::on_relcache_invalidation);
         storage::callbacks::on_relcache_invalidation(governance::agents::on_relcache_invalidation);

@@ -285,7 +285,8 @@ pub fn broken_rules(p: &Policy, f: &MergeFacts) -> Vec<String> {
         }
     }
     if !p.schema && f.schema_changes > 0 {
-        why.push(format!("changes the schema ({} objects; schema false)", f.schema_changes));
+        let objects = if f.schema_changes == 1 { "1 object".to_string() } else { format!("{} objects", f.schema_changes) };
+        why.push(format!("changes the schema ({objects}; schema false)"));
     }
     if !p.overwrite && f.overwrites > 0 {
         why.push(format!("overwrites {} its parent changed since the fork (overwrite false)", rows(f.overwrites)));

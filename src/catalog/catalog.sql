@@ -33,6 +33,25 @@ CREATE UNIQUE INDEX world_live_name ON worlds.world (name) WHERE dropped IS NULL
 CREATE SEQUENCE worlds.world_num_seq START 1 OWNED BY worlds.world.num;
 INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main', NULL, 0);
 
+-- The namespaces that hold a world's own objects (tables, views, sequences, functions, types it made):
+-- one per world and schema, named `<schema>@w<num>` (storage/search_path.rs). A session in the world
+-- resolves names in them ahead of the schema; main never sees them on its search_path.
+CREATE TABLE worlds.world_schema (
+    world   integer NOT NULL REFERENCES worlds.world (num),
+    schema  name NOT NULL,                              -- the schema it stands for (main may not have it)
+    nsp     name NOT NULL UNIQUE,                       -- the namespace's name
+    created timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (world, schema)
+);
+
+-- Foreign keys from a world's own table to one of main's: not made in the world (worlds check foreign
+-- keys at their merge), added by the merge once the world's rows are in, checked by Postgres then.
+CREATE TABLE worlds.world_fk (
+    world      integer NOT NULL REFERENCES worlds.world (num),
+    relid      oid NOT NULL,                            -- the world's table
+    definition text NOT NULL                            -- FOREIGN KEY (...) REFERENCES ..., as ALTER TABLE ADD takes it
+);
+
 -- Tracked tables and the storage generated for each. Found by regclass (dumped by name), never by an OID
 -- baked into a name.
 CREATE TABLE worlds.tables (

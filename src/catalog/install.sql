@@ -96,12 +96,12 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.proname IN ('_add_member', '_drop_member', '_forget_reads_of',
                    '_create_capture_triggers', '_tracking_changed', '_capture_rows', '_release_made_now',
-                   '_forget_user_types', '_lock_tracking', '_reads_begin') LOOP
+                   '_forget_user_types', '_lock_tracking', '_reads_begin', '_drop_world_schemas') LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END $$;
 GRANT USAGE ON SCHEMA worlds TO PUBLIC;
-GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table TO PUBLIC;
+GRANT SELECT ON worlds.world, worlds.tables, worlds.settings, worlds.column_log, worlds.dropped_table, worlds.world_schema TO PUBLIC;
 GRANT USAGE ON SCHEMA worlds_data TO PUBLIC;
 
 -- pg_worlds' own tables never reach a logical decoding stream (a FOR ALL TABLES publication, CDC), and

@@ -110,6 +110,8 @@ BEGIN
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     PERFORM worlds._leave_reviews(w.num, 'dropped');
     DELETE FROM worlds.outbox o WHERE o.world = w.num;
+    -- its own objects (what a merge didn't bring to main), with their namespaces
+    PERFORM worlds._drop_world_schemas(w.num);
     FOR t IN SELECT * FROM worlds.tables WHERE delta IS NOT NULL LOOP
         EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
     END LOOP;
@@ -179,6 +181,11 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = arg_name AND w.dropped IS NULL) THEN
         RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    IF src.num <> 0 AND EXISTS (SELECT 1 FROM worlds.world_schema s WHERE s.world = src.num) THEN
+        RAISE EXCEPTION 'forking world "%" is not supported yet: it has schema changes of its own', src.name
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Merge its schema changes first, or fork its parent.';
     END IF;
     SELECT count(*) INTO live FROM worlds.world WHERE dropped IS NULL AND num <> 0;
     IF cap > 0 AND live >= cap THEN

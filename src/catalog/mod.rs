@@ -11,6 +11,7 @@ extension_sql_file!("tracking.sql", name = "tracking", requires = ["catalog"]);
 extension_sql_file!("lifecycle.sql", name = "lifecycle", requires = ["catalog"]);
 extension_sql_file!("time.sql", name = "time", requires = ["lifecycle"]);
 extension_sql_file!("dump.sql", name = "dump", requires = ["time", dump::_portable_rows]);
+extension_sql_file!("world_schema.sql", name = "world_schema", requires = ["catalog"]);
 extension_sql_file!(
     "install.sql",
     name = "install",

@@ -675,6 +675,8 @@ BEGIN
     SELECT c.relkind = 'r' AND c.relpersistence = 'p' AND NOT c.relispartition
        AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'worlds', 'worlds_data', 'pg_toast')
        AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%'
+       -- (a world's own tables, in its namespaces: tracked when a merge brings them to main)
+       AND NOT EXISTS (SELECT 1 FROM worlds.world_schema s WHERE s.nsp = n.nspname)
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_namespace'::regclass AND d.objid = n.oid AND d.deptype = 'e')
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel

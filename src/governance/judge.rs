@@ -45,7 +45,7 @@ pub fn judge(plan: &MergePlan, phase: Phase, confirm_deletes: Option<Option<i64>
             }
             let holds: Vec<Refusal> = plan.stale.iter().map(|s| stale_refusal(world, s, "merging")).chain(super::scope::held(&plan.rows, world)).collect();
             if policy {
-                let mut why = super::policies::refusals(&plan.rows, world, plan.into_main);
+                let mut why = super::policies::refusals(&plan.rows, plan.tables.len(), world, plan.into_main);
                 why.extend(holds.into_iter().map(|h| h.rule));
                 if !why.is_empty() {
                     v.queue = Some(why);

@@ -85,8 +85,8 @@ fn changed_columns(p: &Planned) -> Vec<String> {
 }
 
 /// What the plan would apply, as the rules count it.
-pub fn facts(plan: &[Planned], world: &World, into_main: bool, agent: &str) -> MergeFacts {
-    let mut f = MergeFacts { into_main, ..Default::default() };
+pub fn facts(plan: &[Planned], schema_changes: usize, world: &World, into_main: bool, agent: &str) -> MergeFacts {
+    let mut f = MergeFacts { into_main, schema_changes: schema_changes as i64, ..Default::default() };
     for p in plan.iter().filter(|p| changes(p)) {
         f.rows += 1;
         if p.decision.result.is_none() {
@@ -170,10 +170,10 @@ thread_local! {
 }
 
 /// The rules the plan breaks under the policy that judges it (empty: none, or no policy).
-pub fn refusals(plan: &[Planned], world: &World, into_main: bool) -> Vec<String> {
+pub fn refusals(plan: &[Planned], schema_changes: usize, world: &World, into_main: bool) -> Vec<String> {
     let Some((agent, name)) = judged_by(world) else { return Vec::new() };
     let Some(policy) = load(&name) else { return vec![format!("its merge policy {name} no longer exists")] };
-    rules::broken_rules(&policy, &facts(plan, world, into_main, &agent))
+    rules::broken_rules(&policy, &facts(plan, schema_changes, world, into_main, &agent))
 }
 
 /// A person merging a world of an agent under a policy with confirm_deletes_over must give the count, and

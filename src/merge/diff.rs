@@ -65,7 +65,16 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         for t in &tables {
             require_read(&t.1);
         }
-        let mut rows = render_diff(&world.name, tables, req.as_sql, req.limit);
+        // the schema it made first (merge/schema.rs), then the rows
+        let objects = schema::objects(world.num);
+        let mut rows = schema::diff_rows(&objects, req.as_sql);
+        rows.extend(render_diff(&world.name, tables, req.as_sql, req.limit));
+        if req.as_sql {
+            rows.extend(schema::keys_sql(&objects));
+        }
+        if let Some(n) = req.limit {
+            rows.truncate(n.max(0) as usize);
+        }
         // its queued effects (governance/outbox.rs), after its rows
         if !req.as_sql && req.limit.is_none_or(|n| (rows.len() as i64) < n) {
             rows.extend(crate::governance::outbox::diff_rows(world.num));

@@ -52,6 +52,7 @@ mod rebase;
 pub use rebase::rebase;
 mod review;
 mod stale_reads;
+pub mod schema;
 
 #[derive(Default, Clone)]
 pub struct MergeRequest {
@@ -160,6 +161,13 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
             .collect();
         layouts.retain(|l| world_touched(l, &world));
+        // the schema it made (merge/schema.rs): brought first, whole merges only; both sides making one
+        // name is a conflict
+        let objects = if only_tables.is_none() && only_keys.is_none() { schema::objects(world.num) } else { Vec::new() };
+        let schema_conflicts = schema::conflicts(&objects, target_world.as_ref());
+        if !req.dry_run {
+            schema::refuse_conflicts(&world, &objects, target_world.as_ref(), &target_name);
+        }
         let mut absent = HashMap::new();
         if !req.dry_run && target_world.is_none() {
             // main's rows this world changed, held until commit; everything below reads on snapshots
@@ -172,9 +180,12 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
-            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: Vec::new(), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
+            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
             judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
+            let brought = schema::apply(&world, &objects, None);
             let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
+            schema::add_keys(world.num);
+            let applied = applied + brought;
             // the reads again, the merge checks on the result as applied (as below)
             plan.applied_tables = Some(changed);
             plan.stale = stale_reads::stale(world.num);
@@ -193,7 +204,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let mut mplan = MergePlan {
             world: world.clone(),
             into_main: target_world.is_none(),
-            tables: Vec::new(),
+            tables: schema::table_levels(&objects),
             rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
@@ -242,13 +253,19 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 world.name, world.version, world.version, fingerprint
             );
             }
-            let mut rows = dry_run_rows(plan);
+            // the schema it makes first, then its rows
+            let mut rows = schema::dry_run_rows(&objects);
+            rows.extend(dry_run_rows(plan));
             let blocked = |why: String| {
                 serde_json::json!({
                     "table": null, "id": null, "outcome": "blocked", "detail": why,
                     "base": null, "ours": null, "theirs": null, "result": null, "postgres": null,
                 })
             };
+            if !schema_conflicts.is_empty() {
+                rows.push(blocked(format!("both sides made {} since the fork", schema_conflicts.join(", "))));
+                return rows;
+            }
             if let Some(t) = req.target.filter(|t| *t != fingerprint) {
                 // the merge itself would refuse (55000): so does the plan
                 rows.push(blocked(format!("main changed since the dry run that named TARGET {t} (it is now TARGET {fingerprint})")));
@@ -270,10 +287,14 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // is shown without that row
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
+                    schema::apply(&world, &objects, target_world.as_ref());
                     match &target_world {
                         None => apply(plan, &world),
                         Some(t) => apply_into_world(plan, &world, t),
                     };
+                    if target_world.is_none() {
+                        schema::add_keys(world.num);
+                    }
                     // the judge after the apply, on the would-be result: the merge checks (its reads were
                     // judged with the plan, above)
                     let after = judge::judge(&mplan, Phase::AfterApply, None, target_world.as_ref());
@@ -369,7 +390,13 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 Err(e) => e.rethrow(),
             }
         } else {
-            run()
+            // the schema it made first, then its rows
+            let brought = schema::apply(&world, &objects, target_world.as_ref());
+            let n = brought + run();
+            if target_world.is_none() {
+                schema::add_keys(world.num);
+            }
+            n
         };
         // a world that checks its reads: judged again on the latest snapshot, after the apply: a read row
         // main changed while the merge ran refuses it too (governance/reads: what is guaranteed)

@@ -66,22 +66,9 @@ pub fn install_hooks() {
         pg_sys::ExecutorFinish_hook = Some(finish::executor_finish);
         planner::install();
     }
+    super::world_ddl::install();
     super::scans::world_scan::install();
     super::scans::key_lookup::install();
-}
-
-/// Utility statements that change the schema; refused inside a world until worlds learn schema changes.
-fn is_ddl(tag: pg_sys::NodeTag) -> bool {
-    use pg_sys::NodeTag::*;
-    matches!(
-        tag,
-        T_CreateStmt | T_AlterTableStmt | T_DropStmt | T_RenameStmt | T_IndexStmt | T_ViewStmt | T_CreateTableAsStmt
-            | T_TruncateStmt | T_CreateSeqStmt | T_AlterSeqStmt | T_CreateFunctionStmt | T_AlterFunctionStmt
-            | T_CreateSchemaStmt | T_CreateTrigStmt | T_RuleStmt | T_CompositeTypeStmt | T_CreateEnumStmt
-            | T_AlterEnumStmt | T_CreateDomainStmt | T_AlterDomainStmt | T_CommentStmt | T_ClusterStmt
-            | T_AlterObjectSchemaStmt | T_AlterOwnerStmt | T_CreatePolicyStmt | T_AlterPolicyStmt
-            | T_RefreshMatViewStmt | T_ReindexStmt | T_GrantStmt | T_CreateExtensionStmt | T_AlterExtensionStmt
-    )
 }
 
 /// Is this CREATE TRIGGER one of pg_worlds' history capture triggers, already on its table? pg_dump dumps

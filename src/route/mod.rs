@@ -7,6 +7,7 @@ pub(crate) mod rewrite;
 mod view_inline;
 pub mod upsert;
 mod view_writes;
+pub mod world_ddl;
 pub use hooks::{install_hooks, on_xact_end, routing_aborted};
 
 pub use hooks::sync_past_schema;

@@ -25,8 +25,10 @@ mod maker;
 pub mod overlay;
 pub mod callbacks;
 pub mod rewrite;
+pub mod search_path;
 pub mod snapshot_spi;
 pub mod world_locks;
+pub mod world_schemas;
 pub mod world_storage;
 pub mod unique_checks;
 pub mod upsert_wire;
@@ -893,6 +895,16 @@ fn set_saved(name: &std::ffi::CStr, value: &std::ffi::CStr) {
             false,
         );
     }
+}
+
+/// Runs f with the client told only warnings and errors (pg_worlds' own DROP ... CASCADE, whose NOTICE
+/// lists objects the user didn't drop by name).
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    set_saved(c"client_min_messages", c"warning");
+    let r = f();
+    pop_setting(level);
+    r
 }
 
 pub fn pop_setting(level: i32) {

@@ -15,6 +15,8 @@ pub(super) struct UtilityPass {
     /// tracked tables whose storage a DROP TYPE / DOMAIN / COLLATION / SCHEMA changed: synced after it
     /// (boxed: the pass is Copy; freed after the drop, lost with an error)
     synced_after: *mut Vec<i32>,
+    /// DDL run in this world (its number; 0: none): what it deferred is recorded after it (world_ddl.rs)
+    world_ddl: i32,
 }
 
 /// The hook itself is a thin frame holding nothing to drop: pg_worlds' work before and after runs guarded,
@@ -65,6 +67,12 @@ pub(super) unsafe fn process_utility_before(
         let mut pstmt = pstmt;
         let mut read_only_tree = read_only_tree;
         let stmt = (*pstmt).utilityStmt;
+        // the world's namespaces, if its setting changed where they couldn't be read
+        storage::search_path::refresh_if_pending();
+        let mut world_ddl = 0;
+        if !stmt.is_null() && !storage::internal() && !crate::guc::INTERNAL_DDL.get() {
+            crate::route::world_ddl::refuse_world_namespace_names(stmt);
+        }
         // DDL refuses a table the session holds open: capture's storage relations among them (transaction
         // control and settings close them, or need not)
         if stmt.is_null()
@@ -183,16 +191,17 @@ pub(super) unsafe fn process_utility_before(
                 // a moment of the past takes no locks on today's tables (as a read-only transaction)
                 refuse_write_in_past();
             }
-            if is_ddl(tag) && !creates_temp_table(stmt) && overlay::session_world().is_some() {
-                // a moment of the past is read only, schema included
-                refuse_write_in_past();
-                raise(
-                    "0A000",
-                    format!(
-                        "schema changes are not supported inside a world (the session is in world \"{}\"); switch to main to change the schema",
-                        guc::current_world_setting().to_string_lossy()
-                    ),
-                );
+            if crate::route::world_ddl::is_schema_change(tag) && !creates_temp_table(stmt) {
+                if let Some(world) = overlay::session_world() {
+                    // a moment of the past is read only, schema included
+                    refuse_write_in_past();
+                    if read_only_tree {
+                        pstmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
+                        read_only_tree = false;
+                    }
+                    crate::route::world_ddl::before((*pstmt).utilityStmt, &world);
+                    world_ddl = world.num;
+                }
             }
             if tag == pg_sys::NodeTag::T_CopyStmt && overlay::session_world().is_some() {
                 if read_only_tree {
@@ -209,13 +218,16 @@ pub(super) unsafe fn process_utility_before(
                 }
             }
         }
-        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after })
+        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after, world_ddl })
     }
 }
 
 pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     unsafe {
-        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, .. } = b;
+        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, .. } = b;
+        if world_ddl > 0 {
+            crate::route::world_ddl::after(world_ddl);
+        }
         if guards_extension && !this_extension_exists() {
             refuse_storage_drop();
         }

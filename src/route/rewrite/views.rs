@@ -198,7 +198,16 @@ pub(crate) unsafe fn is_own_or_system(relid: pg_sys::Oid) -> bool {
             return true;
         }
         let name = pg_sys::get_namespace_name(ns);
-        !name.is_null() && matches!(std::ffi::CStr::from_ptr(name).to_bytes(), b"worlds" | b"worlds_data")
+        if name.is_null() {
+            return false;
+        }
+        let name = std::ffi::CStr::from_ptr(name);
+        if matches!(name.to_bytes(), b"worlds" | b"worlds_data") {
+            return true;
+        }
+        // the world's own tables (its namespaces: route/world_ddl.rs) are written as they are
+        let own = crate::storage::search_path::world_of_namespace(&name.to_string_lossy());
+        own.is_some() && own == crate::storage::overlay::resolved_routing_world().map(|w| w.num)
     }
 }
 

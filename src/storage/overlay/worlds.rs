@@ -109,6 +109,9 @@ pub fn session_world() -> Option<World> {
         }
     }
     let setting_gen = guc::world_generation(); // resolve may have moved the session
+    // the names the next statements resolve: this world's namespaces (a world of that name made or
+    // dropped since the setting was read changes them)
+    super::super::search_path::set_chain(world.as_ref().filter(|w| w.num > 0).map(|w| w.chain.as_slice()).unwrap_or(&[]));
     WORLD.with(|w| *w.borrow_mut() = world.clone().map(|world| (gen, setting_gen, world)));
     WORLD_SIG.with(|s| s.set(sig));
     world

@@ -1,0 +1,44 @@
+-- Schema changes inside a world: DDL lands in the world's own namespace; DIFF lists it before the rows
+-- (id null, the spec's change kinds and columns), AS SQL writes the DDL that makes it.
+CREATE EXTENSION pg_worlds;
+CREATE FUNCTION try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN EXECUTE q; RETURN 'ok'; EXCEPTION WHEN OTHERS THEN RETURN sqlstate || ': ' || sqlerrm; END $$;
+CREATE TABLE accounts (id int PRIMARY KEY, owner text);
+INSERT INTO accounts VALUES (1, 'ann'), (2, 'bob');
+SELECT * FROM worlds.sql('create world migrate');
+SET worlds.world = migrate;
+-- a migration: a table, a view over it and main's table, a sequence, a function, a type
+CREATE TYPE mood AS ENUM ('calm', 'busy');
+CREATE TABLE notes (id serial PRIMARY KEY, account int NOT NULL, body text NOT NULL, mood mood DEFAULT 'calm',
+                    CHECK (length(body) > 0));
+CREATE INDEX notes_account ON notes (account);
+CREATE SEQUENCE tickets START 100;
+CREATE VIEW account_notes AS SELECT a.owner, n.body FROM accounts a JOIN notes n ON n.account = a.id;
+CREATE FUNCTION note_count(a int) RETURNS bigint LANGUAGE sql STABLE AS $$ SELECT count(*) FROM notes WHERE account = a $$;
+INSERT INTO notes (account, body) VALUES (1, 'first'), (2, 'second');
+UPDATE accounts SET owner = 'ann b' WHERE id = 1;
+-- the world reads its own objects and main's, unqualified, through one search_path it didn't change
+SHOW search_path;
+SELECT * FROM account_notes ORDER BY body;
+SELECT note_count(1), nextval('tickets');
+-- DIFF: the schema first (id null), then the new table's rows, then the rows of main's tables
+SELECT "table", id, change, after, columns FROM worlds.sql('diff') AS d(r)
+  CROSS JOIN LATERAL jsonb_to_record(r) AS x("table" text, id text, change text, after jsonb, columns jsonb);
+SELECT r->>'sql' AS sql FROM worlds.sql('diff as sql') AS d(r);
+SELECT count(*) FROM worlds.sql('diff limit 3');
+-- main sees none of it: not in its search_path, not in \dt
+RESET worlds.world;
+SELECT try('SELECT * FROM notes');
+SELECT try('SELECT note_count(1)');
+SELECT relname FROM pg_class c WHERE pg_table_is_visible(c.oid) AND relkind IN ('r', 'v', 'S') AND relnamespace = 'public'::regnamespace ORDER BY 1;
+SELECT * FROM accounts ORDER BY id;
+-- nor does another world
+SELECT * FROM worlds.sql('create world other');
+SET worlds.world = other;
+SELECT try('SELECT * FROM notes');
+RESET worlds.world;
+SELECT schema, nsp FROM worlds.world_schema ORDER BY world, schema;
+-- dropping the world drops what it made
+SELECT * FROM worlds.sql('drop world migrate');
+SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%@w%';
+SELECT count(*) FROM worlds.world_schema;
