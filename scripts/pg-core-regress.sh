@@ -8,6 +8,11 @@
 #                                                        from tests/pg-core/stock-failures.txt
 #   CORE_REGRESS=stock-only scripts/pg-core-regress.sh   only the stock half; compares with stock-failures.txt
 #     CORE_UPDATE_STOCK=1                                ... and rewrites tests/pg-core/stock-failures.txt
+#   CORE_REGRESS=world scripts/pg-core-regress.sh       the suite run entirely inside a world: the test database's
+#                                                        default world (ALTER DATABASE ... SET worlds.world) is a
+#                                                        fresh world; compares with tests/pg-core/world-failures.txt
+#                                                        (exit 1 on a test not listed there)
+#     CORE_UPDATE_WORLD=1                                ... and rewrites tests/pg-core/world-failures.txt
 #   CORE_TESTS="boolean int4 triggers"                   just these tests, in this order, in ONE database (a schedule
 #                                                        of one test per line; test_setup is prepended if absent).
 #                                                        Tests that need objects of other tests (e.g. create_index,
@@ -30,12 +35,13 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODE=${CORE_REGRESS:-both}
-case "$MODE" in both|stock-only|worlds-only) ;; *) echo "CORE_REGRESS must be both, stock-only or worlds-only" >&2; exit 2;; esac
+case "$MODE" in both|stock-only|worlds-only|world) ;; *) echo "CORE_REGRESS must be both, stock-only, worlds-only or world" >&2; exit 2;; esac
 PGSRC_CACHE=${PGSRC_CACHE:-$RUN_DIR/pgsrc}
 CORE_PSQL=${CORE_PSQL:-source}
 case "$CORE_PSQL" in source|system) ;; *) echo "CORE_PSQL must be source or system" >&2; exit 2;; esac
 OUT=$RUN_DIR/core-regress
 STOCK_LIST=$ROOT/tests/pg-core/stock-failures.txt
+WORLD_LIST=$ROOT/tests/pg-core/world-failures.txt
 KNOWN_LIST=$ROOT/tests/pg-core/worlds-known-failures.txt
 export PORT=${CORE_PORT:-57432}
 MAJOR=$($PG_CONFIG --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
@@ -158,7 +164,12 @@ schedule_tests() { awk '/^test:/ { for (i = 2; i <= NF; i++) print $i }' "$1"; }
 # run_half stock|worlds: fresh cluster, pg_regress into $OUT/<half>, writes $OUT/<half>/status ("name ok|FAILED|ignored")
 run_half() {
   local half=$1 cluster preload ext_opt=() conn_opt=() out=$OUT/$1 dir t0
-  if [ "$half" = stock ]; then cluster=core_stock; preload=no; else cluster=core_worlds; preload=yes; ext_opt=(--load-extension=pg_worlds); fi
+  case "$half" in
+    stock) cluster=core_stock; preload=no ;;
+    worlds) cluster=core_worlds; preload=yes; ext_opt=(--load-extension=pg_worlds) ;;
+    # the database made as pg_regress makes it, with pg_worlds and a fresh world as its default world
+    world) cluster=core_world; preload=yes; ext_opt=(--use-existing) ;;
+  esac
   [ -n "${CORE_MAX_CONNECTIONS:-}" ] && conn_opt=(--max-connections="$CORE_MAX_CONNECTIONS")
   stop_cluster "$cluster"; rm -rf "$(cluster_dir "$cluster")"
   STARTED+=("$cluster")
@@ -166,6 +177,19 @@ run_half() {
   dir=$(cluster_dir "$cluster")
   rm -rf "$out"; mkdir -p "$out"; cp "$SCHEDULE" "$out/schedule"
   [ "$(id -u)" -eq 0 ] && chown -R postgres "$out"
+  if [ "$half" = world ]; then
+    psql_in "$cluster" -q -d postgres <<'SQL'
+CREATE DATABASE regression TEMPLATE = template0;
+ALTER DATABASE regression SET lc_messages TO 'C';
+ALTER DATABASE regression SET lc_monetary TO 'C';
+ALTER DATABASE regression SET lc_numeric TO 'C';
+ALTER DATABASE regression SET lc_time TO 'C';
+ALTER DATABASE regression SET bytea_output TO 'hex';
+ALTER DATABASE regression SET timezone_abbreviations TO 'Default';
+SQL
+    psql_in "$cluster" -q -d regression -c "CREATE EXTENSION pg_worlds" -c "SELECT worlds.sql('create world regress_world')" \
+      -c "ALTER DATABASE regression SET worlds.world = 'regress_world'" >/dev/null
+  fi
   log "$half: pg_regress on $cluster (port $(cat "$dir/port")), output in $out"
   t0=$(now)
   set +e
@@ -214,6 +238,35 @@ fi
 mapfile -t TESTS < <(schedule_tests "$SCHEDULE")
 M=${#TESTS[@]}
 
+if [ "$MODE" = world ]; then
+  if [ "${CORE_INSTALL:-}" = 1 ] || [ ! -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so" ]; then
+    log "installing pg_worlds"; "$ROOT/scripts/setup.sh"; install_extension
+  fi
+  run_half world
+  world_fail=$(failing world)
+  echo
+  echo "== PostgreSQL core regression suite inside a world ($PKG $SRC_VERSION source, $M tests)"
+  echo "in a world: $(( M - $(grep -c . <<<"$world_fail" || true) )) of $M pass   (${TIME_world}s)"
+  printf '%s\n' $world_fail > "$OUT/world-failures.txt"
+  listed=$( [ -f "$WORLD_LIST" ] && grep -vE '^[[:space:]]*(#|$)' "$WORLD_LIST" | awk '{print $1}' | sort -u || true)
+  new_fail=$(comm -23 <(printf '%s\n' $world_fail | sort) <(printf '%s\n' $listed) | grep . || true)
+  fixed=$(comm -13 <(printf '%s\n' $world_fail | sort) <(printf '%s\n' $listed) | grep . || true)
+  [ -z "$fixed" ] || echo "now passing in a world, listed in ${WORLD_LIST#$ROOT/}: $(echo $fixed)"
+  if [ "${CORE_UPDATE_WORLD:-}" = 1 ] && [ -z "${CORE_TESTS:-}" ]; then
+    { echo "# PostgreSQL core regression tests that fail when the whole suite runs inside a world"
+      echo "# (CORE_REGRESS=world scripts/pg-core-regress.sh); grouped by cause in docs/architecture.md."
+      echo "# tests from source: $PKG $SRC_VERSION; recorded $(date -u +%Y-%m-%d) with CORE_UPDATE_WORLD=1"
+      printf '%s\n' $world_fail; } > "$WORLD_LIST"
+    echo "wrote ${WORLD_LIST#$ROOT/}"
+    exit 0
+  fi
+  if [ -n "$new_fail" ] && [ -z "${CORE_TESTS:-}" ]; then
+    echo "fail in a world, NOT in ${WORLD_LIST#$ROOT/}: $(echo $new_fail)"
+    echo "diffs: ${OUT#$ROOT/}/world/diffs/<test>.diff"
+    exit 1
+  fi
+  exit 0
+fi
 if [ "$MODE" != worlds-only ]; then run_half stock; fi
 if [ "$MODE" != stock-only ]; then
   if [ "${CORE_INSTALL:-}" = 1 ] || [ ! -f "$($PG_CONFIG --pkglibdir)/pg_worlds.so" ]; then

@@ -112,9 +112,8 @@ BEGIN
     DELETE FROM worlds.outbox o WHERE o.world = w.num;
     -- its own objects (what a merge didn't bring to main), with their namespaces
     PERFORM worlds._drop_world_schemas(w.num);
-    FOR t IN SELECT * FROM worlds.tables WHERE delta IS NOT NULL LOOP
-        EXECUTE format('DELETE FROM %s WHERE _w_world = $1', t.delta) USING w.num;
-    END LOOP;
+    -- its rows (each table locked first: one main drops meanwhile took its delta with it)
+    PERFORM worlds._free_world_rows(w.num);
     INSERT INTO worlds.event (world, event, rows) VALUES (w.num, 'discarded', NULL);
     PERFORM worlds._leave_if_current(w);
 END $$;

@@ -382,6 +382,16 @@ BEGIN
     PERFORM worlds._lock_tracking(true);
     FOREACH n IN ARRAY worlds._tables_without_delta() LOOP
         SELECT * INTO t FROM worlds.tables WHERE tabno = n;
+        IF FOUND THEN
+            -- the table locked before its row here is written: DDL in main locks the table, then writes
+            -- the row (tracking's event trigger); the other order deadlocked with it
+            BEGIN
+                EXECUTE format('LOCK TABLE ONLY %s IN ACCESS SHARE MODE', t.relid);
+            EXCEPTION WHEN undefined_table OR syntax_error THEN
+                CONTINUE;  -- (dropped meanwhile: its row went with it)
+            END;
+            SELECT * INTO t FROM worlds.tables WHERE tabno = n;
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'could not serialize access due to a table tracked concurrently'
                 USING ERRCODE = 'serialization_failure';

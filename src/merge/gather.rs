@@ -45,12 +45,32 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
 
 /// Every tracked table, with its layout.
 pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
-    let tabnos: Vec<i32> = Spi::connect(|c| {
-        c.fresh("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
-            .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
+    let tables: Vec<(i32, pg_sys::Oid)> = Spi::connect(|c| {
+        c.fresh("SELECT tabno, relid::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
+            .map(|r| r.into_iter().filter_map(|r| Some((r.get::<i32>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?))).collect())
             .unwrap_or_default()
     });
-    tabnos.into_iter().map(relation_layout).collect()
+    // each table locked (ACCESS SHARE, in relid order) before its storage is read: a DROP TABLE in main
+    // then waits for this transaction, or committed first and the table is gone from the list (its
+    // storage went with it)
+    tables
+        .into_iter()
+        .filter(|&(tabno, relid)| unsafe {
+            pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            let exists = pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid), 0.into(), 0.into(), 0.into());
+            let tracked = exists
+                && Spi::connect(|c| {
+                    c.fresh("SELECT 1 FROM worlds.tables WHERE tabno = $1 AND history IS NOT NULL", None, &[tabno.into()])
+                        .map(|r| !r.is_empty())
+                        .unwrap_or(false)
+                });
+            if !tracked {
+                pg_sys::UnlockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            }
+            tracked
+        })
+        .map(|(tabno, _)| relation_layout(tabno))
+        .collect()
 }
 
 /// The rows `world` changed in one table, with base, ours and theirs, in key order.

@@ -98,6 +98,30 @@ fn statement_name(stmt: *mut pg_sys::Node) -> String {
     }
 }
 
+thread_local! {
+    /// Set while a statement that stores a query (a view, a rule, a policy, a SQL-standard function
+    /// body) runs in a world: the query it stores is analysed as written, not routed into the world (the
+    /// world's rows are read when it is used, as for main's views).
+    static DEFINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Is a statement of the world storing a query now (route/hooks/analyze.rs leaves its analysis alone)?
+pub fn defining() -> bool {
+    DEFINING.with(|d| d.get())
+}
+
+/// The statement stores a query (`defining`): from `before` to its end (`after`, or an abort).
+unsafe fn stores_query(stmt: *mut pg_sys::Node) -> bool {
+    unsafe {
+        use pg_sys::NodeTag::*;
+        match (*stmt).type_ {
+            T_ViewStmt | T_RuleStmt | T_CreatePolicyStmt | T_AlterPolicyStmt => true,
+            T_CreateFunctionStmt => !(*(stmt as *mut pg_sys::CreateFunctionStmt)).sql_body.is_null(),
+            _ => false,
+        }
+    }
+}
+
 /// DDL in world `world` (a live world, the session's): refused, or made the world's own. `stmt` may be
 /// changed (the caller passes a tree it may write).
 ///
@@ -105,7 +129,11 @@ fn statement_name(stmt: *mut pg_sys::Node) -> String {
 /// `stmt` is the utility statement of a plan being processed, writable.
 pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World) {
     unsafe {
-        forget_deferred();
+        DEFERRED.with(|d| d.borrow_mut().retain(|e| e.0 != stmt as usize));
+        CURRENT.with(|c| c.set(stmt as usize));
+        if stores_query(stmt) {
+            DEFINING.with(|d| d.set(true));
+        }
         let tag = (*stmt).type_;
         match kind(tag) {
             Kind::Cluster => return,
@@ -121,10 +149,12 @@ pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World) {
         }
         if tag == pg_sys::NodeTag::T_CreateSchemaStmt {
             let s = stmt as *mut pg_sys::CreateSchemaStmt;
-            if (*s).schemaname.is_null() {
-                raise("0A000", "CREATE SCHEMA without a name is not supported inside a world");
-            }
-            let name = CStr::from_ptr((*s).schemaname).to_string_lossy().into_owned();
+            // (CREATE SCHEMA AUTHORIZATION r is named after the role)
+            let name = if (*s).schemaname.is_null() {
+                CStr::from_ptr(pg_sys::get_rolespec_name((*s).authrole)).to_string_lossy().into_owned()
+            } else {
+                CStr::from_ptr((*s).schemaname).to_string_lossy().into_owned()
+            };
             if namespace_oid(&name) != pg_sys::Oid::INVALID {
                 // as in main: it exists (IF NOT EXISTS skips)
                 return;
@@ -133,6 +163,8 @@ pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World) {
             (*s).schemaname = pstr(&nsp);
             return;
         }
+        // names of what the world already made, qualified with the schema they stand for
+        route_existing_names(stmt, world);
         // a foreign key from the world's table to main's: made at the merge, not now
         defer_foreign_keys(stmt, world);
         // statements whose changes Postgres makes without telling the object access hook: their targets
@@ -207,7 +239,18 @@ unsafe fn refuse_main_targets(stmt: *mut pg_sys::Node, world: &overlay::World) {
                             relation(crate::fast_ffi::list_nth((*g).objects, i) as *mut pg_sys::RangeVar);
                         }
                     }
-                    OBJECT_FUNCTION | OBJECT_PROCEDURE | OBJECT_ROUTINE | OBJECT_SCHEMA => {
+                    OBJECT_SCHEMA => {
+                        // a schema's privileges in a world are its namespace's there: what the world's
+                        // roles may create (main's schema, and its objects' privileges, stay main's)
+                        for i in 0..list_len((*g).objects) {
+                            let s = crate::fast_ffi::list_nth((*g).objects, i) as *mut pg_sys::String;
+                            let name = CStr::from_ptr((*s).sval).to_string_lossy().into_owned();
+                            if let Some(nsp) = world_namespace_for(&name, world) {
+                                (*s).sval = pstr(&nsp);
+                            }
+                        }
+                    }
+                    OBJECT_FUNCTION | OBJECT_PROCEDURE | OBJECT_ROUTINE => {
                         for i in 0..list_len((*g).objects) {
                             let obj = crate::fast_ffi::list_nth((*g).objects, i) as *mut pg_sys::Node;
                             let mut rel: pg_sys::Relation = std::ptr::null_mut();
@@ -255,7 +298,8 @@ unsafe fn refuse_main_targets(stmt: *mut pg_sys::Node, world: &overlay::World) {
 thread_local! {
     /// Foreign keys a statement in a world left out (to main's tables): (the table as the statement names
     /// it, the constraint's text), recorded once the statement succeeded (`after`).
-    static DEFERRED: std::cell::RefCell<Vec<(*mut pg_sys::RangeVar, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// (the statement that left them out, its table, the constraint)
+    static DEFERRED: std::cell::RefCell<Vec<(usize, *mut pg_sys::RangeVar, String)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A foreign key from a table of the world to one of main's can't be made in the world: it would put
@@ -321,7 +365,7 @@ unsafe fn without_main_keys(elements: *mut pg_sys::List, table: *mut pg_sys::Ran
                                 raise("42501", format!("permission denied for table {}", CStr::from_ptr(pg_sys::get_rel_name(relid)).to_string_lossy()));
                             }
                             let text = foreign_key_text(c, &target, column);
-                            DEFERRED.with(|d| d.borrow_mut().push((table, text)));
+                            DEFERRED.with(|d| d.borrow_mut().push((CURRENT.with(|c| c.get()), table, text)));
                         }
                         None => kept = pg_sys::lappend(kept, node.cast()),
                     }
@@ -404,10 +448,17 @@ unsafe fn foreign_key_text(c: *mut pg_sys::Constraint, target: &str, column: Opt
     }
 }
 
-/// After a DDL statement in a world succeeded: the foreign keys it left out are recorded on its table.
-pub fn after(world_num: i32) {
-    let deferred = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-    for (rv, text) in deferred {
+/// After a DDL statement in a world succeeded: the foreign keys it left out are recorded on its table
+/// (a CREATE TABLE's own subcommands, its sequences, run in between: their entries are theirs).
+pub fn after(stmt: *mut pg_sys::Node, world_num: i32) {
+    DEFINING.with(|d| d.set(false));
+    let deferred: Vec<(usize, *mut pg_sys::RangeVar, String)> = DEFERRED.with(|d| {
+        let mut all = d.borrow_mut();
+        let (mine, rest) = std::mem::take(&mut *all).into_iter().partition(|e| e.0 == stmt as usize);
+        *all = rest;
+        mine
+    });
+    for (_, rv, text) in deferred {
         let relid = unsafe { pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut()) };
         if relid == pg_sys::Oid::INVALID {
             continue;
@@ -422,9 +473,15 @@ pub fn after(world_num: i32) {
     }
 }
 
-/// Forgets foreign keys left out by a statement that failed.
+/// Forgets foreign keys left out by statements that failed (at abort).
 pub fn forget_deferred() {
     DEFERRED.with(|d| d.borrow_mut().clear());
+    DEFINING.with(|d| d.set(false));
+}
+
+thread_local! {
+    /// The statement `before` is working on (its entries in DEFERRED are tagged with it).
+    static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn statement_object(t: pg_sys::ObjectType::Type) -> &'static str {
@@ -442,6 +499,140 @@ fn statement_object(t: pg_sys::ObjectType::Type) -> &'static str {
 
 unsafe fn list_len(l: *mut pg_sys::List) -> i32 {
     unsafe { if l.is_null() { 0 } else { (*l).length } }
+}
+
+/// A schema name a statement uses for something that exists: the world's namespace of it, when the world
+/// made that schema (main has none of that name). For a schema main has too, see `route_relation`.
+fn world_schema_named(name: &str, world: &overlay::World) -> Option<String> {
+    if search_path::world_of_namespace(name).is_some() || namespace_oid(name) != pg_sys::Oid::INVALID {
+        return None;
+    }
+    world_schemas::of_world(world.num).into_iter().find(|(s, _)| s == name).map(|(_, n)| n)
+}
+
+/// A qualified relation a statement names: its schema becomes the world's namespace when the relation is
+/// the world's (there, and not in main's schema of that name).
+unsafe fn route_relation(rv: *mut pg_sys::RangeVar, world: &overlay::World) {
+    unsafe {
+        if rv.is_null() || (*rv).schemaname.is_null() {
+            return;
+        }
+        let schema = CStr::from_ptr((*rv).schemaname).to_string_lossy().into_owned();
+        if let Some(nsp) = world_schema_named(&schema, world) {
+            (*rv).schemaname = pstr(&nsp);
+            return;
+        }
+        let Some(own) = own_namespace(&schema, world) else { return };
+        let main = namespace_oid(&schema);
+        let rel = (*rv).relname;
+        if pg_sys::get_relname_relid(rel, own) != pg_sys::Oid::INVALID && (main == pg_sys::Oid::INVALID || pg_sys::get_relname_relid(rel, main) == pg_sys::Oid::INVALID) {
+            (*rv).schemaname = pstr(&search_path::world_namespace(&schema, world.num));
+        }
+    }
+}
+
+/// `route_relation` for a name list ([schema.]name).
+unsafe fn route_relation_names(names: *mut pg_sys::List, world: &overlay::World) {
+    unsafe {
+        if list_len(names) < 2 {
+            return;
+        }
+        let n = list_len(names);
+        let schema = crate::fast_ffi::list_nth(names, n - 2) as *mut pg_sys::String;
+        let rel = crate::fast_ffi::list_nth(names, n - 1) as *mut pg_sys::String;
+        let rv = pg_sys::makeRangeVar((*schema).sval, (*rel).sval, -1);
+        route_relation(rv, world);
+        (*schema).sval = (*rv).schemaname;
+    }
+}
+
+/// Names of objects the world made, qualified with the schema they stand for (`DROP TABLE app.t`,
+/// `ALTER TABLE public.notes ...`, `DROP SCHEMA app`, `ALTER TABLE t SET SCHEMA app`): the world's
+/// namespaces, where the object is the world's.
+unsafe fn route_existing_names(stmt: *mut pg_sys::Node, world: &overlay::World) {
+    unsafe {
+        use pg_sys::NodeTag::*;
+        use pg_sys::ObjectType::*;
+        let schema_string = |s: *mut pg_sys::String| {
+            if s.is_null() || (*s).sval.is_null() {
+                return;
+            }
+            let name = CStr::from_ptr((*s).sval).to_string_lossy().into_owned();
+            if let Some(nsp) = world_schema_named(&name, world) {
+                (*s).sval = pstr(&nsp);
+            }
+        };
+        match (*stmt).type_ {
+            T_DropStmt => {
+                let d = stmt as *mut pg_sys::DropStmt;
+                for i in 0..list_len((*d).objects) {
+                    let obj = crate::fast_ffi::list_nth((*d).objects, i);
+                    match (*d).removeType {
+                        OBJECT_SCHEMA => schema_string(obj as *mut pg_sys::String),
+                        OBJECT_TABLE | OBJECT_VIEW | OBJECT_MATVIEW | OBJECT_SEQUENCE | OBJECT_INDEX => {
+                            route_relation_names(obj as *mut pg_sys::List, world)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            T_AlterTableStmt => route_relation((*(stmt as *mut pg_sys::AlterTableStmt)).relation, world),
+            T_IndexStmt => route_relation((*(stmt as *mut pg_sys::IndexStmt)).relation, world),
+            T_CreateTrigStmt => route_relation((*(stmt as *mut pg_sys::CreateTrigStmt)).relation, world),
+            T_RuleStmt => route_relation((*(stmt as *mut pg_sys::RuleStmt)).relation, world),
+            T_CreatePolicyStmt => route_relation((*(stmt as *mut pg_sys::CreatePolicyStmt)).table, world),
+            T_RefreshMatViewStmt => route_relation((*(stmt as *mut pg_sys::RefreshMatViewStmt)).relation, world),
+            T_RenameStmt => {
+                let r = stmt as *mut pg_sys::RenameStmt;
+                if (*r).renameType == OBJECT_SCHEMA {
+                    let old = CStr::from_ptr((*r).subname).to_string_lossy().into_owned();
+                    if let Some(nsp) = world_schema_named(&old, world) {
+                        // a schema the world made, renamed: its namespace takes the new name's (and the
+                        // registry with it, in this transaction)
+                        let new = CStr::from_ptr((*r).newname).to_string_lossy().into_owned();
+                        let new_nsp = search_path::world_namespace(&new, world.num);
+                        storage::as_internal(|| {
+                            crate::spi_calls::run_with_args(
+                                "UPDATE worlds.world_schema SET schema = $3, nsp = $4 WHERE world = $1 AND schema = $2",
+                                &[world.num.into(), old.as_str().into(), new.as_str().into(), new_nsp.as_str().into()],
+                            )
+                            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+                        });
+                        (*r).subname = pstr(&nsp);
+                        (*r).newname = pstr(&new_nsp);
+                    }
+                } else {
+                    route_relation((*r).relation, world);
+                }
+            }
+            T_AlterObjectSchemaStmt => {
+                let a = stmt as *mut pg_sys::AlterObjectSchemaStmt;
+                route_relation((*a).relation, world);
+                // the schema it moves to: the world's namespace of it
+                if !(*a).newschema.is_null() {
+                    let name = CStr::from_ptr((*a).newschema).to_string_lossy().into_owned();
+                    if let Some(nsp) = world_namespace_for(&name, world) {
+                        (*a).newschema = pstr(&nsp);
+                    }
+                }
+            }
+            T_AlterOwnerStmt => {
+                let a = stmt as *mut pg_sys::AlterOwnerStmt;
+                if (*a).objectType == OBJECT_SCHEMA {
+                    schema_string((*a).object as *mut pg_sys::String);
+                } else {
+                    route_relation((*a).relation, world);
+                }
+            }
+            T_CommentStmt => {
+                let c = stmt as *mut pg_sys::CommentStmt;
+                if (*c).objtype == OBJECT_SCHEMA {
+                    schema_string((*c).object as *mut pg_sys::String);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Where a statement names what it creates.
@@ -758,6 +949,19 @@ unsafe extern "C-unwind" fn object_access(
             return;
         }
         let Some(world) = judging() else { return };
+        // what Postgres makes, changes or drops on its own (a VACUUM FULL's transient table, its swap of
+        // files, the index behind a constraint) follows from a command whose own events are judged
+        if !arg.is_null() {
+            let internal = match access {
+                OAT_POST_CREATE => (*(arg as *mut pg_sys::ObjectAccessPostCreate)).is_internal,
+                OAT_POST_ALTER => (*(arg as *mut pg_sys::ObjectAccessPostAlter)).is_internal,
+                _ => (*(arg as *mut pg_sys::ObjectAccessDrop)).dropflags & pg_sys::PERFORM_DELETION_INTERNAL as i32 != 0,
+            };
+            // (but a trigger: the foreign-key checks Postgres would put on main's table, were one made)
+            if internal && class_id != pg_sys::TriggerRelationId {
+                return;
+            }
+        }
         if let Err(what) = owned_by_world(class_id, object_id, sub_id, &world) {
             let verb = match access {
                 OAT_POST_CREATE => "creating",
@@ -782,6 +986,10 @@ unsafe fn owned_by_world(class_id: pg_sys::Oid, object_id: pg_sys::Oid, sub_id: 
             return Ok(());
         }
         let c = class_id.to_u32();
+        if c == catalog::INHERITS || c == catalog::INDEX {
+            // (their events name the relation: the child, the index)
+            return owned_by_world(pg_sys::RelationRelationId, object_id, 0, world);
+        }
         let nsp = if c == pg_sys::NamespaceRelationId.to_u32() {
             // a namespace: the world's own by its name (read as this command sees it: one being made)
             let name = read_name(class_id, pg_sys::Oid::from(2685u32), object_id, 2).unwrap_or_default();
@@ -800,6 +1008,7 @@ unsafe fn owned_by_world(class_id: pg_sys::Oid, object_id: pg_sys::Oid, sub_id: 
                             catalog::REWRITE => "a rule",
                             catalog::POLICY => "a policy",
                             catalog::AMOP | catalog::AMPROC => "a member",
+                            catalog::CAST => "a cast",
                             _ => "a trigger",
                         };
                         format!("{what} on {}", describe(of_class, owner, 0))
@@ -828,6 +1037,12 @@ unsafe fn owned_by_world(class_id: pg_sys::Oid, object_id: pg_sys::Oid, sub_id: 
 
 const UNKNOWN_OBJECT: &str = "an object of the database";
 
+/// The catalogs Postgres's getObjectDescription describes (catalog/objectaddress.c, getObjectClass).
+const DESCRIBED: [u32; 38] = [
+    1259, 1255, 1247, 2605, 3456, 2606, 2607, 2604, 2612, 2613, 2617, 2616, 2753, 2601, 2602, 2603, 2618, 2620,
+    2615, 3381, 3601, 3600, 3764, 3602, 1260, 3576, 1262, 1213, 2328, 1417, 1418, 826, 3079, 3466, 3256, 6104, 6106, 6100,
+];
+
 /// The catalogs' OIDs pgrx doesn't bind (catalog/pg_*.h: fixed since they were made).
 mod catalog {
     pub const ATTRDEF: u32 = 2604;
@@ -841,6 +1056,9 @@ mod catalog {
     pub const TS_DICT: u32 = 3600;
     pub const TS_TEMPLATE: u32 = 3764;
     pub const TS_CONFIG: u32 = 3602;
+    pub const INHERITS: u32 = 2611;
+    pub const CAST: u32 = 2605;
+    pub const INDEX: u32 = 2610;
 }
 
 /// Catalogs whose rows belong to a row of another catalog: (the attribute naming it, that catalog).
@@ -856,6 +1074,9 @@ fn owner_attribute(class: u32) -> Option<(i32, u32, pg_sys::Oid)> {
         catalog::POLICY => (3, 3257, rel),
         catalog::AMOP => (2, 2756, pg_sys::OperatorFamilyRelationId),
         catalog::AMPROC => (2, 2757, pg_sys::OperatorFamilyRelationId),
+        // (a cast Postgres makes for a type it makes: a range type's to its multirange; CREATE CAST itself
+        // is the whole database's, refused before it runs)
+        catalog::CAST => (2, 2660, pg_sys::TypeRelationId),
         _ => return None,
     })
 }
@@ -934,6 +1155,10 @@ unsafe fn read_name(class_id: pg_sys::Oid, index: pg_sys::Oid, object_id: pg_sys
 /// "table t", "schema public", ... (Postgres's own description; the object may not be readable yet).
 unsafe fn describe(class_id: pg_sys::Oid, object_id: pg_sys::Oid, sub_id: i32) -> String {
     unsafe {
+        // (getObjectDescription raises for a catalog it doesn't describe)
+        if !DESCRIBED.contains(&class_id.to_u32()) {
+            return format!("an object of catalog {}", CStr::from_ptr(pg_sys::get_rel_name(class_id)).to_string_lossy());
+        }
         let address = pg_sys::ObjectAddress { classId: class_id, objectId: object_id, objectSubId: sub_id };
         let p = pg_sys::getObjectDescription(&address, true);
         if p.is_null() {

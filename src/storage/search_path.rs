@@ -223,9 +223,24 @@ pub fn world_setting_changed(setting: &CStr) {
         }
     }
     let name = setting.to_string_lossy().into_owned();
-    match crate::subxact::in_subtransaction(|| super::as_internal(|| chain_of(&name))) {
+    // (a connection's settings are applied in its start-up transaction, before any snapshot is taken)
+    let read = || unsafe {
+        let pushed = !crate::fast_ffi::ActiveSnapshotSet();
+        if pushed {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        let chain = super::as_internal(|| chain_of(&name));
+        if pushed {
+            pg_sys::PopActiveSnapshot();
+        }
+        chain
+    };
+    match crate::subxact::in_subtransaction(read) {
         Ok(chain) => set_chain(&chain),
-        Err(_) => mark_pending(),
+        Err(e) => {
+            pgrx::debug1!("pg_worlds: the world's chain isn't readable yet: {:?}", crate::subxact::state_and_message(&e));
+            mark_pending()
+        }
     }
 }
 

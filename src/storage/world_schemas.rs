@@ -124,3 +124,33 @@ fn _drop_world_schemas(world: i32) {
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
     });
 }
+
+/// `worlds._free_world_rows(num)`: a world's rows in every tracked table's delta deleted (its end). Each
+/// table is locked first (ACCESS SHARE, in relid order): a DROP TABLE in main waits for this
+/// transaction, or committed first and its delta went with it (skipped).
+#[pg_extern]
+fn _free_world_rows(world: i32) {
+    let tables: Vec<(pg_sys::Oid, pg_sys::Oid)> = as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT relid::oid, delta::oid FROM worlds.tables WHERE delta IS NOT NULL ORDER BY relid::oid",
+            None,
+            &[],
+            |t| t.filter_map(|r| Some((r.get::<pg_sys::Oid>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?))).collect(),
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+    });
+    for (relid, delta) in tables {
+        let exists = |oid: pg_sys::Oid| unsafe {
+            pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(oid), 0.into(), 0.into(), 0.into())
+        };
+        unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+        if !exists(relid) || !exists(delta) {
+            continue;
+        }
+        as_internal(|| {
+            let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[delta.into()]).ok().flatten().unwrap_or_default();
+            crate::spi_calls::run_with_args(&format!("DELETE FROM {name} WHERE _w_world = $1"), &[world.into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        });
+    }
+}

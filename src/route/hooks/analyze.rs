@@ -28,6 +28,10 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
             storage::decoding::publication_tables_for_subscriber(query);
             return;
         }
+        if crate::route::world_ddl::defining() {
+            // a view's, rule's or policy's query a world stores: kept as written
+            return;
+        }
         if PAST_SYNC.with(|s| s.get()) {
             // the views' own statements: their definitions read main's tables and storage as written
             return;

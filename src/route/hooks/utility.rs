@@ -15,8 +15,10 @@ pub(super) struct UtilityPass {
     /// tracked tables whose storage a DROP TYPE / DOMAIN / COLLATION / SCHEMA changed: synced after it
     /// (boxed: the pass is Copy; freed after the drop, lost with an error)
     synced_after: *mut Vec<i32>,
-    /// DDL run in this world (its number; 0: none): what it deferred is recorded after it (world_ddl.rs)
+    /// DDL run in this world (its number; 0: none) and the statement as world_ddl.rs saw it: what it
+    /// deferred is recorded after it
     world_ddl: i32,
+    world_stmt: *mut pg_sys::Node,
 }
 
 /// The hook itself is a thin frame holding nothing to drop: pg_worlds' work before and after runs guarded,
@@ -70,6 +72,7 @@ pub(super) unsafe fn process_utility_before(
         // the world's namespaces, if its setting changed where they couldn't be read
         storage::search_path::refresh_if_pending();
         let mut world_ddl = 0;
+        let mut world_stmt: *mut pg_sys::Node = std::ptr::null_mut();
         if !stmt.is_null() && !storage::internal() && !crate::guc::INTERNAL_DDL.get() {
             crate::route::world_ddl::refuse_world_namespace_names(stmt);
         }
@@ -201,6 +204,7 @@ pub(super) unsafe fn process_utility_before(
                     }
                     crate::route::world_ddl::before((*pstmt).utilityStmt, &world);
                     world_ddl = world.num;
+                    world_stmt = (*pstmt).utilityStmt;
                 }
             }
             if tag == pg_sys::NodeTag::T_CopyStmt && overlay::session_world().is_some() {
@@ -218,15 +222,15 @@ pub(super) unsafe fn process_utility_before(
                 }
             }
         }
-        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after, world_ddl })
+        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt })
     }
 }
 
 pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     unsafe {
-        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, .. } = b;
+        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt, .. } = b;
         if world_ddl > 0 {
-            crate::route::world_ddl::after(world_ddl);
+            crate::route::world_ddl::after(world_stmt, world_ddl);
         }
         if guards_extension && !this_extension_exists() {
             refuse_storage_drop();
