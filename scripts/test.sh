@@ -7,7 +7,8 @@
 #   fuzz        scripts/fuzz-soak.sh                 (20,000 generated inputs inside the server, 2 backends: no XX000, no crash)
 #   smith       scripts/sqlsmith-soak.sh             (random SQL, 2,000 statements on each of four sides)
 #   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
-#   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds)
+#   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds,
+#                                                     and again entirely inside a world: CORE_REGRESS=world)
 # Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, fuzz, smith, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -130,6 +131,14 @@ if want core; then
   rc=$?; set -e
   tail -6 "$RUN_DIR/core.log"
   record "core:     $(grep -m1 '^with pg_worlds' "$RUN_DIR/core.log" | sed 's/  */ /g')$( [ $rc -eq 0 ] || echo ' FAILED')" $rc
+  # the same suite run entirely inside a world (the test database's default world); a test failing that
+  # isn't listed in tests/pg-core/world-failures.txt fails the run
+  echo "== core in a world: PostgreSQL's regression suite inside a world (CORE_REGRESS=world)"
+  set +e
+  CORE_REGRESS=world bash "$ROOT/scripts/pg-core-regress.sh" >"$RUN_DIR/core-world.log" 2>&1
+  rc=$?; set -e
+  tail -4 "$RUN_DIR/core-world.log"
+  record "core in a world: $(grep -m1 '^in a world' "$RUN_DIR/core-world.log" | sed 's/  */ /g')$( [ $rc -eq 0 ] || echo ' FAILED')" $rc
 fi
 
 echo

@@ -48,7 +48,7 @@ SELECT relid::regclass, definition FROM worlds.world_fk;
 SELECT try('CREATE EXTENSION hstore');
 SELECT try('CREATE PUBLICATION p FOR ALL TABLES');
 SELECT try('ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO PUBLIC');
-SELECT try('CREATE CAST (int AS bool) WITH INOUT');
+SELECT try('CREATE CAST (bool AS point) WITH INOUT');
 -- pg_worlds' own schemas: never
 SELECT try('CREATE TABLE worlds.x (id int)');
 -- the cluster's: as in main

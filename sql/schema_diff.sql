@@ -26,6 +26,9 @@ SELECT "table", id, change, after, columns FROM worlds.sql('diff') AS d(r)
   CROSS JOIN LATERAL jsonb_to_record(r) AS x("table" text, id text, change text, after jsonb, columns jsonb);
 SELECT r->>'sql' AS sql FROM worlds.sql('diff as sql') AS d(r);
 SELECT count(*) FROM worlds.sql('diff limit 3');
+-- a query that names the world's table with a schema reads main's schema (Postgres resolves the name
+-- before any hook): 42P01, with a hint
+SELECT * FROM public.notes;
 -- main sees none of it: not in its search_path, not in \dt
 RESET worlds.world;
 SELECT try('SELECT * FROM notes');

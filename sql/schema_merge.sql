@@ -66,6 +66,27 @@ INSERT INTO ledger VALUES (1, 1, 5);
 RESET worlds.world;
 SELECT * FROM worlds.sql('merge world b');
 SELECT * FROM ledger;
+-- UNDO MERGE of a merge that brought schema: refused (0A000), nothing changed; SHOW HISTORY's schema event
+SELECT try($$SELECT * FROM worlds.sql('undo merge b')$$);
+SELECT count(*) FROM ledger;
+SELECT event, rows FROM worlds.event e JOIN worlds.world w ON w.num = e.world WHERE w.name = 'b' AND event = 'schema';
+-- MERGE ... INTO another world brings the objects into that world's namespaces
+SELECT * FROM worlds.sql('create world src');
+SELECT * FROM worlds.sql('create world dst');
+SET worlds.world = src;
+CREATE TABLE drafts (id int PRIMARY KEY, body text);
+INSERT INTO drafts VALUES (1, 'draft');
+CREATE MATERIALIZED VIEW draft_count AS SELECT count(*) AS n FROM drafts;
+RESET worlds.world;
+SELECT * FROM worlds.sql('merge world src into dst');
+SET worlds.world = dst;
+SELECT * FROM drafts;
+SELECT * FROM draft_count;
+RESET worlds.world;
+SELECT try('SELECT * FROM drafts');
+SELECT * FROM worlds.sql('merge world dst');
+SELECT * FROM drafts;
+SELECT * FROM draft_count;
 -- the merge policy's schema rule: an agent's merge that changes the schema waits for a person
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO PUBLIC;
 GRANT CREATE ON SCHEMA public TO PUBLIC;

@@ -296,6 +296,13 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> 
                 moved_tables.push(o.objid);
             }
         }
+        // SHOW HISTORY's `schema` event (UNDO MERGE finds by it, and the merge's transaction, that this
+        // merge brought schema)
+        crate::spi_calls::run_with_args(
+            "INSERT INTO worlds.event (world, event, rows, xid) VALUES ($1, 'schema', $2, pg_current_xact_id())",
+            &[world.num.into(), (objects.len() as i64).into()],
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         // what is left in its namespaces (objects a merge can't move yet): refused, nothing merged
         for (schema, nsp) in crate::storage::world_schemas::of_world(world.num) {
             if renamed.contains(&nsp) {

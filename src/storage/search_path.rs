@@ -256,7 +256,11 @@ pub fn refresh_if_pending() {
 /// The live world named `name` (its name or ID) and its ancestors, nearest first (main left out); empty
 /// when there is none or pg_worlds isn't installed in this database.
 fn chain_of(name: &str) -> Vec<i32> {
-    if unsafe { super::overlay::world_table() }.is_none() {
+    let installed = unsafe {
+        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
+        ns != pg_sys::Oid::INVALID && pg_sys::get_relname_relid(c"world".as_ptr(), ns) != pg_sys::Oid::INVALID
+    };
+    if !installed {
         return Vec::new();
     }
     crate::spi_calls::get_one_with_args::<Vec<i32>>(

@@ -249,6 +249,25 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         if !in_window {
             raise("22023", format!("no merge of {wname} within the history window"));
         }
+        // a merge that brought schema (tables, views, functions the world made): its objects aren't put back
+        let schema = crate::spi_calls::get_one_with_args::<i64>(
+            "SELECT e.rows FROM worlds.world w JOIN worlds.event e ON e.world = w.num
+             WHERE w.id = $1 AND e.event = 'schema' AND e.xid::text = $2",
+            &[id.as_str().into(), xid.clone().unwrap_or_default().into()],
+        )
+        .ok()
+        .flatten();
+        if let Some(n) = schema {
+            crate::api::raise_with(
+                "0A000",
+                format!(
+                    "UNDO MERGE of {wname} is not supported: that merge brought schema ({} the world made), which UNDO MERGE doesn't take back",
+                    if n == 1 { "1 object".to_string() } else { format!("{n} objects") }
+                ),
+                None,
+                Some("Drop the objects it brought and RESTORE the rows, or make the change again in a new world.".into()),
+            );
+        }
         if !event.ends_with("into main") {
             let target = event.rsplit_once(" into ").map(|(_, t)| t.to_string()).unwrap_or_default();
             return undo_merge_into_world(&wname, &target, xid, skip_changed);

@@ -194,6 +194,7 @@ pub(super) unsafe fn process_utility_before(
                 // a moment of the past takes no locks on today's tables (as a read-only transaction)
                 refuse_write_in_past();
             }
+            crate::route::world_ddl::maintenance(crate::route::world_ddl::rebuilds_storage(stmt));
             if crate::route::world_ddl::is_schema_change(tag) && !creates_temp_table(stmt) {
                 if let Some(world) = overlay::session_world() {
                     // a moment of the past is read only, schema included
@@ -229,6 +230,7 @@ pub(super) unsafe fn process_utility_before(
 pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     unsafe {
         let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt, .. } = b;
+        crate::route::world_ddl::maintenance(false);
         if world_ddl > 0 {
             crate::route::world_ddl::after(world_stmt, world_ddl);
         }
