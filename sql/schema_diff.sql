@@ -41,6 +41,10 @@ SET worlds.world = other;
 SELECT try('SELECT * FROM notes');
 RESET worlds.world;
 SELECT schema, nsp FROM worlds.world_schema ORDER BY world, schema;
+-- DIFF a TO b between worlds (and main): what one made and the other didn't is made or dropped
+SELECT r->>'table' AS "table", r->>'id' AS id, r->>'change' AS change FROM worlds.sql('diff world main to migrate') AS d(r);
+SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff world migrate to other') AS d(r);
+SELECT r->>'sql' AS sql FROM worlds.sql('diff world migrate to main as sql') AS d(r);
 -- dropping the world drops what it made
 SELECT * FROM worlds.sql('drop world migrate');
 SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%@w%';

@@ -237,8 +237,20 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
             let sql = c["sql"].as_str().unwrap_or_default().to_ascii_uppercase();
             as_sql_out && (sql.starts_with("DROP ") || (sql.starts_with("ALTER TABLE") && sql.contains(" DROP COLUMN ")))
         });
+        // the objects either world made of its own (merge/schema.rs): those only `to` has are made (with
+        // their rows), those only `from` has are dropped
+        let own = |w: &Option<World>| w.as_ref().filter(|w| w.num > 0 && !w.read_only).map(|w| schema::objects(w.num)).unwrap_or_default();
+        let (ours, theirs) = (own(&a), own(&b));
+        let same = |x: &schema::WorldObject, y: &schema::WorldObject| x.kind == y.kind && x.schema == y.schema && x.name == y.name;
+        let made: Vec<schema::WorldObject> = theirs.iter().filter(|o| !ours.iter().any(|x| same(x, o))).cloned().collect();
+        let gone: Vec<&schema::WorldObject> = ours.iter().filter(|o| !theirs.iter().any(|x| same(x, o))).collect();
+        out.extend(schema::diff_rows(&made, as_sql_out));
         out.extend(render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit));
         out.extend(drops);
+        out.extend(gone.into_iter().rev().map(|o| schema::drop_row(o, as_sql_out)));
+        if as_sql_out {
+            out.extend(schema::keys_sql(&made));
+        }
         if let Some(n) = limit {
             out.truncate(n.max(0) as usize);
         }

@@ -52,18 +52,21 @@ pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
     });
     // each table locked (ACCESS SHARE, in relid order) before its storage is read: a DROP TABLE in main
     // then waits for this transaction, or committed first and the table is gone from the list (its
-    // storage went with it)
+    // storage went with it): the list read again once, after the locks
+    for &(_, relid) in &tables {
+        unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    }
+    let tabnos: Vec<i32> = tables.iter().map(|t| t.0).collect();
+    let still: std::collections::HashSet<i32> = Spi::connect(|c| {
+        c.fresh("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL AND tabno = ANY ($1)", None, &[tabnos.into()])
+            .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
+            .unwrap_or_default()
+    });
     tables
         .into_iter()
         .filter(|&(tabno, relid)| unsafe {
-            pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            let exists = pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid), 0.into(), 0.into(), 0.into());
-            let tracked = exists
-                && Spi::connect(|c| {
-                    c.fresh("SELECT 1 FROM worlds.tables WHERE tabno = $1 AND history IS NOT NULL", None, &[tabno.into()])
-                        .map(|r| !r.is_empty())
-                        .unwrap_or(false)
-                });
+            let tracked = still.contains(&tabno)
+                && pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid), 0.into(), 0.into(), 0.into());
             if !tracked {
                 pg_sys::UnlockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             }

@@ -85,6 +85,19 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 check_resolve_row(*relid, key, row);
             }
         }
+        // the schema the world made: an object main (or its parent world) made since under the same name is
+        // a conflict, as for MERGE (merge/schema.rs); the world's objects stay its own
+        let objects = super::schema::objects(world.num);
+        let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
+        let both = super::schema::conflicts(&objects, parent_world.as_ref());
+        if !both.is_empty() {
+            raise_with(
+                "40001",
+                format!("rebasing {} conflicts: both sides made {} since the fork; nothing was rebased", world.name, both.join(", ")),
+                None,
+                Some("Rename or drop one of them, then rebase again.".into()),
+            );
+        }
         let layouts = tracked_layouts();
         if world.parent == Some(0) {
             // main can't change the rows the world changed until the new fork point is set (FOR SHARE):

@@ -100,6 +100,33 @@ pub fn add_keys(world: i32) {
 }
 
 /// The plan's table-level changes for these objects.
+/// DIFF a TO b's row for an object only a made: dropped (its rows go with it).
+pub fn drop_row(o: &WorldObject, as_sql_out: bool) -> Value {
+    let what = match o.kind.as_str() {
+        "domain" | "type" => "TYPE",
+        "schema" => "SCHEMA",
+        "function" => "ROUTINE",
+        "materialized view" => "MATERIALIZED VIEW",
+        "view" => "VIEW",
+        "sequence" => "SEQUENCE",
+        _ => "TABLE",
+    };
+    if as_sql_out {
+        let name = match o.kind.as_str() {
+            "schema" => QuotedName::ident(&o.schema).to_string(),
+            // (a routine by its signature as the world's catalog prints it, the schema it stands for)
+            "function" => format!("{}.{}", QuotedName::ident(&o.schema), o.name),
+            _ => QuotedName::qualified(&o.schema, &o.name).to_string(),
+        };
+        serde_json::json!({ "sql": format!("DROP {what} {name};") })
+    } else {
+        serde_json::json!({
+            "table": o.shown_name(), "id": Value::Null, "change": o.change.replacen("create", "drop", 1),
+            "before": Value::Null, "after": Value::Null, "columns": Value::Null,
+        })
+    }
+}
+
 pub fn keys_sql(objects: &[WorldObject]) -> Vec<Value> {
     objects.iter().flat_map(|o| o.keys.iter().map(|k| serde_json::json!({ "sql": k }))).collect()
 }

@@ -308,6 +308,10 @@ mod tests {
         assert_eq!(expand(c"Public", &[]).to_str().unwrap(), "Public");
         assert_eq!(expand(c"Public", &[1]).to_str().unwrap(), "\"public@w1\", Public");
         assert_eq!(expand(c"", &[1]).to_str().unwrap(), "");
-        assert_eq!(expand(c"a\"b", &[1]).to_str().unwrap(), "a\"b");
+        // (an unquoted name runs to a comma or a space, quotes included, as Postgres splits it)
+        assert_eq!(expand(c"a\"b", &[1]).to_str().unwrap(), "\"a\"\"b@w1\", a\"b");
+        // a text Postgres wouldn't accept stays as it is
+        assert_eq!(expand(c"\"open", &[1]).to_str().unwrap(), "\"open");
+        assert_eq!(expand(c"a b", &[1]).to_str().unwrap(), "a b");
     }
 }
