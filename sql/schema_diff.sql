@@ -47,5 +47,5 @@ SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff worl
 SELECT r->>'sql' AS sql FROM worlds.sql('diff world migrate to main as sql') AS d(r);
 -- dropping the world drops what it made
 SELECT * FROM worlds.sql('drop world migrate');
-SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%@w%';
+SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pg\_w%';
 SELECT count(*) FROM worlds.world_schema;

@@ -42,7 +42,7 @@ UPDATE notes SET body = 'changed' WHERE id = 1;
 RESET worlds.world;
 SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff world later') AS d(r);
 SELECT * FROM worlds.sql('drop world later');
-SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%@w%';
+SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pg\_w%';
 -- both sides made one name: 40001, nothing merged
 SELECT * FROM worlds.sql('create world a');
 SET worlds.world = a;

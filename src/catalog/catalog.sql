@@ -34,7 +34,7 @@ CREATE SEQUENCE worlds.world_num_seq START 1 OWNED BY worlds.world.num;
 INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main', NULL, 0);
 
 -- The namespaces that hold a world's own objects (tables, views, sequences, functions, types it made):
--- one per world and schema, named `<schema>@w<num>` (storage/search_path.rs). A session in the world
+-- one per world and schema, named `pg_w<num>_<schema>` (storage/search_path.rs). A session in the world
 -- resolves names in them ahead of the schema; main never sees them on its search_path.
 CREATE TABLE worlds.world_schema (
     world   integer NOT NULL REFERENCES worlds.world (num),

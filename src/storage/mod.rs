@@ -907,6 +907,34 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Runs f allowed to make a namespace named `pg_...` (allow_system_table_mods, which only a superuser may
+/// set: pg_worlds sets it for its own statement, as the extension's owner): the namespaces of a world's
+/// own objects (world_schemas.rs).
+pub fn with_reserved_names<R>(f: impl FnOnce() -> R) -> R {
+    let level = allow_reserved_names();
+    let r = f();
+    pop_setting(level);
+    r
+}
+
+/// A GUC level with allow_system_table_mods on (`pop_setting` takes it off; an error does too).
+pub fn allow_reserved_names() -> i32 {
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    unsafe {
+        pg_sys::set_config_option(
+            c"allow_system_table_mods".as_ptr(),
+            c"on".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+    }
+    level
+}
+
 pub fn pop_setting(level: i32) {
     unsafe { pg_sys::AtEOXact_GUC(true, level) };
 }

@@ -2,9 +2,9 @@
 //! schemas they belong to, while `SHOW search_path` keeps saying what the session set.
 //!
 //! A world's objects (tables, views, sequences, functions, types it created) live in one namespace per
-//! schema and world, named `<schema>@w<num>` (`world_namespace`). Postgres resolves names during parse
+//! schema and world, named `pg_w<num>_<schema>` (`world_namespace`). Postgres resolves names during parse
 //! analysis, before any hook, from the text `namespace_search_path`: so that text, for a session in
-//! world 5 whose search_path is `"$user", public`, reads `"$user", "public@w5", public` (its ancestors'
+//! world 5 whose search_path is `"$user", public`, reads `"$user", pg_w5_public, public` (its ancestors'
 //! namespaces follow its own, nearest first). A namespace that doesn't exist is skipped by Postgres, so
 //! the text depends only on the path the session set and its world's chain, never on the catalog.
 //!
@@ -34,21 +34,24 @@ thread_local! {
     static PENDING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Where a world's objects of `schema` live: `<schema>@w<num>`, the schema's name cut (at a character)
-/// to keep the whole within Postgres's 63 bytes.
+/// Where a world's objects of `schema` live: `pg_w<num>_<schema>`, the schema's name cut (at a character)
+/// to keep the whole within Postgres's 63 bytes. A name beginning `pg_` is reserved: no role makes one
+/// (42939) without allow_system_table_mods, pg_dump leaves such namespaces and everything in them out,
+/// and psql's `\dn` doesn't list them; pg_worlds makes them as its owner (storage/world_schemas.rs).
 pub fn world_namespace(schema: &str, num: i32) -> String {
-    let suffix = format!("@w{num}");
-    let room = 63 - suffix.len();
+    let prefix = format!("pg_w{num}_");
+    let room = 63 - prefix.len();
     let mut cut = schema.len().min(room);
     while !schema.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}{suffix}", &schema[..cut])
+    format!("{prefix}{}", &schema[..cut])
 }
 
 /// The world number of a namespace name made by `world_namespace` (None for any other name).
 pub fn world_of_namespace(name: &str) -> Option<i32> {
-    let (_, num) = name.rsplit_once("@w")?;
+    let rest = name.strip_prefix("pg_w")?;
+    let (num, _) = rest.split_once('_')?;
     if num.is_empty() || num.starts_with('0') || !num.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -277,7 +280,12 @@ fn chain_of(name: &str) -> Vec<i32> {
     .unwrap_or_default()
 }
 
+/// A world namespace's name as an identifier in the path text: bare when it needs no quotes (it starts
+/// with `pg_w`, so it is never a keyword), else quoted.
 fn quote(name: &str) -> String {
+    if name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return name.to_string();
+    }
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -287,14 +295,17 @@ mod tests {
 
     #[test]
     fn names_fit_and_read_back() {
-        assert_eq!(world_namespace("public", 5), "public@w5");
+        assert_eq!(world_namespace("public", 5), "pg_w5_public");
         let long = "é".repeat(40);
         let n = world_namespace(&long, 123);
-        assert!(n.len() <= 63 && n.ends_with("@w123"));
+        assert!(n.len() <= 63 && n.starts_with("pg_w123_"));
         assert_eq!(world_of_namespace(&n), Some(123));
         assert_eq!(world_of_namespace("public"), None);
-        assert_eq!(world_of_namespace("a@w"), None);
-        assert_eq!(world_of_namespace("a@w05"), None);
+        assert_eq!(world_of_namespace("pg_w_x"), None);
+        assert_eq!(world_of_namespace("pg_w05_x"), None);
+        assert_eq!(world_of_namespace("pg_toast"), None);
+        assert_eq!(world_of_namespace("pg_temp_3"), None);
+        assert_eq!(world_of_namespace("pg_w12_"), Some(12));
     }
 
     #[test]
@@ -302,14 +313,14 @@ mod tests {
         let e = expand(c"\"$user\", public, \"My App\"", &[5, 2]);
         assert_eq!(
             e.to_str().unwrap(),
-            "\"$user\", \"public@w5\", \"public@w2\", public, \"My App@w5\", \"My App@w2\", \"My App\""
+            "\"$user\", pg_w5_public, pg_w2_public, public, \"pg_w5_My App\", \"pg_w2_My App\", \"My App\""
         );
         assert_eq!(expand(c"pg_catalog, worlds", &[5]).to_str().unwrap(), "pg_catalog, worlds");
         assert_eq!(expand(c"Public", &[]).to_str().unwrap(), "Public");
-        assert_eq!(expand(c"Public", &[1]).to_str().unwrap(), "\"public@w1\", Public");
+        assert_eq!(expand(c"Public", &[1]).to_str().unwrap(), "pg_w1_public, Public");
         assert_eq!(expand(c"", &[1]).to_str().unwrap(), "");
         // (an unquoted name runs to a comma or a space, quotes included, as Postgres splits it)
-        assert_eq!(expand(c"a\"b", &[1]).to_str().unwrap(), "\"a\"\"b@w1\", a\"b");
+        assert_eq!(expand(c"a\"b", &[1]).to_str().unwrap(), "\"pg_w1_a\"\"b\", a\"b");
         // a text Postgres wouldn't accept stays as it is
         assert_eq!(expand(c"\"open", &[1]).to_str().unwrap(), "\"open");
         assert_eq!(expand(c"a b", &[1]).to_str().unwrap(), "a b");

@@ -47,7 +47,8 @@ pub fn ensure(world: i32, schema: &str, new_schema: bool) -> String {
             raise("42P06", format!("schema \"{nsp}\" already exists and is not pg_worlds'"));
         }
         let q = QuotedName::ident(&nsp);
-        crate::spi_calls::run(&format!("CREATE SCHEMA {q}")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        super::with_reserved_names(|| crate::spi_calls::run(&format!("CREATE SCHEMA {q}")))
+            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         // the owner and privileges of the schema it stands for
         let owner = crate::spi_calls::get_one_with_args::<String>(
             "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1",

@@ -102,7 +102,7 @@ expect "main's view" "$(q main "select count(*) from customer_accounts")" "2"
 expect "the foreign key to main's accounts, made by the merge" "$(q main "select count(*) from pg_constraint where conrelid = 'customers'::regclass and contype = 'f' and confrelid = 'accounts'::regclass")" "1"
 expect "the unique constraint and the index" "$(q main "select count(*) from pg_indexes where tablename = 'customers' and indexname in ('customers_email', 'customers_name')")" "2"
 expect "the brought tables are tracked" "$(q main "select count(*) from worlds.tables where relid in ('customers'::regclass, 'alembic_version'::regclass)")" "2"
-expect "no world namespace left" "$(q main "select count(*) from pg_namespace where nspname like '%@w%'")" "0"
+expect "no world namespace left" "$(q main "select count(*) from pg_namespace where nspname like 'pg\_w%'")" "0"
 
 # a plain SQL migration file, run by psql in a world, then merged
 cat > "$OUT/002_invoices.sql" <<'SQL'

@@ -19,6 +19,8 @@ pub(super) struct UtilityPass {
     /// deferred is recorded after it
     world_ddl: i32,
     world_stmt: *mut pg_sys::Node,
+    /// the GUC level allowing reserved names for this statement (0: none), popped after it
+    reserved_level: i32,
 }
 
 /// The hook itself is a thin frame holding nothing to drop: pg_worlds' work before and after runs guarded,
@@ -73,6 +75,7 @@ pub(super) unsafe fn process_utility_before(
         storage::search_path::refresh_if_pending();
         let mut world_ddl = 0;
         let mut world_stmt: *mut pg_sys::Node = std::ptr::null_mut();
+        let mut reserved_level = 0;
         if !stmt.is_null() && !storage::internal() && !crate::guc::INTERNAL_DDL.get() {
             crate::route::world_ddl::refuse_world_namespace_names(stmt);
         }
@@ -206,6 +209,11 @@ pub(super) unsafe fn process_utility_before(
                     crate::route::world_ddl::before((*pstmt).utilityStmt, &world);
                     world_ddl = world.num;
                     world_stmt = (*pstmt).utilityStmt;
+                    if crate::route::world_ddl::names_world_namespace(world_stmt) {
+                        // (the world's namespaces have reserved names: made under this statement's own
+                        // allow_system_table_mods, the role's rights checked by Postgres as always)
+                        reserved_level = storage::allow_reserved_names();
+                    }
                 }
             }
             if tag == pg_sys::NodeTag::T_CopyStmt && overlay::session_world().is_some() {
@@ -223,13 +231,16 @@ pub(super) unsafe fn process_utility_before(
                 }
             }
         }
-        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt })
+        Some(UtilityPass { pstmt, read_only_tree, stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt, reserved_level })
     }
 }
 
 pub(super) unsafe fn process_utility_after(b: UtilityPass) {
     unsafe {
-        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt, .. } = b;
+        let UtilityPass { stmt, guards_extension, dropping_extension, synced_after, world_ddl, world_stmt, reserved_level, .. } = b;
+        if reserved_level > 0 {
+            storage::pop_setting(reserved_level);
+        }
         crate::route::world_ddl::maintenance(false);
         if world_ddl > 0 {
             crate::route::world_ddl::after(world_stmt, world_ddl);

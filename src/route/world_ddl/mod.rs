@@ -11,7 +11,7 @@
 //!   the world's own (in its namespaces), temporary, or cluster-wide (roles, databases, tablespaces,
 //!   which Postgres shares between all databases). Anything else, main's tables above all, is refused with
 //!   0A000 before the statement ends, so nothing a world runs can change what main sees.
-use crate::api::raise;
+use crate::api::{raise, raise_with};
 use crate::storage::{self, overlay, search_path, world_schemas};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -137,6 +137,24 @@ pub unsafe fn rebuilds_storage(stmt: *mut pg_sys::Node) -> bool {
             pg_sys::NodeTag::T_ClusterStmt => (*(stmt as *mut pg_sys::ClusterStmt)).indexname.is_null(),
             _ => false,
         }
+    }
+}
+
+/// After `before`: does the statement make or rename one of the world's namespaces (`pg_w<num>_...`, a
+/// reserved name Postgres lets only allow_system_table_mods make)? The utility hook sets that for it.
+///
+/// # Safety
+/// `stmt` is a utility statement.
+pub unsafe fn names_world_namespace(stmt: *mut pg_sys::Node) -> bool {
+    unsafe {
+        let name = match (*stmt).type_ {
+            pg_sys::NodeTag::T_CreateSchemaStmt => (*(stmt as *mut pg_sys::CreateSchemaStmt)).schemaname,
+            pg_sys::NodeTag::T_RenameStmt if (*(stmt as *mut pg_sys::RenameStmt)).renameType == pg_sys::ObjectType::OBJECT_SCHEMA => {
+                (*(stmt as *mut pg_sys::RenameStmt)).newname
+            }
+            _ => return false,
+        };
+        !name.is_null() && search_path::world_of_namespace(&CStr::from_ptr(name).to_string_lossy()).is_some()
     }
 }
 
@@ -304,7 +322,32 @@ unsafe fn refuse_main_targets(stmt: *mut pg_sys::Node, world: &overlay::World) {
                     _ => refuse(format!("a {}", statement_object((*g).objtype))),
                 }
             }
-            T_RefreshMatViewStmt => relation((*(stmt as *mut pg_sys::RefreshMatViewStmt)).relation),
+            T_RefreshMatViewStmt => {
+                let rv = (*(stmt as *mut pg_sys::RefreshMatViewStmt)).relation;
+                relation(rv);
+                // the world's own materialized view over main's tracked tables: a refresh runs its stored
+                // query unrouted (no parse analysis to route), so it would read main's rows, not the world's
+                let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
+                let reads = storage::as_internal(|| {
+                    crate::spi_calls::get_one_with_args::<String>(
+                        "SELECT string_agg(DISTINCT t.relid::text, ', ') FROM pg_rewrite r
+                           JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid AND d.refclassid = 'pg_class'::regclass
+                           JOIN worlds.tables t ON t.relid::oid = d.refobjid
+                          WHERE r.ev_class = $1",
+                        &[relid.into()],
+                    )
+                    .ok()
+                    .flatten()
+                });
+                if let Some(tables) = reads {
+                    raise_with(
+                        "0A000",
+                        format!("REFRESH MATERIALIZED VIEW inside a world is not supported yet for one that reads main's tables ({tables}): it would read their rows as main has them, not as the world does"),
+                        None,
+                        Some("Drop it and create it again in the world: CREATE MATERIALIZED VIEW reads the world's rows.".into()),
+                    );
+                }
+            }
             // (the object access hook would refuse it too, at its first change: named here by the statement)
             T_AlterTableStmt => relation((*(stmt as *mut pg_sys::AlterTableStmt)).relation),
             T_IndexStmt => relation((*(stmt as *mut pg_sys::IndexStmt)).relation),
@@ -353,7 +396,7 @@ fn pstr(s: &str) -> *mut std::ffi::c_char {
     unsafe { pg_sys::pstrdup(c.as_ptr()) }
 }
 
-/// In main: a schema named like a world's namespace (`<schema>@w<num>`) would be found by that world's
+/// In main: a schema named like a world's namespace (`pg_w<num>_<schema>`) would be found by that world's
 /// sessions as the world's own, so only pg_worlds makes one (42939).
 ///
 /// # Safety
@@ -372,7 +415,8 @@ pub unsafe fn refuse_world_namespace_names(stmt: *mut pg_sys::Node) {
         }
         let name = CStr::from_ptr(name).to_string_lossy();
         if search_path::world_of_namespace(&name).is_some() {
-            raise("42939", format!("unacceptable schema name \"{name}\""));
+            // (as Postgres words it for any pg_ name; this one even with allow_system_table_mods)
+            raise_with("42939", format!("unacceptable schema name \"{name}\""), Some("The prefix \"pg_\" is reserved for system schemas.".into()), None);
         }
     }
 }
