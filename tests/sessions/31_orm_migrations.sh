@@ -5,7 +5,8 @@
 # existing table, add a column and a unique constraint, create an index and a view, and migrate data.
 # Main sees nothing until MERGE; after it, `alembic current` on main is at head, `alembic upgrade head`
 # on main finds nothing left to do, and the schema is whole (the foreign key to main's table checked and
-# made by the merge). Then a plain SQL migration file run by psql in a world, merged the same way.
+# made by the merge). Then a plain SQL migration file run by psql in a world, merged the same way; and a
+# world's unmerged table stays out of main's pg_dump and \dn.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -129,6 +130,14 @@ expect "merge of the SQL migration" "$(q main "select worlds.sql('merge world bi
 expect "main: invoice_total(2)" "$(q main "select invoice_total(2)")" "20.00"
 expect "main: accounts row the migration changed" "$(q main "select owner from accounts where id = 1")" "ann (billed)"
 expect "main: the identity continues" "$(q main "insert into invoices (customer_id, total) values (1, 5) returning id")" "3"
+
+# a world's own objects stay out of main's pg_dump and psql's \dn (their namespaces' pg_ prefix)
+q main "select worlds.sql('create world unmerged')" >/dev/null
+q unmerged "create table kept_in_world (x int)" >/dev/null
+q unmerged "insert into kept_in_world values (1)" >/dev/null
+expect "pg_dump of main: no world object" "$($PGBIN/pg_dump "$CONN" 2>&1 | grep -c 'kept_in_world\|pg_w[0-9]')" "0"
+expect "\\dn: no world namespace" "$($PGBIN/psql "$CONN" -X -qAt -c '\dn' | grep -c 'pg_w')" "0"
+q main "select worlds.sql('drop world unmerged')" >/dev/null
 
 if [ $failures -ne 0 ]; then echo "31_orm_migrations: $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
