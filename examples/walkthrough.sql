@@ -67,6 +67,17 @@ UPDATE orders SET status = 'shipped', note = 'fast' WHERE id = 1;
 SELECT j FROM worlds.sql(format('select now.id, now.status, old.status as was from orders now join orders as of %L old on old.id = now.id where old.status <> now.status', :'before_change')) j;
 SELECT j FROM worlds.sql(format('select * from orders as of %L where id = 1', :'before_change')) j;
 
+\echo '== a migration in a world: its DDL is its own until MERGE lands schema and rows together'
+SELECT * FROM worlds.sql('create world migrate');
+SET worlds.world = migrate;
+CREATE TABLE shipments (id serial PRIMARY KEY, order_id int NOT NULL REFERENCES orders, carrier text NOT NULL);
+INSERT INTO shipments (order_id, carrier) VALUES (1, 'post');
+RESET worlds.world;
+SELECT to_regclass('shipments') AS main_sees;                    -- null: main has no such table yet
+SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'change' AS change FROM worlds.sql('diff world migrate') j;
+SELECT * FROM worlds.sql('merge world migrate');                  -- the table, its row, its foreign key
+SELECT * FROM shipments;
+
 \echo '== agents: a login of its own, rights, and a merge policy people approved'
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS walk_bot;
