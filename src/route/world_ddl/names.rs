@@ -393,12 +393,28 @@ pub(super) unsafe extern "C-unwind" fn hint_qualified_name(edata: *mut pg_sys::E
         if let Some(prev) = PREV_EMIT_LOG {
             prev(edata);
         }
-        const UNDEFINED_TABLE: i32 = sqlstate(*b"42P01");
-        if edata.is_null() || (*edata).elevel < 21 /* ERROR */ || (*edata).sqlerrcode != UNDEFINED_TABLE || !(*edata).hint.is_null() || (*edata).message.is_null() {
+        if edata.is_null() || (*edata).elevel < 17 /* INFO */ || (*edata).message.is_null() {
             return;
         }
         let chain = search_path::chain();
         let Some(&num) = chain.first() else { return };
+        // a message of the world's session names its objects as the world's sessions name them: by the
+        // schema they stand for (`permission denied for schema public`, `drop cascades to table
+        // public.notes`), not by the namespace that holds them
+        for field in [&raw mut (*edata).message, &raw mut (*edata).detail] {
+            if (*field).is_null() {
+                continue;
+            }
+            let text = CStr::from_ptr(*field).to_string_lossy();
+            if let Some(plain) = without_world_namespaces(&text) {
+                let c = CString::new(plain).unwrap_or_default();
+                *field = pg_sys::MemoryContextStrdup(pg_sys::ErrorContext, c.as_ptr());
+            }
+        }
+        const UNDEFINED_TABLE: i32 = sqlstate(*b"42P01");
+        if (*edata).elevel < 21 /* ERROR */ || (*edata).sqlerrcode != UNDEFINED_TABLE || !(*edata).hint.is_null() {
+            return;
+        }
         let message = CStr::from_ptr((*edata).message).to_string_lossy();
         let Some(name) = message.strip_prefix("relation \"").and_then(|m| m.strip_suffix("\" does not exist")) else { return };
         let Some((schema, _)) = name.split_once('.') else { return };
@@ -412,10 +428,53 @@ pub(super) unsafe extern "C-unwind" fn hint_qualified_name(edata: *mut pg_sys::E
     }
 }
 
+/// `text` with every world namespace's name (`pg_w12_public`, quoted or not) written as the schema it
+/// stands for; None when it names none.
+pub(super) fn without_world_namespaces(text: &str) -> Option<String> {
+    if !text.contains("pg_w") {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.find("pg_w") {
+        let after = &rest[at + 4..];
+        let digits = after.bytes().take_while(|b| b.is_ascii_digit()).count();
+        // (the start of a name: not inside another word)
+        let starts_name = rest[..at].chars().last().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        if starts_name && digits > 0 && !after.starts_with('0') && after[digits..].starts_with('_') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+            changed = true;
+        } else {
+            out.push_str(&rest[..at + 4]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    changed.then_some(out)
+}
+
 /// A SQLSTATE as Postgres packs it (MAKE_SQLSTATE).
 const fn sqlstate(c: [u8; 5]) -> i32 {
     const fn six(ch: u8) -> i32 {
         (ch.wrapping_sub(b'0') & 0x3F) as i32
     }
     six(c[0]) + (six(c[1]) << 6) + (six(c[2]) << 12) + (six(c[3]) << 18) + (six(c[4]) << 24)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_world_namespaces;
+
+    #[test]
+    fn messages_name_the_schema() {
+        assert_eq!(without_world_namespaces("permission denied for schema pg_w1_public").as_deref(), Some("permission denied for schema public"));
+        assert_eq!(
+            without_world_namespaces("drop cascades to table pg_w12_app.notes\ndrop cascades to view \"pg_w12_My App\".v").as_deref(),
+            Some("drop cascades to table app.notes\ndrop cascades to view \"My App\".v")
+        );
+        assert_eq!(without_world_namespaces("relation \"notes\" does not exist"), None);
+        assert_eq!(without_world_namespaces("xpg_w1_a and pg_w_a and pg_w01_a").as_deref(), None);
+    }
 }
