@@ -45,6 +45,25 @@ SELECT schema, nsp FROM worlds.world_schema ORDER BY world, schema;
 SELECT r->>'table' AS "table", r->>'id' AS id, r->>'change' AS change FROM worlds.sql('diff world main to migrate') AS d(r);
 SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff world migrate to other') AS d(r);
 SELECT r->>'sql' AS sql FROM worlds.sql('diff world migrate to main as sql') AS d(r);
+-- awkward names in what a world made: DIFF AS SQL writes them as names (not inside literals), whatever
+-- standard_conforming_strings says; the statements run on the other side
+SELECT * FROM worlds.sql('create world odd');
+SET worlds.world = odd;
+CREATE TABLE "odd table" (id int PRIMARY KEY, "it's" text, "50%" int, "a\b" text);
+INSERT INTO "odd table" VALUES (1, 'x''y', 50, 'back\slash');
+CREATE FUNCTION "My Fn"(n int) RETURNS int LANGUAGE sql AS 'SELECT n';
+RESET worlds.world;
+SET standard_conforming_strings = off;
+SET escape_string_warning = off;
+CREATE TEMP TABLE odd_sql AS SELECT r->>'sql' AS sql FROM worlds.sql('diff world odd as sql') AS d(r);
+SELECT r->>'sql' AS sql FROM worlds.sql('diff world odd to main as sql') AS d(r);
+RESET escape_string_warning;
+RESET standard_conforming_strings;
+SELECT sql FROM odd_sql;
+DO $$ DECLARE s text; BEGIN FOR s IN SELECT sql FROM odd_sql WHERE sql NOT LIKE 'CREATE OR REPLACE FUNCTION%' LOOP EXECUTE s; END LOOP; END $$;
+SELECT * FROM "odd table";
+DROP TABLE "odd table";
+SELECT * FROM worlds.sql('drop world odd');
 -- dropping the world drops what it made
 SELECT * FROM worlds.sql('drop world migrate');
 SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pg\_w%';

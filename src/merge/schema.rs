@@ -37,6 +37,7 @@ impl WorldObject {
 
 /// The objects `world` made, in the order a merge moves them.
 pub fn objects(world: i32) -> Vec<WorldObject> {
+    let keys = deferred_keys(world);
     as_internal(|| {
         crate::spi_calls::rows(
             "SELECT schema, nsp, kind, name, change, columns, sql, objid FROM worlds._world_objects($1) ORDER BY ord, schema, objid",
@@ -64,7 +65,7 @@ pub fn objects(world: i32) -> Vec<WorldObject> {
         // its foreign keys to main's tables, made last (after the rows they need)
         if o.kind == "table" {
             let target = QuotedName::qualified(&o.schema, &o.name);
-            o.keys = deferred_keys(world).into_iter().filter(|(r, _)| *r == o.objid).map(|(_, d)| format!("ALTER TABLE {target} ADD {d};")).collect();
+            o.keys = keys.iter().filter(|(r, _)| *r == o.objid).map(|(_, d)| format!("ALTER TABLE {target} ADD {d};")).collect();
         }
         o
     })
@@ -90,7 +91,7 @@ pub fn deferred_keys(world: i32) -> Vec<(pg_sys::Oid, String)> {
 pub fn add_keys(world: i32) {
     for (relid, definition) in deferred_keys(world) {
         as_internal(|| {
-            let table = regclass(relid);
+            let table = printed(relid, "regclass");
             crate::spi_calls::run(&format!("ALTER TABLE {table} ADD {definition}")).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         });
     }
@@ -114,8 +115,18 @@ pub fn drop_row(o: &WorldObject, as_sql_out: bool) -> Value {
     if as_sql_out {
         let name = match o.kind.as_str() {
             "schema" => QuotedName::ident(&o.schema).to_string(),
-            // (a routine by its signature as the world's catalog prints it, the schema it stands for)
-            "function" => format!("{}.{}", QuotedName::ident(&o.schema), o.name),
+            // (a routine by its quoted name and its argument types, in the schema it stands for)
+            "function" => as_internal(|| {
+                crate::spi_calls::get_one_with_args::<String>(
+                    "SELECT format('%I.%I(%s)', $1::text, p.proname,
+                                   replace(pg_get_function_identity_arguments(p.oid), quote_ident($3) || '.', quote_ident($1) || '.'))
+                     FROM pg_proc p WHERE p.oid = $2",
+                    &[o.schema.as_str().into(), o.objid.into(), o.nsp.as_str().into()],
+                )
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+            }),
             _ => QuotedName::qualified(&o.schema, &o.name).to_string(),
         };
         serde_json::json!({ "sql": format!("DROP {what} {name};") })
@@ -197,14 +208,16 @@ fn table_rows(o: &WorldObject, as_sql_out: bool) -> Vec<Value> {
         .unwrap_or_default()
     });
     let list = crate::sql_text::column_list(&columns);
+    // (the target and the column list go to format() as parameters: a column named it's or 50% stays a
+    // name, whatever the session's standard_conforming_strings)
     let sql = format!(
-        "SELECT {key_text}, to_jsonb(t), format('INSERT INTO %s ({list}) OVERRIDING SYSTEM VALUE SELECT {list} FROM jsonb_populate_record(NULL::%s, %L);', $1, $1, to_jsonb(t)::text)
+        "SELECT {key_text}, to_jsonb(t), format('INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM jsonb_populate_record(NULL::%s, %L);', $1, $2, $2, $1, to_jsonb(t)::text)
          FROM {table} t ORDER BY {order}"
     );
     let shown = o.shown_name();
     as_internal(|| {
         crate::storage::with_fixed_output(|| {
-            crate::spi_calls::rows(&sql, None, &[target.to_string().into()], |t| {
+            crate::spi_calls::rows(&sql, None, &[target.to_string().into(), list.as_str().into()], |t| {
                 t.map(|r| {
                     if as_sql_out {
                         serde_json::json!({ "sql": r.get::<String>(3).ok().flatten() })
@@ -305,9 +318,9 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> 
                     format!("ALTER SCHEMA {} RENAME TO {}", QuotedName::ident(&o.nsp), QuotedName::ident(&o.schema))
                 }
                 "schema" => continue,
-                "function" => format!("ALTER ROUTINE {} SET SCHEMA {}", regproc(o.objid), QuotedName::ident(&to)),
-                "type" => format!("ALTER TYPE {} SET SCHEMA {}", regtype(o.objid), QuotedName::ident(&to)),
-                "domain" => format!("ALTER DOMAIN {} SET SCHEMA {}", regtype(o.objid), QuotedName::ident(&to)),
+                "function" => format!("ALTER ROUTINE {} SET SCHEMA {}", printed(o.objid, "regprocedure"), QuotedName::ident(&to)),
+                "type" => format!("ALTER TYPE {} SET SCHEMA {}", printed(o.objid, "regtype"), QuotedName::ident(&to)),
+                "domain" => format!("ALTER DOMAIN {} SET SCHEMA {}", printed(o.objid, "regtype"), QuotedName::ident(&to)),
                 kind => {
                     let what = match kind {
                         "sequence" => "SEQUENCE",
@@ -372,7 +385,7 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> 
         // the rows its tables brought, for the merge's count
         moved_tables
             .iter()
-            .map(|r| crate::spi_calls::get_one::<i64>(&format!("SELECT count(*) FROM {}", regclass(*r))).ok().flatten().unwrap_or(0) as usize)
+            .map(|r| crate::spi_calls::get_one::<i64>(&format!("SELECT count(*) FROM {}", printed(*r, "regclass"))).ok().flatten().unwrap_or(0) as usize)
             .sum()
     })
 }
@@ -382,14 +395,14 @@ fn forget_namespace(world: i32, schema: &str) {
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
 }
 
-fn regproc(oid: pg_sys::Oid) -> String {
-    crate::spi_calls::get_one_with_args::<String>("SELECT $1::regprocedure::text", &[oid.into()]).ok().flatten().unwrap_or_default()
-}
 
-fn regtype(oid: pg_sys::Oid) -> String {
-    crate::spi_calls::get_one_with_args::<String>("SELECT $1::regtype::text", &[oid.into()]).ok().flatten().unwrap_or_default()
-}
-
-fn regclass(oid: pg_sys::Oid) -> String {
-    crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[oid.into()]).ok().flatten().unwrap_or_default()
+/// An object as Postgres prints it by its OID (`regclass`, `regprocedure`, `regtype`: quoted, and
+/// qualified where pg_worlds' search_path doesn't find it).
+fn printed(oid: pg_sys::Oid, reg: &str) -> String {
+    let sql = match reg {
+        "regprocedure" => "SELECT $1::regprocedure::text",
+        "regtype" => "SELECT $1::regtype::text",
+        _ => "SELECT $1::regclass::text",
+    };
+    crate::spi_calls::get_one_with_args::<String>(sql, &[oid.into()]).ok().flatten().unwrap_or_default()
 }

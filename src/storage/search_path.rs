@@ -113,9 +113,9 @@ pub fn set_chain(chain: &[i32]) {
     }
 }
 
-/// The chain the session's names resolve in now.
-pub fn chain() -> Vec<i32> {
-    CHAIN.with(|c| c.borrow().clone())
+/// The world whose namespaces the session's names resolve in first (None: main, a moment, or unknown).
+pub fn own_world() -> Option<i32> {
+    CHAIN.with(|c| c.borrow().first().copied())
 }
 
 /// The world setting changed where its chain can't be read: no world namespace until it is.

@@ -396,8 +396,7 @@ pub(super) unsafe extern "C-unwind" fn hint_qualified_name(edata: *mut pg_sys::E
         if edata.is_null() || (*edata).elevel < 17 /* INFO */ || (*edata).message.is_null() {
             return;
         }
-        let chain = search_path::chain();
-        let Some(&num) = chain.first() else { return };
+        let Some(num) = search_path::own_world() else { return };
         // a message of the world's session names its objects as the world's sessions name them: by the
         // schema they stand for (`permission denied for schema public`, `drop cascades to table
         // public.notes`), not by the namespace that holds them
