@@ -52,6 +52,43 @@ CREATE TABLE worlds.world_fk (
     definition text NOT NULL                            -- FOREIGN KEY (...) REFERENCES ..., as ALTER TABLE ADD takes it
 );
 
+-- Main's tables a world changed the shape of (ALTER TABLE, an index, a trigger, a comment on one of main's
+-- tables from a world): the world works on a copy of the table as it sees it, its twin, made at its first
+-- such statement in the world's namespace of the table's schema (storage/world_twins.rs). The twin is
+-- found first by the world's names, and main's table is read as the twin by the world's queries that
+-- reach it another way (a qualified name, main's views). A merge runs the world's statements on main's
+-- table, then brings the rows the world changed (merge/twins.rs).
+CREATE TABLE worlds.world_twin (
+    world   integer NOT NULL REFERENCES worlds.world (num),
+    tabno   integer NOT NULL,                           -- main's tracked table (worlds.tables.tabno)
+    relid   oid NOT NULL,                               -- main's table
+    twin    oid NOT NULL,                               -- the world's copy
+    shape   text NOT NULL,                              -- main's columns and constraints when the copy was made
+    made    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (world, tabno)
+);
+-- The statements a world ran on its twins, in order, as the merge runs them again on main's tables: the
+-- text as written, with the role that ran it and its search_path. `constraint_only`: the statement only
+-- adds constraints or indexes (a trailing run of these is run after the world's rows, which may be what
+-- makes them hold).
+CREATE TABLE worlds.world_twin_ddl (
+    seq             bigserial PRIMARY KEY,
+    world           integer NOT NULL REFERENCES worlds.world (num),
+    tabno           integer NOT NULL,
+    role            oid NOT NULL,
+    path            text NOT NULL,
+    command         text NOT NULL,
+    constraint_only boolean NOT NULL
+);
+-- The keys of the rows a world wrote in a twin (its key's text, as history writes main's), by the twin's
+-- own statement triggers; '*' when the twin has no primary key then (every row counts).
+CREATE TABLE worlds.world_twin_keys (
+    world   integer NOT NULL,
+    tabno   integer NOT NULL,
+    key     text NOT NULL,
+    PRIMARY KEY (world, tabno, key)
+);
+
 -- Tracked tables and the storage generated for each. Found by regclass (dumped by name), never by an OID
 -- baked into a name.
 CREATE TABLE worlds.tables (

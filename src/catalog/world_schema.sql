@@ -71,7 +71,10 @@ BEGIN
         END LOOP;
         -- tables
         FOR r IN SELECT c.oid, c.relname::text AS rname, c.relkind, c.relispartition FROM pg_class c
-                 WHERE c.relnamespace = s.nspoid AND c.relkind IN ('r', 'p') ORDER BY c.oid LOOP
+                 WHERE c.relnamespace = s.nspoid AND c.relkind IN ('r', 'p')
+                   -- (a twin of main's table is no object of the world's own: merge/twins.rs)
+                   AND NOT EXISTS (SELECT 1 FROM worlds.world_twin tw WHERE tw.twin = c.oid)
+                 ORDER BY c.oid LOOP
             kind := 'table'; name := r.rname; change := 'create table';
             classid := 'pg_class'::regclass; objid := r.oid; ord := 3;
             SELECT jsonb_agg(format('+%s %s', a.attname, replace(format_type(a.atttypid, a.atttypmod), q, '')) ORDER BY a.attnum),
@@ -131,3 +134,51 @@ BEGIN
         END LOOP;
     END LOOP;
 END $$;
+
+-- The statement triggers of a twin (storage/world_twins.rs): the keys of the rows each statement wrote,
+-- as the key's text (written as history writes main's: with pg_worlds' fixed output settings), or '*'
+-- when the twin has no primary key then (a TRUNCATE, or the key dropped: every row counts).
+CREATE FUNCTION worlds._twin_log() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' SET extra_float_digits = 1
+SET bytea_output = 'hex' SET standard_conforming_strings = on AS $$
+DECLARE
+    cols text[];
+    k text;
+    w integer := TG_ARGV[0]::integer;
+    t integer := TG_ARGV[1]::integer;
+BEGIN
+    SELECT array_agg(quote_ident(a.attname) ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
+      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
+     WHERE i.indrelid = TG_RELID AND i.indisprimary;
+    IF cols IS NULL OR TG_OP = 'TRUNCATE' THEN
+        INSERT INTO worlds.world_twin_keys (world, tabno, key) VALUES (w, t, '*') ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END IF;
+    k := CASE WHEN array_length(cols, 1) = 1 THEN 'r.' || cols[1] || '::text'
+              ELSE 'ROW(' || (SELECT string_agg('r.' || c, ', ') FROM unnest(cols) c) || ')::text' END;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        EXECUTE format('INSERT INTO worlds.world_twin_keys (world, tabno, key) SELECT $1, $2, %s FROM _w_new r ON CONFLICT DO NOTHING', k)
+            USING w, t;
+    END IF;
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        EXECUTE format('INSERT INTO worlds.world_twin_keys (world, tabno, key) SELECT $1, $2, %s FROM _w_old r ON CONFLICT DO NOTHING', k)
+            USING w, t;
+    END IF;
+    RETURN NULL;
+END $$;
+REVOKE EXECUTE ON FUNCTION worlds._twin_log() FROM PUBLIC;
+
+-- Main's columns and constraints of a table, as one text: a twin remembers them (worlds.world_twin.shape),
+-- and a merge compares them with main's now (both sides changed the table's shape: 40001).
+CREATE FUNCTION worlds._table_shape(rel oid) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+    SELECT coalesce((SELECT string_agg(format('%s %s %s%s%s', a.attnum, quote_ident(a.attname), format_type(a.atttypid, a.atttypmod),
+                                    CASE WHEN a.attnotnull THEN ' not null' ELSE '' END,
+                                    coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')), '; ' ORDER BY a.attnum)
+                     FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                     WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped), '')
+        || ' | ' ||
+        coalesce((SELECT string_agg(format('%I %s', k.conname, pg_get_constraintdef(k.oid)), '; ' ORDER BY k.conname)
+                  FROM pg_constraint k WHERE k.conrelid = rel), '')
+$$;

@@ -68,6 +68,8 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         // the schema it made first (merge/schema.rs), then the rows
         let objects = schema::objects(world.num);
         let mut rows = schema::diff_rows(&objects, req.as_sql);
+        // main's tables it changed the shape of (merge/twins.rs): each table's change, then its rows
+        rows.extend(twins::diff_rows(&world, &twins::of_world(world.num), req.as_sql));
         rows.extend(render_diff(&world.name, tables, req.as_sql, req.limit));
         if req.as_sql {
             rows.extend(schema::keys_sql(&objects));

@@ -240,8 +240,11 @@ pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'st
 
 /// Everything the world changed, table by table (only tables it touched).
 pub fn world_changes(world: &World) -> Vec<TableChanges> {
+    // (main's tables it changed the shape of: their rows are its twins', merge/twins.rs)
+    let twins = crate::storage::world_twins::twins_of(world.num);
     tracked_layouts()
         .iter()
+        .filter(|l| !twins.contains_key(&l.relid))
         .map(|l| gather(l, world))
         .filter(|t| !t.rows.is_empty())
         .collect()

@@ -53,6 +53,7 @@ pub use rebase::rebase;
 mod review;
 mod stale_reads;
 pub mod schema;
+pub mod twins;
 
 #[derive(Default, Clone)]
 pub struct MergeRequest {
@@ -161,12 +162,33 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
             .collect();
         layouts.retain(|l| world_touched(l, &world));
+        // main's tables it changed the shape of (merge/twins.rs): their rows come with their statements,
+        // never through the row merge; whole merges only
+        let all_twins = twins::of_world(world.num);
+        layouts.retain(|l| !all_twins.iter().any(|t| t.tabno == l.tabno));
+        let whole = only_tables.is_none() && only_keys.is_none();
+        if !whole && !all_twins.is_empty() && !req.dry_run {
+            let named: Vec<&twins::Twin> = all_twins
+                .iter()
+                .filter(|t| only_tables.as_ref().is_some_and(|o| o.contains(&t.relid)) || only_keys.as_ref().is_some_and(|o| o.iter().any(|(r, _)| *r == t.relid)))
+                .collect();
+            if let Some(t) = named.first() {
+                raise("0A000", format!("ONLY TABLES / ONLY KEYS can't name table {}: world {} changed its shape, which merges whole (merge the whole world)", t.shown, world.name));
+            }
+        }
+        let twins = if whole { all_twins } else { Vec::new() };
         // the schema it made (merge/schema.rs): brought first, whole merges only; both sides making one
         // name is a conflict
-        let objects = if only_tables.is_none() && only_keys.is_none() { schema::objects(world.num) } else { Vec::new() };
+        let objects = if whole { schema::objects(world.num) } else { Vec::new() };
         let schema_conflicts = schema::conflicts(&objects, target_world.as_ref());
         if !req.dry_run {
+            // (their tables locked for the statements now, in relid order, before any row of main is)
+            twins::lock(&twins);
+        }
+        let twin_conflicts = twins::conflicts(&world, &twins, target_world.is_some());
+        if !req.dry_run {
             schema::refuse_conflicts(&world, &objects, target_world.as_ref(), &target_name);
+            twins::refuse_conflicts(&world, &twin_conflicts);
         }
         let mut absent = HashMap::new();
         if !req.dry_run && target_world.is_none() {
@@ -180,9 +202,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
-            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
+            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects, &twins), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
             judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
-            let brought = schema::apply(&world, &objects, None);
+            let brought = schema::apply(&world, &objects, None, &twins);
             let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
             schema::add_keys(world.num);
             let applied = applied + brought;
@@ -204,7 +226,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let mut mplan = MergePlan {
             world: world.clone(),
             into_main: target_world.is_none(),
-            tables: schema::table_levels(&objects),
+            tables: schema::table_levels(&objects, &twins),
             rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
@@ -255,6 +277,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
             // the schema it makes first, then its rows
             let mut rows = schema::dry_run_rows(&objects);
+            rows.extend(twins::dry_run_rows(&twins));
             rows.extend(dry_run_rows(plan));
             let blocked = |why: String| {
                 serde_json::json!({
@@ -264,6 +287,12 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             };
             if !schema_conflicts.is_empty() {
                 rows.push(blocked(format!("both sides made {} since the fork", schema_conflicts.join(", "))));
+                return rows;
+            }
+            if !twin_conflicts.is_empty() {
+                for (_, why) in &twin_conflicts {
+                    rows.push(blocked(why.clone()));
+                }
                 return rows;
             }
             if let Some(t) = req.target.filter(|t| *t != fingerprint) {
@@ -287,7 +316,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // is shown without that row
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
-                    schema::apply(&world, &objects, target_world.as_ref());
+                    schema::apply(&world, &objects, target_world.as_ref(), &twins);
                     match &target_world {
                         None => apply(plan, &world),
                         Some(t) => apply_into_world(plan, &world, t),
@@ -391,7 +420,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         } else {
             // the schema it made first, then its rows
-            let brought = schema::apply(&world, &objects, target_world.as_ref());
+            let brought = schema::apply(&world, &objects, target_world.as_ref(), &twins);
             let n = brought + run();
             if target_world.is_none() {
                 schema::add_keys(world.num);

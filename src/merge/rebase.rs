@@ -50,6 +50,16 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             raise("0A000", "main has no parent to rebase on");
         }
         crate::governance::agents::require("rebase", Some(world.num));
+        // a world that changed the shape of main's tables works on copies of them (merge/twins.rs): main's
+        // rows since the fork can't be brought into those copies yet
+        if let Some(t) = super::twins::of_world(world.num).first() {
+            raise_with(
+                "0A000",
+                format!("REBASE WORLD {} is not supported yet: it changed the shape of main's table {} (its statements run on main's table at its merge)", world.name, t.shown),
+                None,
+                Some("Merge it (its merge refuses rows main changed too, with 40001), or make the change again in a new world.".into()),
+            );
+        }
         // its write lock and its parent's (a world parent doesn't move while this reads it), then its row
         // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
         lock::worlds(&[world.num, world.parent.unwrap_or(0)]);

@@ -142,8 +142,15 @@ pub fn keys_sql(objects: &[WorldObject]) -> Vec<Value> {
     objects.iter().flat_map(|o| o.keys.iter().map(|k| serde_json::json!({ "sql": k }))).collect()
 }
 
-pub fn table_levels(objects: &[WorldObject]) -> Vec<TableLevel> {
-    objects.iter().map(|o| TableLevel::Create { table: o.shown_name(), definition: o.sql.iter().chain(&o.keys).cloned().collect::<Vec<_>>().join("\n") }).collect()
+pub fn table_levels(objects: &[WorldObject], twins: &[super::twins::Twin]) -> Vec<TableLevel> {
+    objects
+        .iter()
+        .map(|o| TableLevel::Create { table: o.shown_name(), definition: o.sql.iter().chain(&o.keys).cloned().collect::<Vec<_>>().join("\n") })
+        .chain(twins.iter().map(|t| TableLevel::Alter {
+            table: t.shown.clone(),
+            columns: super::twins::columns(t).as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default(),
+        }))
+        .collect()
 }
 
 /// DIFF's rows for the schema a world made: each object (`id` null), then the rows of its tables as
@@ -292,8 +299,8 @@ pub fn refuse_conflicts(world: &World, objects: &[WorldObject], target: Option<&
 
 /// Moves the world's objects into the schemas they stand for (main's, or the target world's namespaces);
 /// its tables merged into main are tracked from now on. Returns how many rows its tables brought.
-pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> usize {
-    if objects.is_empty() {
+pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>, twins: &[super::twins::Twin]) -> usize {
+    if objects.is_empty() && twins.is_empty() {
         return 0;
     }
     as_internal(|| {
@@ -336,11 +343,14 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> 
                 moved_tables.push(o.objid);
             }
         }
+        // main's tables it changed the shape of: its statements run on them, then its rows of them
+        // (merge/twins.rs); their twins go
+        let twin_rows = super::twins::apply(world, twins);
         // SHOW HISTORY's `schema` event (UNDO MERGE finds by it, and the merge's transaction, that this
         // merge brought schema)
         crate::spi_calls::run_with_args(
             "INSERT INTO worlds.event (world, event, rows, xid) VALUES ($1, 'schema', $2, pg_current_xact_id())",
-            &[world.num.into(), (objects.len() as i64).into()],
+            &[world.num.into(), ((objects.len() + twins.len()) as i64).into()],
         )
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         // what is left in its namespaces (objects a merge can't move yet): refused, nothing merged
@@ -383,10 +393,10 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>) -> 
             }
         }
         // the rows its tables brought, for the merge's count
-        moved_tables
+        twin_rows + moved_tables
             .iter()
             .map(|r| crate::spi_calls::get_one::<i64>(&format!("SELECT count(*) FROM {}", printed(*r, "regclass"))).ok().flatten().unwrap_or(0) as usize)
-            .sum()
+            .sum::<usize>()
     })
 }
 

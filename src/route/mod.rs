@@ -4,6 +4,7 @@ mod hooks;
 mod merge_command;
 mod row_locks;
 pub(crate) mod rewrite;
+mod twin_reads;
 mod view_inline;
 pub mod upsert;
 mod view_writes;

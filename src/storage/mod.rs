@@ -30,6 +30,7 @@ pub mod snapshot_spi;
 pub mod world_locks;
 pub mod world_schemas;
 pub mod world_storage;
+pub mod world_twins;
 pub mod unique_checks;
 pub mod upsert_wire;
 pub mod write_events;
@@ -381,6 +382,30 @@ fn internal_work<R>(lazy: bool, f: impl FnOnce() -> R) -> R {
     INTERNAL.with(|i| i.set(i.get() + 1));
     let _g = Guard(user, sec, level, lazy_scope);
     f()
+}
+
+/// Runs f, from inside pg_worlds' internal work, as a statement `role` runs in main with `path` as its
+/// search_path: not internal (event triggers fire, its DDL is main's), with the role's rights, unrouted and
+/// with no world namespace on the path. For a world's statements a merge runs again on main's tables.
+pub fn as_role_in_main<R>(role: pg_sys::Oid, path: &std::ffi::CStr, f: impl FnOnce() -> R) -> R {
+    struct Back(u32, pg_sys::Oid, i32, i32);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            pop_setting(self.3);
+            unsafe { pg_sys::SetUserIdAndSecContext(self.1, self.2) };
+            INTERNAL.with(|i| i.set(self.0));
+        }
+    }
+    search_path::without_chain(|| {
+        overlay::with_world(None, || {
+            let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+            unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut sec) };
+            let level = push_setting(c"search_path", path);
+            let _back = Back(INTERNAL.with(|i| i.replace(0)), user, sec, level);
+            unsafe { pg_sys::SetUserIdAndSecContext(role, sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32) };
+            f()
+        })
+    })
 }
 
 /// Runs f with the session's search_path, inside pg_worlds' internal work: for names the user wrote
@@ -790,6 +815,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     overlay::worlds::on_relcache_invalidation(relid);
     overlay::delta_since::on_relcache_invalidation(relid);
     commit_direct::on_relcache_invalidation(relid);
+    world_twins::on_relcache_invalidation(relid);
     for f in callbacks::relcache() {
         f(relid);
     }

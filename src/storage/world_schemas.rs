@@ -124,6 +124,7 @@ fn _drop_world_schemas(world: i32) {
         crate::spi_calls::run_with_args("DELETE FROM worlds.world_fk WHERE world = $1", &[world.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
     });
+    super::world_twins::forget(world);
 }
 
 /// `worlds._free_world_rows(num)`: a world's rows in every tracked table's delta deleted (its end). Each

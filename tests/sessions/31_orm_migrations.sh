@@ -105,6 +105,37 @@ expect "the unique constraint and the index" "$(q main "select count(*) from pg_
 expect "the brought tables are tracked" "$(q main "select count(*) from worlds.tables where relid in ('customers'::regclass, 'alembic_version'::regclass)")" "2"
 expect "no world namespace left" "$(q main "select count(*) from pg_namespace where nspname like 'pg\_w%'")" "0"
 
+# the next migration changes a table main has now (from the merge above): in a new world it runs on the
+# world's copy of the table; the merge runs its statements on main's table, then brings its rows
+cat > "$OUT/proj/versions/a4_tier.py" <<'PY'
+from alembic import op
+import sqlalchemy as sa
+revision = "a4"
+down_revision = "a3"
+def upgrade():
+    op.add_column("customers", sa.Column("tier", sa.Text, server_default="basic"))
+    op.execute("UPDATE customers SET tier = 'gold' WHERE email LIKE 'ann%'")
+    op.alter_column("customers", "tier", nullable=False)
+    op.create_index("customers_tier", "customers", ["tier"])
+def downgrade():
+    op.drop_column("customers", "tier")
+PY
+q main "select worlds.sql('create world tiers')" >/dev/null
+alembic tiers upgrade head >"$OUT/upgrade_tiers.log" 2>&1 || { cat "$OUT/upgrade_tiers.log"; bad "alembic upgrade head (a4) in the world failed"; }
+expect "a4 ran alone in the world" "$(grep -c 'Running upgrade' "$OUT/upgrade_tiers.log")" "1"
+expect "the world's customers have tiers" "$(q tiers "select string_agg(name || '/' || tier, ',' order by id) from customers")" "ANN CO/gold,BOB LTD/basic"
+expect "main's customers: no tier yet" "$(q main "select count(*) from pg_attribute where attrelid = 'customers'::regclass and attname = 'tier'")" "0"
+expect "main: alembic at a3" "$(alembic main current 2>/dev/null | awk '{print $1}' | tail -1)" "a3"
+expect "DIFF: the table's change first" "$(q main "select r->>'change' || ' ' || (r->'columns')::text from worlds.sql('diff world tiers') r limit 1")" 'alter table ["+tier text", "+index customers_tier"]'
+q main "insert into customers (name, account_id, email) values ('MAIN CO', 2, 'main@example.com')" >/dev/null
+expect "merge of a4" "$(q main "select worlds.sql('merge world tiers')")" '{"tag": "MERGE 2"}'
+expect "main: alembic at a4" "$(alembic main current 2>/dev/null | awk '{print $1}' | tail -1)" "a4"
+alembic main upgrade head >"$OUT/upgrade_main4.log" 2>&1 || bad "alembic upgrade head on main (a4) failed"
+expect "alembic upgrade head on main after a4: nothing left" "$(grep -c 'Running upgrade' "$OUT/upgrade_main4.log")" "0"
+expect "main's customers: tiers, main's own row the default" "$(q main "select string_agg(name || '/' || tier, ',' order by id) from customers")" "ANN CO/gold,BOB LTD/basic,MAIN CO/basic"
+expect "main: tier NOT NULL and indexed" "$(q main "select attnotnull from pg_attribute where attrelid = 'customers'::regclass and attname = 'tier'")/$(q main "select count(*) from pg_indexes where indexname = 'customers_tier'")" "t/1"
+q main "delete from customers where name = 'MAIN CO'" >/dev/null
+
 # a plain SQL migration file, run by psql in a world, then merged
 cat > "$OUT/002_invoices.sql" <<'SQL'
 BEGIN;

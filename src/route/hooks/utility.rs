@@ -206,7 +206,8 @@ pub(super) unsafe fn process_utility_before(
                         pstmt = pg_sys::copyObjectImpl(pstmt as *const std::ffi::c_void) as *mut pg_sys::PlannedStmt;
                         read_only_tree = false;
                     }
-                    crate::route::world_ddl::before((*pstmt).utilityStmt, &world);
+                    let source = crate::route::world_ddl::statement_text(query_string, (*pstmt).stmt_location, (*pstmt).stmt_len);
+                    crate::route::world_ddl::before((*pstmt).utilityStmt, &world, &source);
                     world_ddl = world.num;
                     world_stmt = (*pstmt).utilityStmt;
                     if crate::route::world_ddl::names_world_namespace(world_stmt) {

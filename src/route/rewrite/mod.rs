@@ -25,6 +25,8 @@ pub(crate) struct RouteContext {
     pub(crate) top: *mut pg_sys::Query,
     /// the oid `pg_notify()` calls are pointed at, once looked up (`keep_notify`)
     pub(crate) notify: Option<pg_sys::Oid>,
+    /// main's tables the world changed the shape of -> their twins (storage/world_twins.rs)
+    pub(crate) twins: std::rc::Rc<HashMap<pg_sys::Oid, pg_sys::Oid>>,
 }
 
 thread_local! {
@@ -103,7 +105,11 @@ pub(crate) unsafe fn route_query(query: *mut pg_sys::Query) -> bool {
         && !row_locks
         && !locking
         && unsafe { (*query).commandType == pg_sys::CmdType::CMD_SELECT && !(*query).hasModifyingCTE };
-    let mut ctx = RouteContext { tracked, world_scan, overlays, top: query, notify: None };
+    let twins = overlay::routing_world()
+        .filter(|w| w.num > 0 && !w.read_only)
+        .map(|w| storage::world_twins::twins_of(w.num))
+        .unwrap_or_default();
+    let mut ctx = RouteContext { tracked, world_scan, overlays, top: query, notify: None, twins };
     unsafe {
         // called directly, not through the guarded walker: an error must unwind through this frame (so
         // the ROUTING flag resets), not longjmp over it
@@ -190,6 +196,12 @@ pub(crate) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
                 continue;
             }
             let is_result = (*query).resultRelation == i + 1;
+            // main's table the world changed the shape of, reached by a qualified name or main's view: its
+            // twin, the world's own table, read and written as it is
+            if let Some(&twin) = ctx.twins.get(&(*rte).relid) {
+                crate::route::twin_reads::swap(rte, twin);
+                continue;
+            }
             // user views in FROM (not a view body's own OLD/NEW entries, nor our permission copies)
             if (*rte).relkind == pg_sys::RELKIND_VIEW as std::ffi::c_char && !ctx.overlays.contains_key(&(*rte).relid) {
                 if is_result {

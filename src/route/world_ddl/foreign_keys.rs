@@ -93,7 +93,10 @@ pub(super) unsafe fn main_table_named(rv: *mut pg_sys::RangeVar, world: &overlay
         if relid == pg_sys::Oid::INVALID {
             return None; // (Postgres says it doesn't exist)
         }
-        if owned_by_world(pg_sys::RelationRelationId, relid, 0, world).is_ok() {
+        // a twin of main's table (storage/world_twins.rs): the key is main's table's, made by the merge
+        let twin_of = crate::storage::world_twins::twins_of(world.num).iter().find(|(_, t)| **t == relid).map(|(m, _)| *m);
+        let relid = twin_of.unwrap_or(relid);
+        if twin_of.is_none() && owned_by_world(pg_sys::RelationRelationId, relid, 0, world).is_ok() {
             return None;
         }
         let nsp = namespace_name(pg_sys::get_rel_namespace(relid));

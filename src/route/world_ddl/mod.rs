@@ -20,6 +20,8 @@ use std::ffi::{CStr, CString};
 mod foreign_keys;
 mod judge;
 mod names;
+mod twins;
+pub use twins::statement_text;
 pub use foreign_keys::{after, forget_deferred};
 use foreign_keys::*;
 use judge::*;
@@ -180,7 +182,7 @@ unsafe fn stores_query(stmt: *mut pg_sys::Node) -> bool {
 ///
 /// # Safety
 /// `stmt` is the utility statement of a plan being processed, writable.
-pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World) {
+pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World, source: &str) {
     unsafe {
         DEFERRED.with(|d| d.borrow_mut().retain(|e| e.0 != stmt as usize));
         CURRENT.with(|c| c.set(stmt as usize));
@@ -218,6 +220,12 @@ pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World) {
         }
         // names of what the world already made, qualified with the schema they stand for
         route_existing_names(stmt, world);
+        // one of main's tables: its twin, made at the first such statement (storage/world_twins.rs); the
+        // statement is recorded for the merge to run on main's table
+        let constraint_only = twins::constraint_only(stmt);
+        if let Some(twin) = twins::route_main_tables(stmt, world) {
+            crate::storage::world_twins::record_statement(world.num, twin, source, constraint_only);
+        }
         // a foreign key from the world's table to main's: made at the merge, not now
         defer_foreign_keys(stmt, world);
         // statements whose changes Postgres makes without telling the object access hook: their targets
