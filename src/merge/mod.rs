@@ -156,6 +156,12 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         let only_keys: Option<Vec<(pg_sys::Oid, String)>> = req.only_keys.as_ref().map(|ks| ks.iter().map(|k| parse_row_ref(k)).collect());
+        // main's tables it changed the shape of (merge/twins.rs): locked for its statements first, before
+        // any other table is (tracked_layouts below takes ACCESS SHARE on every tracked table)
+        let all_twins = twins::of_world(world.num);
+        if !req.dry_run && !all_twins.is_empty() {
+            twins::lock(&all_twins);
+        }
         let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts()
             .into_iter()
             .filter(|l| only_tables.as_ref().map(|o| o.contains(&l.relid)).unwrap_or(true))
@@ -164,7 +170,6 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         layouts.retain(|l| world_touched(l, &world));
         // main's tables it changed the shape of (merge/twins.rs): their rows come with their statements,
         // never through the row merge; whole merges only
-        let all_twins = twins::of_world(world.num);
         layouts.retain(|l| !all_twins.iter().any(|t| t.tabno == l.tabno));
         let whole = only_tables.is_none() && only_keys.is_none();
         if !whole && !all_twins.is_empty() && !req.dry_run {
@@ -181,10 +186,6 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // name is a conflict
         let objects = if whole { schema::objects(world.num) } else { Vec::new() };
         let schema_conflicts = schema::conflicts(&objects, target_world.as_ref());
-        if !req.dry_run {
-            // (their tables locked for the statements now, in relid order, before any row of main is)
-            twins::lock(&twins);
-        }
         let twin_conflicts = twins::conflicts(&world, &twins, target_world.is_some());
         if !req.dry_run {
             schema::refuse_conflicts(&world, &objects, target_world.as_ref(), &target_name);

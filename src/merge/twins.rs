@@ -296,9 +296,14 @@ pub fn dry_run_rows(twins: &[Twin]) -> Vec<Value> {
 }
 
 /// Main's tables of the twins, locked for the statements the merge runs on them (ACCESS EXCLUSIVE, in
-/// relid order): taken before the merge holds any row of main, so a writer of main waits for the merge
-/// or the merge for it, never both.
+/// relid order), before the merge holds any other table or row of main: a writer of main waits for the
+/// merge or the merge for it, never both. Merges that bring twins take them one at a time (an advisory
+/// lock first): each then takes ACCESS SHARE on every tracked table, which two of them holding
+/// exclusive locks would wait for crosswise.
 pub fn lock(twins: &[Twin]) {
+    as_internal(|| {
+        crate::spi_calls::run("SELECT pg_advisory_xact_lock(2092149, 0)").unwrap_or_else(|e| fail(e));
+    });
     let mut relids: Vec<pg_sys::Oid> = twins.iter().map(|t| t.relid).collect();
     relids.sort_by_key(|r| r.to_u32());
     for r in relids {
