@@ -78,6 +78,17 @@ SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'change' AS change FROM
 SELECT * FROM worlds.sql('merge world migrate');                  -- the table, its row, its foreign key
 SELECT * FROM shipments;
 
+\echo '== the next migration changes a table main has: the world works on its own copy of it'
+SELECT * FROM worlds.sql('create world tracking');
+SET worlds.world = tracking;
+ALTER TABLE shipments ADD COLUMN tracking text DEFAULT 'none';
+UPDATE shipments SET tracking = 'T-1' WHERE id = 1;
+ALTER TABLE shipments ALTER COLUMN tracking SET NOT NULL;
+RESET worlds.world;
+SELECT j ->> 'table' AS "table", j ->> 'change' AS change, j -> 'columns' AS columns FROM worlds.sql('diff world tracking') j;
+SELECT * FROM worlds.sql('merge world tracking');                 -- the column, the row, then NOT NULL
+SELECT * FROM shipments;
+
 \echo '== agents: a login of its own, rights, and a merge policy people approved'
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS walk_bot;
