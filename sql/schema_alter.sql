@@ -56,7 +56,6 @@ ROLLBACK;
 SELECT columns_of('users');
 SELECT count(*) AS twins FROM worlds.world_twin;
 -- what a world can't do to main's table yet
-SELECT try('DROP TABLE users');
 SELECT try('ALTER TABLE users RENAME TO people');
 RESET worlds.world;
 SELECT * FROM worlds.sql('drop world undo');
@@ -108,3 +107,35 @@ RESET worlds.world;
 SELECT * FROM worlds.sql('merge world orders');
 SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'orders'::regclass AND contype = 'f';
 SELECT u.name, u.vip, o.id AS order_id FROM orders o JOIN users u ON u.id = o.user_id;
+
+-- main's table dropped in a world: gone there (42P01) and its name free; the merge drops it in main
+-- first, then brings the world's table of that name
+CREATE TABLE legacy (id int PRIMARY KEY, v text);
+INSERT INTO legacy VALUES (1, 'a');
+CREATE TABLE legacy_ref (id int PRIMARY KEY, legacy_id int REFERENCES legacy);
+SELECT * FROM worlds.sql('create world cleanup');
+SET worlds.world = cleanup;
+SELECT try('DROP TABLE legacy');
+SELECT try('DROP TABLE legacy CASCADE');
+DROP TABLE legacy_ref;
+DROP TABLE legacy;
+SELECT try('SELECT * FROM legacy');
+SELECT try('DROP TABLE legacy');
+DROP TABLE IF EXISTS legacy;
+CREATE TABLE legacy (id int PRIMARY KEY, note text NOT NULL);
+INSERT INTO legacy VALUES (7, 'new');
+RESET worlds.world;
+SELECT columns_of('legacy'), to_regclass('legacy_ref') IS NOT NULL AS main_has_legacy_ref;
+SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff world cleanup') AS d(r);
+SELECT r->>'sql' AS sql FROM worlds.sql('diff world cleanup as sql') AS d(r);
+SELECT * FROM worlds.sql('merge world cleanup');
+SELECT columns_of('legacy'), to_regclass('legacy_ref') IS NOT NULL AS main_has_legacy_ref;
+SELECT * FROM legacy;
+-- main wrote rows of a table the world drops: 40001, nothing merged
+SELECT * FROM worlds.sql('create world drop_it');
+SET worlds.world = drop_it;
+DROP TABLE legacy;
+RESET worlds.world;
+INSERT INTO legacy VALUES (8, 'main''s');
+SELECT try('SELECT * FROM worlds.sql(''merge world drop_it'')');
+SELECT count(*) FROM legacy;

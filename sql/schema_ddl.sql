@@ -41,7 +41,7 @@ SELECT try('CREATE TABLE orders (id int)');
 CREATE TABLE IF NOT EXISTS orders (id int);
 SELECT try('CREATE OR REPLACE VIEW open_orders AS SELECT 1 AS x');
 SELECT try('CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS ''SELECT 2''');
--- main's objects: refused, nothing changed (ALTER TABLE, CREATE INDEX, COMMENT and GRANT on main's
+-- main's objects: refused, nothing changed (ALTER TABLE, DROP TABLE, CREATE INDEX, COMMENT and GRANT on main's
 -- tables change the world's copy of the table: schema_alter)
 SELECT try('DROP TABLE orders');
 SELECT try('DROP VIEW open_orders');

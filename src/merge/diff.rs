@@ -67,9 +67,12 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         }
         // the schema it made first (merge/schema.rs), then the rows
         let objects = schema::objects(world.num);
-        let mut rows = schema::diff_rows(&objects, req.as_sql);
-        // main's tables it changed the shape of (merge/twins.rs): each table's change, then its rows
-        rows.extend(twins::diff_rows(&world, &twins::of_world(world.num), req.as_sql));
+        // main's tables it dropped first (as the merge drops them: one of its objects may take the name),
+        // then the objects it made, then main's tables it changed (merge/twins.rs), each change then its rows
+        let (dropped, changed): (Vec<twins::Twin>, Vec<twins::Twin>) = twins::of_world(world.num).into_iter().partition(|t| t.dropped);
+        let mut rows = twins::diff_rows(&world, &dropped, req.as_sql);
+        rows.extend(schema::diff_rows(&objects, req.as_sql));
+        rows.extend(twins::diff_rows(&world, &changed, req.as_sql));
         rows.extend(render_diff(&world.name, tables, req.as_sql, req.limit));
         if req.as_sql {
             rows.extend(schema::keys_sql(&objects));

@@ -277,8 +277,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             );
             }
             // the schema it makes first, then its rows
-            let mut rows = schema::dry_run_rows(&objects);
-            rows.extend(twins::dry_run_rows(&twins));
+            // (main's tables it dropped, its own objects, main's tables it changed: the order the merge runs)
+            let mut rows = twins::dry_run_rows(&twins.iter().filter(|t| t.dropped).cloned().collect::<Vec<_>>());
+            rows.extend(schema::dry_run_rows(&objects));
+            rows.extend(twins::dry_run_rows(&twins.iter().filter(|t| !t.dropped).cloned().collect::<Vec<_>>()));
             rows.extend(dry_run_rows(plan));
             let blocked = |why: String| {
                 serde_json::json!({

@@ -146,9 +146,15 @@ pub fn table_levels(objects: &[WorldObject], twins: &[super::twins::Twin]) -> Ve
     objects
         .iter()
         .map(|o| TableLevel::Create { table: o.shown_name(), definition: o.sql.iter().chain(&o.keys).cloned().collect::<Vec<_>>().join("\n") })
-        .chain(twins.iter().map(|t| TableLevel::Alter {
-            table: t.shown.clone(),
-            columns: super::twins::columns(t).as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default(),
+        .chain(twins.iter().map(|t| {
+            if t.dropped {
+                TableLevel::Drop { table: t.shown.clone() }
+            } else {
+                TableLevel::Alter {
+                    table: t.shown.clone(),
+                    columns: super::twins::columns(t).as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default(),
+                }
+            }
         }))
         .collect()
 }
@@ -248,6 +254,12 @@ fn table_rows(o: &WorldObject, as_sql_out: bool) -> Vec<Value> {
 /// made it)".
 pub fn conflicts(objects: &[WorldObject], target: Option<&World>) -> Vec<String> {
     let mut out = Vec::new();
+    // (main's tables the world dropped: their names are the world's to take)
+    let dropped: Vec<pg_sys::Oid> = objects
+        .first()
+        .and_then(|o| crate::storage::search_path::world_of_namespace(&o.nsp))
+        .map(|w| crate::storage::world_twins::twins_of(w).iter().filter(|(_, t)| **t == pg_sys::Oid::INVALID).map(|(m, _)| *m).collect())
+        .unwrap_or_default();
     for o in objects {
         let there = match target {
             None => o.schema.clone(),
@@ -267,10 +279,10 @@ pub fn conflicts(objects: &[WorldObject], target: Option<&World>) -> Vec<String>
                 }
                 _ => {
                     "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class w ON w.oid = $2
-                                    WHERE n.nspname = $1 AND c.relname = w.relname)"
+                                    WHERE n.nspname = $1 AND c.relname = w.relname AND c.oid <> ALL ($3))"
                 }
             };
-            crate::spi_calls::get_one_with_args::<bool>(sql, &[there.as_str().into(), o.objid.into()]).ok().flatten().unwrap_or(false)
+            crate::spi_calls::get_one_with_args::<bool>(sql, &[there.as_str().into(), o.objid.into(), dropped.clone().into()]).ok().flatten().unwrap_or(false)
         });
         if taken {
             out.push(format!("{} {}", o.kind, o.shown_name()));
@@ -303,6 +315,8 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>, twi
     if objects.is_empty() && twins.is_empty() {
         return 0;
     }
+    // main's tables it dropped go first (one of its own objects may take the name)
+    super::twins::apply_drops(world, twins);
     as_internal(|| {
         let mut renamed: Vec<String> = Vec::new();
         let mut moved_tables: Vec<pg_sys::Oid> = Vec::new();

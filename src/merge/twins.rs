@@ -21,6 +21,7 @@ use crate::sql_text::QuotedName;
 
 #[derive(Clone, Debug)]
 pub struct Ddl {
+    pub seq: i64,
     pub role: pg_sys::Oid,
     pub path: String,
     pub command: String,
@@ -38,6 +39,8 @@ pub struct Twin {
     pub main_name: QuotedName,
     pub twin_name: QuotedName,
     pub ddl: Vec<Ddl>,
+    /// the world dropped main's table (no twin: `twin` is 0)
+    pub dropped: bool,
 }
 
 fn fail(e: impl std::fmt::Display) -> ! {
@@ -50,7 +53,7 @@ pub fn of_world(world: i32) -> Vec<Twin> {
         let twins: Vec<Twin> = crate::spi_calls::rows(
             "SELECT t.tabno, t.relid, t.twin, t.shape,
                     CASE WHEN n.nspname = 'public' THEN quote_ident(c.relname) ELSE format('%I.%I', n.nspname, c.relname) END,
-                    format('%I.%I', n.nspname, c.relname), t.twin::regclass::text
+                    format('%I.%I', n.nspname, c.relname), CASE WHEN t.twin <> 0 THEN t.twin::regclass::text END
              FROM worlds.world_twin t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE t.world = $1 ORDER BY t.made, t.tabno",
             None,
@@ -65,6 +68,7 @@ pub fn of_world(world: i32) -> Vec<Twin> {
                     main_name: QuotedName::printed(r.get::<String>(6).ok().flatten().unwrap_or_default()),
                     twin_name: QuotedName::printed(r.get::<String>(7).ok().flatten().unwrap_or_default()),
                     ddl: Vec::new(),
+                    dropped: r.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID) == pg_sys::Oid::INVALID,
                 })
                 .collect()
             },
@@ -74,11 +78,12 @@ pub fn of_world(world: i32) -> Vec<Twin> {
             .into_iter()
             .map(|mut t| {
                 t.ddl = crate::spi_calls::rows(
-                    "SELECT role, path, command, constraint_only FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2 ORDER BY seq",
+                    "SELECT role, path, command, constraint_only, seq FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2 ORDER BY seq",
                     None,
                     &[world.into(), t.tabno.into()],
                     |x| {
                         x.map(|r| Ddl {
+                            seq: r.get::<i64>(5).ok().flatten().unwrap_or(0),
                             role: r.get::<pg_sys::Oid>(1).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
                             path: r.get::<String>(2).ok().flatten().unwrap_or_default(),
                             command: r.get::<String>(3).ok().flatten().unwrap_or_default(),
@@ -101,6 +106,9 @@ pub fn tabnos(twins: &[Twin]) -> Vec<i32> {
 
 /// What changed in the table: its columns (`+email text`, `-age`), constraints and indexes.
 pub fn columns(t: &Twin) -> Value {
+    if t.dropped {
+        return Value::Null;
+    }
     as_internal(|| {
         crate::spi_calls::get_one_with_args::<JsonB>(
             "WITH m AS (SELECT attnum, attname::text AS name, format_type(atttypid, atttypmod) AS typ, attisdropped AS gone
@@ -168,6 +176,9 @@ fn key_columns(relid: pg_sys::Oid) -> Vec<String> {
 
 /// The rows the world wrote in the table: (key, main's row as of the fork, the world's row).
 fn changed_rows(world: &World, t: &Twin) -> Vec<(String, Option<Value>, Option<Value>)> {
+    if t.dropped {
+        return Vec::new();
+    }
     let keys = key_columns(t.twin);
     if keys.is_empty() {
         return Vec::new();
@@ -228,7 +239,7 @@ pub fn diff_rows(world: &World, twins: &[Twin], as_sql_out: bool) -> Vec<Value> 
             out.extend(t.ddl.iter().map(|d| serde_json::json!({ "sql": format!("{};", d.command) })));
         } else {
             out.push(serde_json::json!({
-                "table": t.shown, "id": Value::Null, "change": "alter table",
+                "table": t.shown, "id": Value::Null, "change": if t.dropped { "drop table" } else { "alter table" },
                 "before": Value::Null, "after": Value::Null, "columns": columns(t),
             }));
         }
@@ -287,7 +298,7 @@ pub fn dry_run_rows(twins: &[Twin]) -> Vec<Value> {
         .iter()
         .map(|t| {
             serde_json::json!({
-                "table": t.shown, "id": Value::Null, "outcome": "alter table",
+                "table": t.shown, "id": Value::Null, "outcome": if t.dropped { "drop table" } else { "alter table" },
                 "detail": t.ddl.iter().map(|d| format!("{};", d.command)).collect::<Vec<_>>().join("\n"),
                 "base": Value::Null, "ours": Value::Null, "theirs": Value::Null, "result": Value::Null, "postgres": Value::Null,
             })
@@ -342,7 +353,8 @@ pub fn conflicts(world: &World, twins: &[Twin], into_world: bool) -> Vec<(String
         } else {
             "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)"
         };
-        let wanted = world_keys(world.num, t);
+        // (a table the world dropped: every row main changed since the fork would go with it)
+        let wanted = if t.dropped { None } else { world_keys(world.num, t) };
         let htext = key_text_expr(&layout.key_columns, "h");
         let both: Vec<String> = as_internal(|| {
             crate::spi_calls::rows(
@@ -375,6 +387,13 @@ pub fn conflicts(world: &World, twins: &[Twin], into_world: bool) -> Vec<(String
             let now = read(None);
             both.into_iter().filter(|k| base.get(k) != now.get(k)).collect()
         };
+        if !both.is_empty() && t.dropped {
+            out.push(("40001".into(), format!("table {}: {} dropped it, and main changed its rows since the fork: {}", t.shown, world.name, both.iter().take(10).map(|k| format!("{}/{k}", t.shown)).collect::<Vec<_>>().join(", "))));
+            continue;
+        }
+        if t.dropped {
+            continue;
+        }
         if !both.is_empty() {
             out.push(("40001".into(), format!("table {}: rows changed on both sides: {}", t.shown, both.iter().take(10).map(|k| format!("{}/{k}", t.shown)).collect::<Vec<_>>().join(", "))));
         }
@@ -415,7 +434,7 @@ pub fn refuse_conflicts(world: &World, found: &[(String, String)]) {
 /// Returns how many rows it brought.
 pub fn apply(world: &World, twins: &[Twin]) -> usize {
     let mut brought = 0usize;
-    for t in twins {
+    for t in twins.iter().filter(|t| !t.dropped) {
         // the statements, less a trailing run that only adds constraints or indexes
         let tail_from = t.ddl.iter().rposition(|d| !d.constraint_only).map(|i| i + 1).unwrap_or(0);
         for d in &t.ddl[..tail_from] {
@@ -441,6 +460,28 @@ pub fn apply(world: &World, twins: &[Twin]) -> usize {
         unsafe { pg_sys::CacheInvalidateRelcacheByRelid(t.relid) };
     }
     brought
+}
+
+/// Main's tables the world dropped: dropped in main (before the world's own objects move in, one of
+/// which may take the name).
+pub fn apply_drops(world: &World, twins: &[Twin]) {
+    // (in the order the world dropped them: a table whose key stood on another went first)
+    let mut dropped: Vec<&Twin> = twins.iter().filter(|t| t.dropped).collect();
+    dropped.sort_by_key(|t| t.ddl.last().map(|d| d.seq).unwrap_or(0));
+    for t in dropped {
+        for d in &t.ddl {
+            run_statement(d);
+        }
+        as_internal(|| {
+            for sql in [
+                "DELETE FROM worlds.world_twin WHERE world = $1 AND tabno = $2",
+                "DELETE FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2",
+                "DELETE FROM worlds.world_twin_keys WHERE world = $1 AND tabno = $2",
+            ] {
+                crate::spi_calls::run_with_args(sql, &[world.num.into(), t.tabno.into()]).unwrap_or_else(|e| fail(e));
+            }
+        });
+    }
 }
 
 fn run_statement(d: &Ddl) {

@@ -5,6 +5,7 @@ mod merge_command;
 mod row_locks;
 pub(crate) mod rewrite;
 mod twin_reads;
+mod present;
 mod view_inline;
 pub mod upsert;
 mod view_writes;

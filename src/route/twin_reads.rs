@@ -15,6 +15,10 @@ use std::ffi::CStr;
 pub unsafe fn swap(rte: *mut pg_sys::RangeTblEntry, twin: pg_sys::Oid) {
     unsafe {
         let main = (*rte).relid;
+        if twin == pg_sys::Oid::INVALID {
+            // main's table the world dropped
+            crate::storage::world_twins::dropped_in_world(main);
+        }
         for set in [(*rte).selectedCols, (*rte).insertedCols, (*rte).updatedCols] {
             let mut m = -1;
             loop {

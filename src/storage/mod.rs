@@ -391,21 +391,22 @@ pub fn as_role_in_main<R>(role: pg_sys::Oid, path: &std::ffi::CStr, f: impl FnOn
     struct Back(u32, pg_sys::Oid, i32, i32);
     impl Drop for Back {
         fn drop(&mut self) {
+            INTERNAL.with(|i| i.set(self.0));
+            // (the session's world and path back: their assign hooks put its namespaces back too)
             pop_setting(self.3);
             unsafe { pg_sys::SetUserIdAndSecContext(self.1, self.2) };
-            INTERNAL.with(|i| i.set(self.0));
         }
     }
-    search_path::without_chain(|| {
-        overlay::with_world(None, || {
-            let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
-            unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut sec) };
-            let level = push_setting(c"search_path", path);
-            let _back = Back(INTERNAL.with(|i| i.replace(0)), user, sec, level);
-            unsafe { pg_sys::SetUserIdAndSecContext(role, sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32) };
-            f()
-        })
-    })
+    let (mut user, mut sec) = (pg_sys::Oid::INVALID, 0i32);
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut sec) };
+    // main for this statement, as a session of main runs it (routing off, no world namespace on the path,
+    // main's DDL handling on)
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    let _back = Back(INTERNAL.with(|i| i.replace(0)), user, sec, level);
+    set_saved(c"worlds.world", c"main");
+    set_saved(c"search_path", path);
+    unsafe { pg_sys::SetUserIdAndSecContext(role, sec | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32) };
+    f()
 }
 
 /// Runs f with the session's search_path, inside pg_worlds' internal work: for names the user wrote

@@ -113,21 +113,9 @@ pub fn set_chain(chain: &[i32]) {
     }
 }
 
-/// Runs f with no world namespace in the effective path (the merge running a world's statements on main's
-/// tables: their names are main's), then puts the chain back.
-pub fn without_chain<R>(f: impl FnOnce() -> R) -> R {
-    struct Back(Vec<i32>, bool);
-    impl Drop for Back {
-        fn drop(&mut self) {
-            set_chain(&self.0);
-            if self.1 {
-                PENDING.with(|p| p.set(true));
-            }
-        }
-    }
-    let _back = Back(CHAIN.with(|c| c.borrow().clone()), pending());
-    set_chain(&[]);
-    f()
+/// The session's world chain (its own world first; empty for main or a moment).
+pub fn chain() -> Vec<i32> {
+    CHAIN.with(|c| c.borrow().clone())
 }
 
 /// The world whose namespaces the session's names resolve in first (None: main, a moment, or unknown).

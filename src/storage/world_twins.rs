@@ -65,6 +65,15 @@ pub fn twins_of(world: i32) -> Rc<HashMap<pg_sys::Oid, pg_sys::Oid>> {
     map
 }
 
+/// 42P01 for main's table the world dropped, as Postgres says it of a table that isn't there.
+pub fn dropped_in_world(main: pg_sys::Oid) -> ! {
+    let name = unsafe {
+        let n = pg_sys::get_rel_name(main);
+        if n.is_null() { String::new() } else { std::ffi::CStr::from_ptr(n).to_string_lossy().into_owned() }
+    };
+    raise("42P01", format!("relation \"{name}\" does not exist"))
+}
+
 /// Is `relid` a twin (of any world)? Its world, main's table's number and main's table.
 pub fn twin_info(relid: pg_sys::Oid) -> Option<(i32, i32, pg_sys::Oid)> {
     as_internal(|| {
@@ -87,6 +96,9 @@ fn fail(e: impl std::fmt::Display) -> ! {
 /// isn't yet. `what` names the statement, for a refusal.
 pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> pg_sys::Oid {
     if let Some(t) = twins_of(world.num).get(&main) {
+        if *t == pg_sys::Oid::INVALID {
+            dropped_in_world(main);
+        }
         return *t;
     }
     let Some(&tabno) = super::tracked_tables().get(&main) else {
@@ -320,6 +332,83 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
     }
     on_relcache_invalidation(main);
     twin
+}
+
+/// Main's tracked table `main` dropped in `world`: its twin (if the world had one) goes, and the registry
+/// keeps the table as dropped (twin 0): the world's names and queries no longer find it (42P01), and the
+/// merge drops main's table. Refused like Postgres would refuse it: 2BP01 when main's views or other
+/// tables' foreign keys depend on it (CASCADE, which would drop main's objects from a world: 0A000).
+pub fn mark_dropped(world: &super::overlay::World, main: pg_sys::Oid, cascade: bool) {
+    let Some(&tabno) = super::tracked_tables().get(&main) else {
+        raise("0A000", "DROP TABLE inside a world is not supported for a table pg_worlds doesn't track; switch to main to run it")
+    };
+    unsafe { pg_sys::LockRelationOid(main, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    // (main's tables the world dropped before: their keys no longer stand on this one there)
+    let gone: Vec<pg_sys::Oid> = twins_of(world.num).iter().filter(|(_, t)| **t == pg_sys::Oid::INVALID).map(|(m, _)| *m).collect();
+    let (name, dependents) = as_internal(|| {
+        let name = crate::spi_calls::get_one_with_args::<String>(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[main.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        // main's objects that stand on the table (not pg_worlds' own storage and views)
+        let dependents = crate::spi_calls::get_one_with_args::<String>(
+            "SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, 0), ', ') FROM pg_depend d
+              WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = $1 AND d.deptype = 'n'
+                AND (d.classid = 'pg_rewrite'::regclass AND EXISTS (
+                        SELECT 1 FROM pg_rewrite r JOIN pg_class v ON v.oid = r.ev_class JOIN pg_namespace n ON n.oid = v.relnamespace
+                         WHERE r.oid = d.objid AND r.ev_class <> $1 AND n.nspname NOT IN ('worlds', 'worlds_data'))
+                     OR d.classid = 'pg_constraint'::regclass AND EXISTS (
+                        SELECT 1 FROM pg_constraint k WHERE k.oid = d.objid AND k.conrelid <> $1 AND k.conrelid <> ALL ($2)))",
+            &[main.into(), gone.clone().into()],
+        )
+        .ok()
+        .flatten();
+        (name, dependents)
+    });
+    if let Some(d) = dependents {
+        if cascade {
+            raise("0A000", format!("DROP TABLE {name} CASCADE inside a world is not supported yet: it would drop main's {d} (the session is in world \"{}\")", world.name));
+        }
+        crate::api::raise_with(
+            "2BP01",
+            format!("cannot drop table {name} because other objects depend on it"),
+            Some(format!("{d} depends on table {name}")),
+            Some("Use DROP ... CASCADE to drop the dependent objects too.".into()),
+        );
+    }
+    let had = twins_of(world.num).get(&main).copied();
+    // (the session's search_path and role, for the merge to run the drop as: read before internal work)
+    let path = unsafe {
+        let p = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
+        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
+    };
+    let role = unsafe { pg_sys::GetUserId() };
+    as_internal(|| {
+        if let Some(t) = had.filter(|t| *t != pg_sys::Oid::INVALID) {
+            let twin = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[t.into()]).ok().flatten().unwrap_or_default();
+            crate::spi_calls::run(&format!("DROP TABLE {twin}")).unwrap_or_else(|e| fail(e));
+        }
+        crate::spi_calls::run_with_args(
+            "INSERT INTO worlds.world_twin (world, tabno, relid, twin, shape) VALUES ($1, $2, $3, 0, worlds._table_shape($3))
+             ON CONFLICT (world, tabno) DO UPDATE SET twin = 0",
+            &[world.num.into(), tabno.into(), main.into()],
+        )
+        .unwrap_or_else(|e| fail(e));
+        // (the statement the merge runs: the table by main's name, whatever the world's statement named)
+        crate::spi_calls::run_with_args(
+            "INSERT INTO worlds.world_twin_ddl (world, tabno, role, path, command, constraint_only) VALUES ($1, $2, $3, $4, 'DROP TABLE ' || $5, false)",
+            &[world.num.into(), tabno.into(), role.into(), path.as_str().into(), name.as_str().into()],
+        )
+        .unwrap_or_else(|e| fail(e));
+    });
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        pg_sys::CacheInvalidateRelcacheByRelid(main);
+    }
+    on_relcache_invalidation(main);
 }
 
 /// Records a statement the world ran on a twin, for the merge to run again on main's table.

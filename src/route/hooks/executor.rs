@@ -115,9 +115,24 @@ pub(super) unsafe extern "C-unwind" fn executor_run(
         // (a thin frame, as process_utility; the callback lives in the query's memory, and an error
         // unwinds error_context_stack as Postgres's own handlers do)
         let Some(callback) = guarded(|| executor_run_before(query_desc)) else { return };
+        // a world's session: its namespaces' names reach the client as the schemas they stand for
+        // (route/present.rs)
+        let shown = if crate::storage::search_path::own_world().is_some() && crate::route::present::has_names((*query_desc).tupDesc) {
+            guarded(|| crate::route::present::wrap((*query_desc).dest, false, false))
+        } else {
+            None
+        };
+        let original = (*query_desc).dest;
+        if let Some(d) = shown {
+            (*query_desc).dest = d;
+        }
         match PREV_EXECUTOR_RUN {
             Some(prev) => prev(query_desc, direction, count, execute_once),
             None => raw::standard_ExecutorRun(query_desc, direction, count, execute_once),
+        }
+        if let Some(d) = shown {
+            crate::route::present::unwrap(d);
+            (*query_desc).dest = original;
         }
         if !callback.is_null() {
             pg_sys::error_context_stack = (*callback).previous;

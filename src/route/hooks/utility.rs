@@ -47,9 +47,21 @@ pub(super) unsafe extern "C-unwind" fn process_utility(
         } else {
             context
         };
+        // EXPLAIN and FETCH in a world's session: its namespaces named as the schemas they stand for
+        // (route/present.rs)
+        let tag = if (*b.pstmt).utilityStmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*(*b.pstmt).utilityStmt).type_ };
+        let shown = if matches!(tag, pg_sys::NodeTag::T_ExplainStmt | pg_sys::NodeTag::T_FetchStmt) && crate::storage::search_path::own_world().is_some() {
+            guarded(|| crate::route::present::wrap(dest, tag == pg_sys::NodeTag::T_ExplainStmt, true))
+        } else {
+            None
+        };
+        let dest = shown.unwrap_or(dest);
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
             None => raw::standard_ProcessUtility(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
+        }
+        if let Some(d) = shown {
+            crate::route::present::unwrap(d);
         }
         guarded(|| process_utility_after(b));
     }
@@ -208,6 +220,14 @@ pub(super) unsafe fn process_utility_before(
                     }
                     let source = crate::route::world_ddl::statement_text(query_string, (*pstmt).stmt_location, (*pstmt).stmt_len);
                     crate::route::world_ddl::before((*pstmt).utilityStmt, &world, &source);
+                    if crate::route::world_ddl::consumed() {
+                        // (DROP TABLE of main's tables only: pg_worlds did it, in the world)
+                        crate::route::world_ddl::after((*pstmt).utilityStmt, world.num);
+                        if !qc.is_null() {
+                            pg_sys::SetQueryCompletion(qc, pg_sys::CommandTag::CMDTAG_DROP_TABLE, 0);
+                        }
+                        return None;
+                    }
                     world_ddl = world.num;
                     world_stmt = (*pstmt).utilityStmt;
                     if crate::route::world_ddl::names_world_namespace(world_stmt) {

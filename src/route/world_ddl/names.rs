@@ -280,7 +280,12 @@ pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::
             return;
         }
         let relname_c = CString::new(relname.as_str()).unwrap_or_default();
-        if pg_sys::get_relname_relid(relname_c.as_ptr(), main_nsp) == pg_sys::Oid::INVALID {
+        let main_rel = pg_sys::get_relname_relid(relname_c.as_ptr(), main_nsp);
+        if main_rel == pg_sys::Oid::INVALID {
+            return;
+        }
+        // main's table the world dropped: the name is free in the world
+        if crate::storage::world_twins::twins_of(world.num).get(&main_rel) == Some(&pg_sys::Oid::INVALID) {
             return;
         }
         // does the world already have its own (made here earlier)? then Postgres answers on that one
@@ -429,7 +434,7 @@ pub(super) unsafe extern "C-unwind" fn hint_qualified_name(edata: *mut pg_sys::E
 
 /// `text` with every world namespace's name (`pg_w12_public`, quoted or not) written as the schema it
 /// stands for; None when it names none.
-pub(super) fn without_world_namespaces(text: &str) -> Option<String> {
+pub(crate) fn without_world_namespaces(text: &str) -> Option<String> {
     if !text.contains("pg_w") {
         return None;
     }

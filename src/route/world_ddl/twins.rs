@@ -25,6 +25,9 @@ unsafe fn relation_twin(relid: pg_sys::Oid, world: &overlay::World, what: &str) 
         if twins.values().any(|t| *t == table) {
             return Some((table, namespace_name(pg_sys::get_rel_namespace(table))));
         }
+        if twins.get(&table) == Some(&pg_sys::Oid::INVALID) {
+            world_twins::dropped_in_world(table);
+        }
         if !storage::tracked_tables().contains_key(&table) || owned_by_world(pg_sys::RelationRelationId, table, 0, world).is_ok() {
             return None;
         }
@@ -135,6 +138,7 @@ pub(super) unsafe fn route_main_tables(stmt: *mut pg_sys::Node, world: &overlay:
             T_DropStmt => {
                 let d = stmt as *mut pg_sys::DropStmt;
                 let mut twin = None;
+                let mut dropped: Vec<i32> = Vec::new();
                 for i in 0..list_len((*d).objects) {
                     let cell = (*(*d).objects).elements.add(i as usize);
                     let names = (*cell).ptr_value as *mut pg_sys::List;
@@ -142,7 +146,20 @@ pub(super) unsafe fn route_main_tables(stmt: *mut pg_sys::Node, world: &overlay:
                         OBJECT_TABLE => {
                             let rv = pg_sys::makeRangeVarFromNameList(names);
                             let relid = pg_sys::RangeVarGetRelidExtended(rv, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK, None, std::ptr::null_mut());
-                            refuse_twin_of(relid, world, "DROP TABLE");
+                            // main's table (or the world's copy of it): dropped in the world, by the merge in main
+                            if let Some(main) = main_table_of(relid, world) {
+                                if world_twins::twins_of(world.num).get(&main) == Some(&pg_sys::Oid::INVALID) {
+                                    // dropped in the world before: not there, as Postgres says
+                                    if !(*d).missing_ok {
+                                        world_twins::dropped_in_world(main);
+                                    }
+                                    let name = CStr::from_ptr(pg_sys::get_rel_name(main)).to_string_lossy().into_owned();
+                                    pgrx::notice!("table \"{name}\" does not exist, skipping");
+                                } else {
+                                    world_twins::mark_dropped(world, main, (*d).behavior == pg_sys::DropBehavior::DROP_CASCADE);
+                                }
+                                dropped.push(i);
+                            }
                         }
                         OBJECT_INDEX => {
                             let (names, t) = names_twin(names, world, &what);
@@ -160,10 +177,47 @@ pub(super) unsafe fn route_main_tables(stmt: *mut pg_sys::Node, world: &overlay:
                         _ => {}
                     }
                 }
+                if !dropped.is_empty() {
+                    // main's tables leave the statement (done above); the rest is Postgres's to drop
+                    let mut kept = std::ptr::null_mut();
+                    for i in 0..list_len((*d).objects) {
+                        if !dropped.contains(&i) {
+                            kept = pg_sys::lappend(kept, crate::fast_ffi::list_nth((*d).objects, i));
+                        }
+                    }
+                    (*d).objects = kept;
+                    if kept.is_null() {
+                        CONSUMED.with(|c| c.set(true));
+                    }
+                }
                 twin
             }
             _ => None,
         }
+    }
+}
+
+thread_local! {
+    /// The statement was done by pg_worlds (a DROP TABLE of main's tables only): Postgres runs nothing.
+    pub(super) static CONSUMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Did `before` do the whole statement (nothing left for Postgres to run)? Reset by asking.
+pub fn consumed() -> bool {
+    CONSUMED.with(|c| c.replace(false))
+}
+
+/// Main's tracked table `relid` stands for in the world: itself, or the table its twin copies.
+unsafe fn main_table_of(relid: pg_sys::Oid, world: &overlay::World) -> Option<pg_sys::Oid> {
+    unsafe {
+        if relid == pg_sys::Oid::INVALID {
+            return None;
+        }
+        let twins = world_twins::twins_of(world.num);
+        if let Some((m, _)) = twins.iter().find(|(_, t)| **t == relid) {
+            return Some(*m);
+        }
+        (storage::tracked_tables().contains_key(&relid) && owned_by_world(pg_sys::RelationRelationId, relid, 0, world).is_err()).then_some(relid)
     }
 }
 

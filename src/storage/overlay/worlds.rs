@@ -437,6 +437,16 @@ pub fn past_of(name: &str, when: &str) -> World {
     match world_by_num(num) {
         None => World::moment(-1, source, 0, Vec::new(), Vec::new(), cut),
         Some(w) => {
+            // (a world with schema of its own keeps it in its namespaces and its copies of main's tables,
+            // which have no history to be read as they were)
+            if w.num > 0 && crate::storage::world_schemas::any(&[w.num]) {
+                crate::api::raise_with(
+                    "0A000",
+                    format!("'{source}': world {} changed the schema (objects of its own, or main's tables), and reading it as it was is not supported yet", w.name),
+                    None,
+                    Some(format!("Read it as it is now ({}), or read main as it was ('main@{when}').", w.name)),
+                );
+            }
             use std::hash::Hasher;
             let mut h = Fx::default();
             h.write(cut.as_bytes());
