@@ -22,6 +22,11 @@ SET search_path = app, public;
 EXPLAIN (VERBOSE, COSTS OFF) SELECT * FROM jobs;
 RESET search_path;
 DROP TABLE app.jobs;
+-- definitions printed by Postgres's functions, and names built from nspname
+SELECT pg_get_indexdef('notes_body'::regclass);
+CREATE TABLE counters (id serial PRIMARY KEY);
+SELECT pg_get_serial_sequence('counters', 'id');
+\d counters_id_seq
 -- main: none of it
 RESET worlds.world;
 SELECT schemaname FROM pg_tables WHERE tablename = 'notes';

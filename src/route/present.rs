@@ -22,19 +22,23 @@ struct Shown {
     /// the session's world namespaces' world numbers (its chain, as deep as it is kept here)
     chain: [i32; 16],
     chain_len: usize,
-    /// per column: 1 a `name`, 2 text (EXPLAIN), 0 left alone (palloc'd: an error unwinding past the
-    /// statement leaves nothing of Rust's behind)
+    /// per column: 1 a `name`, 2 text naming objects (EXPLAIN's, or what a definition-printing function
+    /// returned), 0 left alone (palloc'd: an error unwinding past the statement leaves nothing of Rust's
+    /// behind)
     kinds: *mut u8,
     natts: usize,
     out: *mut pg_sys::TupleTableSlot,
     memory: pg_sys::MemoryContext,
+    /// the statement's plan and range table (its output columns that print definitions), or null
+    plan: *mut pg_sys::Plan,
+    rtable: *mut pg_sys::List,
 }
 
 /// The receiver to give a statement of this session instead of `dest`, when it has world namespaces.
 ///
 /// # Safety
 /// `dest` is a live receiver; the returned one lives in the current memory context.
-pub unsafe fn wrap(dest: *mut pg_sys::DestReceiver, explain: bool, through_store: bool) -> Option<*mut pg_sys::DestReceiver> {
+pub unsafe fn wrap(dest: *mut pg_sys::DestReceiver, explain: bool, through_store: bool, plan: *mut pg_sys::Plan, rtable: *mut pg_sys::List) -> Option<*mut pg_sys::DestReceiver> {
     unsafe {
         if dest.is_null() {
             return None;
@@ -78,6 +82,8 @@ pub unsafe fn wrap(dest: *mut pg_sys::DestReceiver, explain: bool, through_store
                 natts: 0,
                 out: std::ptr::null_mut(),
                 memory: std::ptr::null_mut(),
+                plan,
+                rtable,
             },
         );
         Some(shown as *mut pg_sys::DestReceiver)
@@ -129,6 +135,111 @@ unsafe fn is_name_type(typ: pg_sys::Oid) -> bool {
     }
 }
 
+/// Postgres's functions that print an object's definition or name, qualified where it isn't on the path
+/// (a world's object then shows its namespace).
+const PRINTERS: [u32; 22] = [
+    1387, 2508, // pg_get_constraintdef
+    1573, 2504, // pg_get_ruledef
+    1640, 1641, 2505, 2506, 3159, // pg_get_viewdef
+    1643, 2507, // pg_get_indexdef
+    1662, 2730, // pg_get_triggerdef
+    1665, // pg_get_serial_sequence
+    1716, 2509, // pg_get_expr
+    2098, // pg_get_functiondef
+    3415, 6173, 6174, // pg_get_statisticsobjdef (and its columns, expressions)
+    3537, // pg_describe_object
+    2162, // pg_get_function_arguments
+];
+
+/// Per output column of `plan`: does its text come from one of the PRINTERS, or from a namespace's name
+/// (`quote_ident(nspname) || '.' || ...`)? Followed down the plan: an upper node's column (a Sort's,
+/// a join's) is its input's.
+unsafe fn printed_columns(plan: *mut pg_sys::Plan, rtable: *mut pg_sys::List) -> Vec<bool> {
+    unsafe {
+        if plan.is_null() {
+            return Vec::new();
+        }
+        let tlist = (*plan).targetlist;
+        let n = if tlist.is_null() { 0 } else { (*tlist).length };
+        let mut out = Vec::new();
+        for i in 0..n {
+            let te = crate::fast_ffi::list_nth(tlist, i) as *mut pg_sys::TargetEntry;
+            if (*te).resjunk {
+                continue;
+            }
+            let mut ctx = Walk { plan, rtable, depth: 0 };
+            out.push(prints((*te).expr as *mut pg_sys::Node, &mut ctx));
+        }
+        out
+    }
+}
+
+struct Walk {
+    plan: *mut pg_sys::Plan,
+    rtable: *mut pg_sys::List,
+    depth: u32,
+}
+
+unsafe fn prints(node: *mut pg_sys::Node, ctx: &mut Walk) -> bool {
+    unsafe { printer_walker(node, ctx as *mut Walk as *mut std::ffi::c_void) }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn printer_walker(node: *mut pg_sys::Node, context: *mut std::ffi::c_void) -> bool {
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let ctx = &mut *(context as *mut Walk);
+        match (*node).type_ {
+            pg_sys::NodeTag::T_FuncExpr if PRINTERS.contains(&(*(node as *mut pg_sys::FuncExpr)).funcid.to_u32()) => return true,
+            pg_sys::NodeTag::T_Var => {
+                let v = node as *mut pg_sys::Var;
+                let below = match (*v).varno {
+                    pg_sys::OUTER_VAR => (*ctx.plan).lefttree,
+                    pg_sys::INNER_VAR => (*ctx.plan).righttree,
+                    pg_sys::INDEX_VAR => return false,
+                    rti => {
+                        // a scan's own column: pg_namespace.nspname
+                        if rti < 1 || ctx.rtable.is_null() || rti > (*ctx.rtable).length {
+                            return false;
+                        }
+                        let rte = crate::fast_ffi::list_nth(ctx.rtable, rti - 1) as *mut pg_sys::RangeTblEntry;
+                        return (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && (*rte).relid == pg_sys::NamespaceRelationId && (*v).varattno == 2;
+                    }
+                };
+                if below.is_null() || (*below).targetlist.is_null() || (*v).varattno < 1 || (*v).varattno as i32 > (*(*below).targetlist).length || ctx.depth > 32 {
+                    return false;
+                }
+                let te = crate::fast_ffi::list_nth((*below).targetlist, (*v).varattno as i32 - 1) as *mut pg_sys::TargetEntry;
+                let mut inner = Walk { plan: below, rtable: ctx.rtable, depth: ctx.depth + 1 };
+                return prints((*te).expr as *mut pg_sys::Node, &mut inner);
+            }
+            _ => {}
+        }
+        pg_sys::expression_tree_walker(node, Some(printer_walker), context)
+    }
+}
+
+/// Does a query whose rows look like `desc`, by `plan`, need the receiver (a `name` column, or one that
+/// prints definitions)?
+///
+/// # Safety
+/// `desc` is a live tuple descriptor (or null), `plan` the statement's plan (or null).
+pub unsafe fn needs_receiver(desc: pg_sys::TupleDesc, plan: *mut pg_sys::Plan, rtable: *mut pg_sys::List) -> bool {
+    unsafe {
+        if desc.is_null() {
+            return false;
+        }
+        // (the plan is walked only for a statement that returns text)
+        let text = (0..(*desc).natts as usize).any(|i| {
+            let a = (*desc).attrs.as_ptr().add(i);
+            !(*a).attisdropped && matches!((*a).atttypid, pg_sys::TEXTOID | pg_sys::NAMEARRAYOID)
+        });
+        has_names(desc) || (text && printed_columns(plan, rtable).iter().any(|p| *p))
+    }
+}
+
 /// Does a query whose rows look like `desc` need the receiver (a `name` column)?
 ///
 /// # Safety
@@ -149,6 +260,7 @@ pub unsafe fn has_names(desc: pg_sys::TupleDesc) -> bool {
 unsafe extern "C-unwind" fn startup(me: *mut pg_sys::DestReceiver, operation: i32, desc: pg_sys::TupleDesc) {
     unsafe {
         let s = me as *mut Shown;
+        let printed = printed_columns((*s).plan, (*s).rtable);
         let kinds: Vec<u8> = (0..(*desc).natts as usize)
             .map(|i| {
                 let a = (*desc).attrs.as_ptr().add(i);
@@ -156,7 +268,7 @@ unsafe extern "C-unwind" fn startup(me: *mut pg_sys::DestReceiver, operation: i3
                     0
                 } else if is_name_type((*a).atttypid) {
                     1
-                } else if (*s).explain && matches!((*a).atttypid, pg_sys::TEXTOID | pg_sys::JSONOID | pg_sys::XMLOID) {
+                } else if ((*s).explain || printed.get(i).copied().unwrap_or(false)) && matches!((*a).atttypid, pg_sys::TEXTOID | pg_sys::JSONOID | pg_sys::XMLOID) {
                     2
                 } else {
                     0

@@ -117,8 +117,13 @@ pub(super) unsafe extern "C-unwind" fn executor_run(
         let Some(callback) = guarded(|| executor_run_before(query_desc)) else { return };
         // a world's session: its namespaces' names reach the client as the schemas they stand for
         // (route/present.rs)
-        let shown = if crate::storage::search_path::own_world().is_some() && crate::route::present::has_names((*query_desc).tupDesc) {
-            guarded(|| crate::route::present::wrap((*query_desc).dest, false, false))
+        let (plan, rtable) = if (*query_desc).plannedstmt.is_null() {
+            (std::ptr::null_mut(), std::ptr::null_mut())
+        } else {
+            ((*(*query_desc).plannedstmt).planTree, (*(*query_desc).plannedstmt).rtable)
+        };
+        let shown = if crate::storage::search_path::own_world().is_some() && crate::route::present::needs_receiver((*query_desc).tupDesc, plan, rtable) {
+            guarded(|| crate::route::present::wrap((*query_desc).dest, false, false, plan, rtable))
         } else {
             None
         };

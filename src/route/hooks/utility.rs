@@ -51,7 +51,7 @@ pub(super) unsafe extern "C-unwind" fn process_utility(
         // (route/present.rs)
         let tag = if (*b.pstmt).utilityStmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*(*b.pstmt).utilityStmt).type_ };
         let shown = if matches!(tag, pg_sys::NodeTag::T_ExplainStmt | pg_sys::NodeTag::T_FetchStmt) && crate::storage::search_path::own_world().is_some() {
-            guarded(|| crate::route::present::wrap(dest, tag == pg_sys::NodeTag::T_ExplainStmt, true))
+            guarded(|| crate::route::present::wrap(dest, tag == pg_sys::NodeTag::T_ExplainStmt, true, std::ptr::null_mut(), std::ptr::null_mut()))
         } else {
             None
         };
