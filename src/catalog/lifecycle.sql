@@ -181,7 +181,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM worlds.world w WHERE w.name = arg_name AND w.dropped IS NULL) THEN
         RAISE EXCEPTION 'world "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
-    IF src.num <> 0 AND EXISTS (SELECT 1 FROM worlds.world_schema s WHERE s.world = src.num) THEN
+    IF src.num <> 0 AND (EXISTS (SELECT 1 FROM worlds.world_schema s WHERE s.world = src.num)
+                         OR EXISTS (SELECT 1 FROM worlds.world_twin t WHERE t.world = src.num)) THEN
         RAISE EXCEPTION 'forking world "%" is not supported yet: it has schema changes of its own', src.name
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Merge its schema changes first, or fork its parent.';

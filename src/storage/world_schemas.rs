@@ -95,19 +95,6 @@ pub fn of_world(world: i32) -> Vec<(String, String)> {
     })
 }
 
-/// Whether any of `worlds` has namespaces of its own.
-pub fn any(worlds: &[i32]) -> bool {
-    as_internal(|| {
-        crate::spi_calls::get_one_with_args::<bool>(
-            "SELECT EXISTS (SELECT 1 FROM worlds.world_schema WHERE world = ANY ($1))",
-            &[worlds.to_vec().into()],
-        )
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-    })
-}
-
 /// `worlds._drop_world_schemas(num)`: a dropped (or merged) world's namespaces go, with what is left in
 /// them.
 #[pg_extern]
@@ -121,10 +108,16 @@ fn _drop_world_schemas(world: i32) {
     as_internal(|| {
         crate::spi_calls::run_with_args("DELETE FROM worlds.world_schema WHERE world = $1", &[world.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-        crate::spi_calls::run_with_args("DELETE FROM worlds.world_fk WHERE world = $1", &[world.into()])
-            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        // (its copies of main's tables went with its namespaces: storage/world_twins.rs)
+        for sql in [
+            "DELETE FROM worlds.world_fk WHERE world = $1",
+            "DELETE FROM worlds.world_twin WHERE world = $1",
+            "DELETE FROM worlds.world_twin_ddl WHERE world = $1",
+            "DELETE FROM worlds.world_twin_keys WHERE world = $1",
+        ] {
+            crate::spi_calls::run_with_args(sql, &[world.into()]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        }
     });
-    super::world_twins::forget(world);
 }
 
 /// `worlds._free_world_rows(num)`: a world's rows in every tracked table's delta deleted (its end). Each

@@ -430,16 +430,3 @@ pub fn record_statement(world: i32, twin: pg_sys::Oid, command: &str, constraint
         .unwrap_or_else(|e| fail(e));
     });
 }
-
-/// A world's twins are forgotten (its end: the twins themselves go with its namespaces).
-pub fn forget(world: i32) {
-    as_internal(|| {
-        for sql in [
-            "DELETE FROM worlds.world_twin WHERE world = $1",
-            "DELETE FROM worlds.world_twin_ddl WHERE world = $1",
-            "DELETE FROM worlds.world_twin_keys WHERE world = $1",
-        ] {
-            crate::spi_calls::run_with_args(sql, &[world.into()]).unwrap_or_else(|e| fail(e));
-        }
-    });
-}

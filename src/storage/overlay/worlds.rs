@@ -439,7 +439,17 @@ pub fn past_of(name: &str, when: &str) -> World {
         Some(w) => {
             // (a world with schema of its own keeps it in its namespaces and its copies of main's tables,
             // which have no history to be read as they were)
-            if w.num > 0 && crate::storage::world_schemas::any(&[w.num]) {
+            let has_schema = w.num > 0
+                && crate::storage::as_internal(|| {
+                    crate::spi_calls::get_one_with_args::<bool>(
+                        "SELECT EXISTS (SELECT 1 FROM worlds.world_schema WHERE world = $1) OR EXISTS (SELECT 1 FROM worlds.world_twin WHERE world = $1)",
+                        &[w.num.into()],
+                    )
+                    .ok()
+                    .flatten()
+                    .unwrap_or(false)
+                });
+            if has_schema {
                 crate::api::raise_with(
                     "0A000",
                     format!("'{source}': world {} changed the schema (objects of its own, or main's tables), and reading it as it was is not supported yet", w.name),
