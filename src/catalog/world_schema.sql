@@ -169,6 +169,17 @@ BEGIN
 END $$;
 REVOKE EXECUTE ON FUNCTION worlds._twin_log() FROM PUBLIC;
 
+-- Before each statement writing a twin: the world's lock, shared (storage/world_locks.rs), as every
+-- writer of a world takes it: a merge of the world (which takes it exclusive) waits for the writers it
+-- would otherwise lose, or they for it.
+CREATE FUNCTION worlds._twin_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(2092147, TG_ARGV[0]::integer);
+    RETURN NULL;
+END $$;
+REVOKE EXECUTE ON FUNCTION worlds._twin_write() FROM PUBLIC;
+
 -- Main's columns and constraints of a table, as one text: a twin remembers them (worlds.world_twin.shape),
 -- and a merge compares them with main's now (both sides changed the table's shape: 40001).
 CREATE FUNCTION worlds._table_shape(rel oid) RETURNS text

@@ -302,6 +302,11 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
                 world.num
             ));
         }
+        // (and the world's lock, shared, before each writing statement: as every writer of the world)
+        run(&format!(
+            "CREATE TRIGGER _w_twin_lock BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {twin_name} FOR EACH STATEMENT EXECUTE FUNCTION worlds._twin_write('{}')",
+            world.num
+        ));
         crate::spi_calls::run_with_args("UPDATE pg_catalog.pg_trigger SET tgisinternal = true WHERE tgrelid = $1 AND tgname LIKE '\\_w\\_twin\\_%'", &[twin.into()])
             .unwrap_or_else(|e| fail(e));
         for g in grants {

@@ -10,6 +10,7 @@
 # (b) kill -9 of the backend merging a world that changed a 20,000-row table (a column added, every row
 #     backfilled, then NOT NULL): after the restart main has the column with every value and the world is
 #     gone, or has no column and the world is whole (its copy, its statements), and merges then.
+# (c) a merge racing the world's own writers of its copy of a table: every row they committed is in main.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -152,6 +153,47 @@ else
   bad "main's table has the column $has_col times after kill -9"
 fi
 expect "NOT NULL on main's column" "$(psql_in $CL -d $DB -qAt -c "select attnotnull from pg_attribute where attrelid = 'big'::regclass and attname = 'doubled'")" "t"
+
+# (c) a merge racing the world's own writers of its copy: every row a writer committed is in main after
+#     the merge (the writers hold the world's lock shared, as every writer of a world does; a deadlock
+#     between a writer and the merge aborts one of them, never loses a committed row)
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
+create table racy (id int primary key, v int not null default 0);
+insert into racy select g, 0 from generate_series(1, 100) g;
+select worlds.sql('create world racing');
+set worlds.world = racing;
+alter table racy add column w text default 'world';
+SQL
+writer() { # writer N: inserts ids N*100000 + 1.., one transaction each, until the world is gone
+  local n=$1 i=0
+  while [ $i -lt 2000 ]; do
+    i=$((i + 1))
+    local id=$((n * 100000 + i))
+    if PGOPTIONS='-c worlds.world=racing' $PGBIN/psql "$CONN" -X -q -v ON_ERROR_STOP=1 -c "insert into racy (id, w) values ($id, 'w$n')" >>"$OUT/racer$n.log" 2>&1; then
+      echo "$id" >>"$OUT/racer$n.ids"
+    elif grep -q 'does not exist' "$OUT/racer$n.log"; then
+      break
+    fi
+  done
+}
+: >"$OUT/racer1.ids"; : >"$OUT/racer2.ids"
+writer 1 & W1=$!
+writer 2 & W2=$!
+sleep 2
+merged_racing=0
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  if $PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "select worlds.sql('merge world racing')" >>"$OUT/racing_merge.log" 2>&1; then merged_racing=1; break; fi
+  sleep 0.5
+done
+wait $W1 $W2 2>/dev/null || true
+expect "the racing world merged" "$merged_racing" "1"
+committed=$(cat "$OUT/racer1.ids" "$OUT/racer2.ids" | wc -l)
+echo "  writers' committed rows: $committed (merge log: $(grep -c ERROR "$OUT/racing_merge.log" || true) refused attempts)"
+cat "$OUT/racer1.ids" "$OUT/racer2.ids" | sed 's/^/(/; s/$/)/' | paste -sd, > "$OUT/racer_ids.csv"
+if [ -s "$OUT/racer_ids.csv" ]; then
+  expect "every row a writer committed is in main" "$(psql_in $CL -d $DB -qAt -c "select count(*) from (values $(cat "$OUT/racer_ids.csv")) v(id) where not exists (select 1 from racy r where r.id = v.id)")" "0"
+fi
+expect "main's racy has the world's column" "$(psql_in $CL -d $DB -qAt -c "select count(*) from pg_attribute where attrelid = 'racy'::regclass and attname = 'w'")" "1"
 
 if [ $failures -ne 0 ]; then echo "32_twin_migrations: $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
