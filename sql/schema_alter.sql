@@ -139,3 +139,30 @@ RESET worlds.world;
 INSERT INTO legacy VALUES (8, 'main''s');
 SELECT try('SELECT * FROM worlds.sql(''merge world drop_it'')');
 SELECT count(*) FROM legacy;
+
+-- main's view and function replaced in a world (CREATE OR REPLACE): the world's versions are its own,
+-- found first; DIFF says alter view / replace function; the merge runs the statements on main; main
+-- changing one since is 40001
+CREATE TABLE shop (id int PRIMARY KEY, status text, total int);
+INSERT INTO shop VALUES (1, 'open', 10), (2, 'paid', 20);
+CREATE VIEW open_shop AS SELECT id, total FROM shop WHERE status = 'open';
+CREATE FUNCTION shop_total(i int) RETURNS int LANGUAGE sql AS $$ SELECT total FROM shop WHERE id = i $$;
+SELECT * FROM worlds.sql('create world reshape');
+SET worlds.world = reshape;
+CREATE OR REPLACE VIEW open_shop AS SELECT id, total, status FROM shop WHERE status IN ('open', 'new');
+CREATE OR REPLACE FUNCTION shop_total(i int) RETURNS int LANGUAGE sql AS $$ SELECT total * 2 FROM shop WHERE id = i $$;
+SELECT * FROM open_shop ORDER BY id;
+SELECT shop_total(1);
+RESET worlds.world;
+SELECT * FROM open_shop ORDER BY id;
+SELECT shop_total(1);
+SELECT r->>'table' AS "table", r->>'change' AS change FROM worlds.sql('diff world reshape') AS d(r);
+SELECT * FROM worlds.sql('merge world reshape');
+SELECT * FROM open_shop ORDER BY id;
+SELECT shop_total(1);
+SELECT * FROM worlds.sql('create world reshape2');
+SET worlds.world = reshape2;
+CREATE OR REPLACE VIEW open_shop AS SELECT id, total, status FROM shop;
+RESET worlds.world;
+CREATE OR REPLACE VIEW open_shop AS SELECT id, total, status FROM shop WHERE total > 0;
+SELECT try('SELECT * FROM worlds.sql(''merge world reshape2'')');

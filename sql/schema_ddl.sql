@@ -39,13 +39,15 @@ SELECT * FROM item_count;
 -- a CREATE of a name main has answers as main would (no second object hiding main's)
 SELECT try('CREATE TABLE orders (id int)');
 CREATE TABLE IF NOT EXISTS orders (id int);
-SELECT try('CREATE OR REPLACE VIEW open_orders AS SELECT 1 AS x');
-SELECT try('CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS ''SELECT 2''');
 -- main's objects: refused, nothing changed (ALTER TABLE, DROP TABLE, CREATE INDEX, COMMENT and GRANT on main's
 -- tables change the world's copy of the table: schema_alter)
 SELECT try('DROP TABLE orders');
 SELECT try('DROP VIEW open_orders');
 SELECT try('ALTER FUNCTION f() RENAME TO g');
+-- replacing main's view or function makes the world's own version (merged by running the statement on
+-- main: schema_alter)
+SELECT try('CREATE OR REPLACE VIEW open_orders AS SELECT 1 AS x');
+SELECT try('CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS ''SELECT 2''');
 -- a foreign key from the world's table to main's is made at the merge (worlds check foreign keys there)
 SELECT try('CREATE TABLE refs (id int REFERENCES orders)');
 SELECT relid::regclass, definition FROM worlds.world_fk;

@@ -89,6 +89,23 @@ CREATE TABLE worlds.world_twin_keys (
     PRIMARY KEY (world, tabno, key)
 );
 
+-- Main's views and functions a world replaced (CREATE OR REPLACE VIEW / FUNCTION of one main has): the
+-- world's version is its own object, in its namespace, found first by its names; the merge runs the
+-- world's statement on main (merge/twins.rs). `main_def` is main's definition when the world replaced it
+-- (main changing it since: 40001).
+CREATE TABLE worlds.world_replaced (
+    world    integer NOT NULL REFERENCES worlds.world (num),
+    kind     text NOT NULL,                             -- view, function
+    schema   name NOT NULL,                             -- main's schema
+    name     name NOT NULL,
+    main_def text NOT NULL,
+    role     oid NOT NULL,
+    path     text NOT NULL,
+    command  text NOT NULL,
+    seq      bigserial,
+    PRIMARY KEY (world, kind, schema, name)
+);
+
 -- Tracked tables and the storage generated for each. Found by regclass (dumped by name), never by an OID
 -- baked into a name.
 CREATE TABLE worlds.tables (

@@ -114,7 +114,11 @@ BEGIN
         END LOOP;
         -- views and materialized views
         FOR r IN SELECT c.oid, c.relname::text AS rname, c.relkind FROM pg_class c
-                 WHERE c.relnamespace = s.nspoid AND c.relkind IN ('v', 'm') ORDER BY c.oid LOOP
+                 WHERE c.relnamespace = s.nspoid AND c.relkind IN ('v', 'm')
+                   -- (the world's version of main's view: merge/twins.rs)
+                   AND NOT EXISTS (SELECT 1 FROM worlds.world_replaced x WHERE x.world = world_num AND x.kind = 'view'
+                                   AND x.schema = s.sname AND x.name = c.relname)
+                 ORDER BY c.oid LOOP
             kind := CASE r.relkind WHEN 'v' THEN 'view' ELSE 'materialized view' END;
             name := r.rname; change := 'create ' || kind;
             classid := 'pg_class'::regclass; objid := r.oid; ord := 4;
@@ -125,7 +129,10 @@ BEGIN
         END LOOP;
         -- functions and procedures
         FOR r IN SELECT p.oid, p.proname::text AS pname FROM pg_proc p
-                 WHERE p.pronamespace = s.nspoid AND p.prokind IN ('f', 'p') ORDER BY p.oid LOOP
+                 WHERE p.pronamespace = s.nspoid AND p.prokind IN ('f', 'p')
+                   AND NOT EXISTS (SELECT 1 FROM worlds.world_replaced x WHERE x.world = world_num AND x.kind = 'function'
+                                   AND x.schema = s.sname AND x.name = p.proname)
+                 ORDER BY p.oid LOOP
             kind := 'function'; name := format('%s(%s)', r.pname, pg_get_function_identity_arguments(r.oid));
             change := 'create function'; columns := NULL;
             classid := 'pg_proc'::regclass; objid := r.oid; ord := 5;
@@ -192,4 +199,16 @@ LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
         || ' | ' ||
         coalesce((SELECT string_agg(format('%I %s', k.conname, pg_get_constraintdef(k.oid)), '; ' ORDER BY k.conname)
                   FROM pg_constraint k WHERE k.conrelid = rel), '')
+$$;
+
+-- Main's definition of a view or of the functions of a name (merge/twins.rs: the world replaced it; main
+-- changing it since is a conflict).
+CREATE FUNCTION worlds._main_definition(kind text, sch name, nam name) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+    SELECT CASE kind
+        WHEN 'view' THEN (SELECT pg_get_viewdef(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE n.nspname = sch AND c.relname = nam AND c.relkind = 'v')
+        ELSE (SELECT string_agg(pg_get_functiondef(p.oid), E'\n' ORDER BY p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = sch AND p.proname = nam AND p.prokind IN ('f', 'p'))
+    END
 $$;

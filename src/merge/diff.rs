@@ -73,6 +73,7 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         let mut rows = twins::diff_rows(&world, &dropped, req.as_sql);
         rows.extend(schema::diff_rows(&objects, req.as_sql));
         rows.extend(twins::diff_rows(&world, &changed, req.as_sql));
+        rows.extend(twins::replaced_diff_rows(&twins::replaced_of(world.num), req.as_sql));
         rows.extend(render_diff(&world.name, tables, req.as_sql, req.limit));
         if req.as_sql {
             rows.extend(schema::keys_sql(&objects));

@@ -182,11 +182,17 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         }
         let twins = if whole { all_twins } else { Vec::new() };
+        // main's views and functions it replaced (merge/twins.rs): whole merges only
+        let replaced = if whole { twins::replaced_of(world.num) } else { Vec::new() };
         // the schema it made (merge/schema.rs): brought first, whole merges only; both sides making one
         // name is a conflict
         let objects = if whole { schema::objects(world.num) } else { Vec::new() };
         let schema_conflicts = schema::conflicts(&objects, target_world.as_ref());
-        let twin_conflicts = twins::conflicts(&world, &twins, target_world.is_some());
+        let mut twin_conflicts = twins::conflicts(&world, &twins, target_world.is_some());
+        if target_world.is_some() && !replaced.is_empty() {
+            twin_conflicts.push(("0A000".into(), format!("MERGE ... INTO another world of a world that replaced main's {} {} is not supported yet", replaced[0].kind, replaced[0].shown())));
+        }
+        twin_conflicts.extend(twins::replaced_conflicts(&world, &replaced));
         if !req.dry_run {
             schema::refuse_conflicts(&world, &objects, target_world.as_ref(), &target_name);
             twins::refuse_conflicts(&world, &twin_conflicts);
@@ -203,9 +209,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
-            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects, &twins), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
+            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects, &twins, &replaced), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
             judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
-            let brought = schema::apply(&world, &objects, None, &twins);
+            let brought = schema::apply(&world, &objects, None, &twins, &replaced);
             let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
             schema::add_keys(world.num);
             let applied = applied + brought;
@@ -227,7 +233,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let mut mplan = MergePlan {
             world: world.clone(),
             into_main: target_world.is_none(),
-            tables: schema::table_levels(&objects, &twins),
+            tables: schema::table_levels(&objects, &twins, &replaced),
             rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
@@ -281,6 +287,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             let mut rows = twins::dry_run_rows(&twins.iter().filter(|t| t.dropped).cloned().collect::<Vec<_>>());
             rows.extend(schema::dry_run_rows(&objects));
             rows.extend(twins::dry_run_rows(&twins.iter().filter(|t| !t.dropped).cloned().collect::<Vec<_>>()));
+            rows.extend(twins::replaced_dry_run_rows(&replaced));
             rows.extend(dry_run_rows(plan));
             let blocked = |why: String| {
                 serde_json::json!({
@@ -319,7 +326,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             // is shown without that row
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
-                    schema::apply(&world, &objects, target_world.as_ref(), &twins);
+                    schema::apply(&world, &objects, target_world.as_ref(), &twins, &replaced);
                     match &target_world {
                         None => apply(plan, &world),
                         Some(t) => apply_into_world(plan, &world, t),
@@ -423,7 +430,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         } else {
             // the schema it made first, then its rows
-            let brought = schema::apply(&world, &objects, target_world.as_ref(), &twins);
+            let brought = schema::apply(&world, &objects, target_world.as_ref(), &twins, &replaced);
             let n = brought + run();
             if target_world.is_none() {
                 schema::add_keys(world.num);

@@ -142,7 +142,7 @@ pub fn keys_sql(objects: &[WorldObject]) -> Vec<Value> {
     objects.iter().flat_map(|o| o.keys.iter().map(|k| serde_json::json!({ "sql": k }))).collect()
 }
 
-pub fn table_levels(objects: &[WorldObject], twins: &[super::twins::Twin]) -> Vec<TableLevel> {
+pub fn table_levels(objects: &[WorldObject], twins: &[super::twins::Twin], replaced: &[super::twins::Replaced]) -> Vec<TableLevel> {
     objects
         .iter()
         .map(|o| TableLevel::Create { table: o.shown_name(), definition: o.sql.iter().chain(&o.keys).cloned().collect::<Vec<_>>().join("\n") })
@@ -156,6 +156,7 @@ pub fn table_levels(objects: &[WorldObject], twins: &[super::twins::Twin]) -> Ve
                 }
             }
         }))
+        .chain(replaced.iter().map(|r| TableLevel::Create { table: r.shown(), definition: r.ddl.command.clone() }))
         .collect()
 }
 
@@ -311,8 +312,8 @@ pub fn refuse_conflicts(world: &World, objects: &[WorldObject], target: Option<&
 
 /// Moves the world's objects into the schemas they stand for (main's, or the target world's namespaces);
 /// its tables merged into main are tracked from now on. Returns how many rows its tables brought.
-pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>, twins: &[super::twins::Twin]) -> usize {
-    if objects.is_empty() && twins.is_empty() {
+pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>, twins: &[super::twins::Twin], replaced: &[super::twins::Replaced]) -> usize {
+    if objects.is_empty() && twins.is_empty() && replaced.is_empty() {
         return 0;
     }
     // main's tables it dropped go first (one of its own objects may take the name)
@@ -360,11 +361,13 @@ pub fn apply(world: &World, objects: &[WorldObject], target: Option<&World>, twi
         // main's tables it changed the shape of: its statements run on them, then its rows of them
         // (merge/twins.rs); their twins go
         let twin_rows = super::twins::apply(world, twins);
+        // main's views and functions it replaced: its statements run on main, its versions go
+        super::twins::apply_replaced(world, replaced);
         // SHOW HISTORY's `schema` event (UNDO MERGE finds by it, and the merge's transaction, that this
         // merge brought schema)
         crate::spi_calls::run_with_args(
             "INSERT INTO worlds.event (world, event, rows, xid) VALUES ($1, 'schema', $2, pg_current_xact_id())",
-            &[world.num.into(), ((objects.len() + twins.len()) as i64).into()],
+            &[world.num.into(), ((objects.len() + twins.len() + replaced.len()) as i64).into()],
         )
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         // what is left in its namespaces (objects a merge can't move yet): refused, nothing merged

@@ -533,3 +533,153 @@ fn bring_rows(world: &World, t: &Twin) -> usize {
         n as usize + wanted.as_ref().map(|k| k.len().saturating_sub(n as usize)).unwrap_or(0)
     })
 }
+
+/// Main's view or functions of one name a world replaced (CREATE OR REPLACE): the world's version is its
+/// own object, found first by its names; the merge runs the world's statement on main.
+#[derive(Clone, Debug)]
+pub struct Replaced {
+    /// view, function
+    pub kind: String,
+    pub schema: String,
+    pub name: String,
+    pub main_def: String,
+    pub ddl: Ddl,
+    /// the world's namespace of the schema
+    pub nsp: String,
+}
+
+impl Replaced {
+    pub fn shown(&self) -> String {
+        if self.schema == "public" { self.name.clone() } else { format!("{}.{}", self.schema, self.name) }
+    }
+    pub fn change(&self) -> &'static str {
+        if self.kind == "view" { "alter view" } else { "replace function" }
+    }
+}
+
+/// What `world` replaced of main's, in the order it did.
+pub fn replaced_of(world: i32) -> Vec<Replaced> {
+    as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT kind, schema::text, name::text, main_def, role, path, command, seq FROM worlds.world_replaced WHERE world = $1 ORDER BY seq",
+            None,
+            &[world.into()],
+            |t| {
+                t.map(|r| {
+                    let schema = r.get::<String>(2).ok().flatten().unwrap_or_default();
+                    Replaced {
+                        kind: r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                        nsp: crate::storage::search_path::world_namespace(&schema, world),
+                        schema,
+                        name: r.get::<String>(3).ok().flatten().unwrap_or_default(),
+                        main_def: r.get::<String>(4).ok().flatten().unwrap_or_default(),
+                        ddl: Ddl {
+                            seq: r.get::<i64>(8).ok().flatten().unwrap_or(0),
+                            role: r.get::<pg_sys::Oid>(5).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                            path: r.get::<String>(6).ok().flatten().unwrap_or_default(),
+                            command: r.get::<String>(7).ok().flatten().unwrap_or_default(),
+                            constraint_only: false,
+                        },
+                    }
+                })
+                .collect()
+            },
+        )
+        .unwrap_or_else(|e| fail(e))
+    })
+}
+
+/// Does the world still have its version (it may have dropped it since)?
+fn still_there(r: &Replaced) -> bool {
+    as_internal(|| {
+        let sql = if r.kind == "view" {
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2)"
+        } else {
+            "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2)"
+        };
+        crate::spi_calls::get_one_with_args::<bool>(sql, &[r.nsp.as_str().into(), r.name.as_str().into()]).ok().flatten().unwrap_or(false)
+    })
+}
+
+/// DIFF's rows for what the world replaced: `alter view` / `replace function` (`id` null); AS SQL, the
+/// world's statement.
+pub fn replaced_diff_rows(replaced: &[Replaced], as_sql_out: bool) -> Vec<Value> {
+    replaced
+        .iter()
+        .filter(|r| still_there(r))
+        .map(|r| {
+            if as_sql_out {
+                serde_json::json!({ "sql": format!("{};", r.ddl.command) })
+            } else {
+                serde_json::json!({
+                    "table": r.shown(), "id": Value::Null, "change": r.change(),
+                    "before": Value::Null, "after": Value::Null, "columns": Value::Null,
+                })
+            }
+        })
+        .collect()
+}
+
+pub fn replaced_dry_run_rows(replaced: &[Replaced]) -> Vec<Value> {
+    replaced
+        .iter()
+        .filter(|r| still_there(r))
+        .map(|r| {
+            serde_json::json!({
+                "table": r.shown(), "id": Value::Null, "outcome": r.change(), "detail": format!("{};", r.ddl.command),
+                "base": Value::Null, "ours": Value::Null, "theirs": Value::Null, "result": Value::Null, "postgres": Value::Null,
+            })
+        })
+        .collect()
+}
+
+/// 40001 when main changed the view or function since the world replaced it.
+pub fn replaced_conflicts(world: &World, replaced: &[Replaced]) -> Vec<(String, String)> {
+    replaced
+        .iter()
+        .filter(|r| still_there(r))
+        .filter(|r| {
+            let now = as_internal(|| {
+                crate::spi_calls::get_one_with_args::<String>(
+                    "SELECT coalesce(worlds._main_definition($1, $2, $3), '')",
+                    &[r.kind.as_str().into(), r.schema.as_str().into(), r.name.as_str().into()],
+                )
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+            });
+            now != r.main_def
+        })
+        .map(|r| ("40001".to_string(), format!("{} {}: both sides changed it ({} ran {}; main changed it since)", r.kind, r.shown(), world.name, r.ddl.command)))
+        .collect()
+}
+
+/// Runs the world's statements on main's views and functions, then drops the world's versions.
+pub fn apply_replaced(world: &World, replaced: &[Replaced]) {
+    for r in replaced {
+        if still_there(r) {
+            run_statement(&r.ddl);
+        }
+        as_internal(|| {
+            let drops: Vec<String> = crate::spi_calls::rows(
+                if r.kind == "view" {
+                    "SELECT format('DROP VIEW %I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2"
+                } else {
+                    "SELECT format('DROP ROUTINE %s', p.oid::regprocedure) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2"
+                },
+                None,
+                &[r.nsp.as_str().into(), r.name.as_str().into()],
+                |t| t.filter_map(|x| x.get::<String>(1).ok().flatten()).collect(),
+            )
+            .unwrap_or_else(|e| fail(e));
+            for d in drops {
+                crate::spi_calls::run(&d).unwrap_or_else(|e| fail(e));
+            }
+            crate::spi_calls::run_with_args(
+                "DELETE FROM worlds.world_replaced WHERE world = $1 AND kind = $2 AND schema = $3 AND name = $4",
+                &[world.num.into(), r.kind.as_str().into(), r.schema.as_str().into(), r.name.as_str().into()],
+            )
+            .unwrap_or_else(|e| fail(e));
+        });
+    }
+}

@@ -114,6 +114,7 @@ fn _drop_world_schemas(world: i32) {
             "DELETE FROM worlds.world_twin WHERE world = $1",
             "DELETE FROM worlds.world_twin_ddl WHERE world = $1",
             "DELETE FROM worlds.world_twin_keys WHERE world = $1",
+            "DELETE FROM worlds.world_replaced WHERE world = $1",
         ] {
             crate::spi_calls::run_with_args(sql, &[world.into()]).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }

@@ -237,7 +237,7 @@ pub unsafe fn before(stmt: *mut pg_sys::Node, world: &overlay::World, source: &s
         }
         // an unqualified name is made where the path says: the world's namespace of the first schema
         ensure_first_schema(world);
-        refuse_shadowing(stmt, world);
+        refuse_shadowing(stmt, world, source);
     }
 }
 

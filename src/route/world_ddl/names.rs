@@ -241,7 +241,7 @@ pub(super) unsafe fn ensure_first_schema(world: &overlay::World) {
 /// schema it would land in main: Postgres answers as in main (42P07, or IF NOT EXISTS skips it) rather
 /// than the world quietly getting a second object that hides main's. Replacing main's view or function
 /// from a world is not supported yet (0A000).
-pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::World) {
+pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::World, source: &str) {
     unsafe {
         use pg_sys::NodeTag::*;
         let (rv, replace) = match (*stmt).type_ {
@@ -259,10 +259,9 @@ pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::
                     if let Some(main_schema) = main_schema_of_names((*f).funcname, world) {
                         let name = last_name((*f).funcname);
                         if function_exists(&main_schema, &name) {
-                            raise(
-                                "0A000",
-                                format!("replacing main's function {main_schema}.{name} inside a world is not supported yet (the session is in world \"{}\")", world.name),
-                            );
+                            // the world's version, its own (made where the statement was routed), merged
+                            // by running the statement on main
+                            record_replacement(world, "function", &main_schema, &name, source);
                         }
                     }
                 }
@@ -294,15 +293,35 @@ pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::
                 return;
             }
         }
-        if replace {
-            raise(
-                "0A000",
-                format!("replacing main's view {main_schema}.{relname} inside a world is not supported yet (the session is in world \"{}\")", world.name),
-            );
+        if replace && pg_sys::get_rel_relkind(pg_sys::get_relname_relid(relname_c.as_ptr(), main_nsp)) == pg_sys::RELKIND_VIEW as std::ffi::c_char {
+            // main's view replaced: the world's version is its own view (made where the statement was
+            // routed, found first by its names), merged by running the statement on main
+            record_replacement(world, "view", &main_schema, &relname, source);
+            return;
         }
         // main's schema: Postgres finds main's relation there and answers as in main
         (*rv).schemaname = pstr(&main_schema);
     }
+}
+
+/// Main's view or function replaced by the world (CREATE OR REPLACE): recorded with main's definition
+/// now, the role, its search_path and the statement, for the merge (merge/twins.rs). A second replacement
+/// keeps main's definition from the first.
+fn record_replacement(world: &overlay::World, kind: &str, schema: &str, name: &str, source: &str) {
+    let path = unsafe {
+        let p = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
+        if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+    };
+    let role = unsafe { pg_sys::GetUserId() };
+    storage::as_internal(|| {
+        crate::spi_calls::run_with_args(
+            "INSERT INTO worlds.world_replaced (world, kind, schema, name, main_def, role, path, command)
+             VALUES ($1, $2, $3, $4, coalesce(worlds._main_definition($2, $3, $4), ''), $5, $6, $7)
+             ON CONFLICT (world, kind, schema, name) DO UPDATE SET role = EXCLUDED.role, path = EXCLUDED.path, command = EXCLUDED.command",
+            &[world.num.into(), kind.into(), schema.into(), name.into(), role.into(), path.as_str().into(), source.into()],
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+    });
 }
 
 /// The schema a relation being created would land in in main: the one named, or the first on the path.
