@@ -33,3 +33,32 @@ DROP TABLE notes;
 SELECT * FROM worlds.sql('merge world w');
 SELECT * FROM notes;
 SELECT * FROM accounts ORDER BY id;
+
+-- a world that changed main's table (its copy: schema_alter) takes in main's rows since the fork,
+-- run through its statements (a USING converts them as it converted the world's); a row changed on both
+-- sides is 40001
+CREATE TABLE acct (id int PRIMARY KEY, owner text, bal numeric(10,2) NOT NULL DEFAULT 0);
+INSERT INTO acct SELECT g, 'o' || g, g * 10 FROM generate_series(1, 5) g;
+SELECT * FROM worlds.sql('create world cents');
+SET worlds.world = cents;
+ALTER TABLE acct ALTER COLUMN bal TYPE bigint USING (bal * 100)::bigint;
+ALTER TABLE acct ADD COLUMN note text DEFAULT 'n';
+UPDATE acct SET bal = bal + 1 WHERE id = 2;
+RESET worlds.world;
+UPDATE acct SET bal = 33.33 WHERE id = 3;
+INSERT INTO acct VALUES (6, 'new', 6.5);
+DELETE FROM acct WHERE id = 5;
+SELECT * FROM worlds.sql('rebase world cents');
+SET worlds.world = cents;
+SELECT * FROM acct ORDER BY id;
+RESET worlds.world;
+UPDATE acct SET owner = 'later' WHERE id = 1;
+SELECT * FROM worlds.sql('merge world cents');
+SELECT * FROM acct ORDER BY id;
+SELECT * FROM worlds.sql('create world two_sides');
+SET worlds.world = two_sides;
+ALTER TABLE acct ADD COLUMN z int DEFAULT 0;
+UPDATE acct SET z = 1 WHERE id = 1;
+RESET worlds.world;
+UPDATE acct SET owner = 'main' WHERE id = 1;
+SELECT try($$SELECT * FROM worlds.sql('rebase world two_sides')$$);

@@ -50,19 +50,30 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             raise("0A000", "main has no parent to rebase on");
         }
         crate::governance::agents::require("rebase", Some(world.num));
-        // a world that changed the shape of main's tables works on copies of them (merge/twins.rs): main's
-        // rows since the fork can't be brought into those copies yet
-        if let Some(t) = super::twins::of_world(world.num).first() {
+        // a world that changed the shape of main's tables works on copies of them (merge/twins.rs): they take
+        // in main's rows below; a world of a world can't have its parent's rows run through them yet
+        let twins = super::twins::of_world(world.num);
+        if let Some(t) = twins.first().filter(|_| world.parent.unwrap_or(0) != 0) {
             raise_with(
                 "0A000",
-                format!("REBASE WORLD {} is not supported yet: it changed the shape of main's table {} (its statements run on main's table at its merge)", world.name, t.shown),
+                format!("REBASE WORLD {} is not supported yet: it is a world of a world, and it changed the shape of main's table {}", world.name, t.shown),
                 None,
-                Some("Merge it (its merge refuses rows main changed too, with 40001), or make the change again in a new world.".into()),
+                Some("Merge it into its parent, or make the change again in a world of main.".into()),
             );
+        }
+        if (req.using_ours.is_some() || req.by_columns || !req.resolve.is_empty()) && !twins.is_empty() {
+            raise("0A000", format!("REBASE WORLD {} ... USING / BY COLUMNS / RESOLVE: not supported yet for a world that changed the shape of main's tables", world.name));
         }
         // its write lock and its parent's (a world parent doesn't move while this reads it), then its row
         // (no fork of it made meanwhile), then main's rows it changed (lock.rs: the order of all locks)
         lock::worlds(&[world.num, world.parent.unwrap_or(0)]);
+        // main's tables its copies take rows of: no writer of main's between the rows read and the new fork
+        // point (SHARE, relid order, before any of main's rows is locked)
+        let mut twin_tables: Vec<pg_sys::Oid> = twins.iter().map(|t| t.relid).collect();
+        twin_tables.sort_by_key(|r| r.to_u32());
+        for r in twin_tables {
+            unsafe { pg_sys::LockRelationOid(r, pg_sys::ShareLock as pg_sys::LOCKMODE) };
+        }
         Spi::connect_mut(|c| {
             crate::spi_calls::written(c.update("SELECT num FROM worlds.world WHERE num = $1 FOR UPDATE", None, &[world.num.into()]), "the world's row lock");
         });
@@ -123,7 +134,9 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         // a world of a world: its base is the parent as of the fork, theirs the parent now (the planner's
         // three sides, as a merge into that parent reads them; main's when the parent is main)
         let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
-        let touched: Vec<std::rc::Rc<Layout>> = layouts.iter().filter(|l| world_touched(l, &world)).cloned().collect();
+        // (main's tables it changed the shape of: their rows are its copies', taken in below)
+        let touched: Vec<std::rc::Rc<Layout>> =
+            layouts.iter().filter(|l| world_touched(l, &world) && !twins.iter().any(|t| t.tabno == l.tabno)).cloned().collect();
         let settle = MergeRequest { by_columns: req.by_columns, using_ours: req.using_ours, ..Default::default() };
         for p in plan_rows(&touched, &world, parent_world.as_ref(), &settle, &resolve, None) {
             let (l, row) = (&p.layout, &p.row);
@@ -216,6 +229,8 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 .execute()
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         }
+        // its copies of main's tables take in main's rows since the fork (merge/twins.rs)
+        super::twins::rebase(&world, &twins);
         Spi::connect_mut(|c| {
             crate::spi_calls::written(
                 c.update(

@@ -322,6 +322,48 @@ pub fn lock(twins: &[Twin]) {
     }
 }
 
+/// The keys of the rows of main's table of `t` main changed since the world's fork (among `wanted`, if
+/// given), less those it changed back (main's row now is its row at the fork).
+fn main_changes(world: &World, t: &Twin, wanted: Option<Vec<String>>) -> Vec<String> {
+    let layout = crate::storage::relation_layout(t.tabno);
+    let snapshot = world.fork_snapshot.clone().unwrap_or_default();
+    let after_fork = if snapshot.starts_with('@') {
+        "h._w_at > substr($1, 2)::timestamptz"
+    } else {
+        "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)"
+    };
+    let htext = key_text_expr(&layout.key_columns, "h");
+    let changed: Vec<String> = as_internal(|| {
+        crate::spi_calls::rows(
+            &format!("SELECT DISTINCT {htext} FROM {} h WHERE {after_fork} AND ($2::text[] IS NULL OR {htext} = ANY ($2)) ORDER BY 1", layout.history_name),
+            None,
+            &[snapshot.clone().into(), wanted.into()],
+            |x| x.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
+        )
+        .unwrap_or_else(|e| fail(e))
+    });
+    if changed.is_empty() {
+        return changed;
+    }
+    let mtext = key_text_expr(&layout.key_columns, "m");
+    let read = |w: Option<World>| -> HashMap<String, String> {
+        as_internal(|| {
+            with_world(w, || {
+                crate::spi_calls::rows(
+                    &format!("SELECT {mtext}, to_jsonb(m)::text FROM {} m WHERE {mtext} = ANY ($1)", t.main_name),
+                    None,
+                    &[changed.clone().into()],
+                    |x| x.filter_map(|r| Some((r.get::<String>(1).ok()??, r.get::<String>(2).ok()??))).collect(),
+                )
+                .unwrap_or_else(|e| fail(e))
+            })
+        })
+    };
+    let base = read(Some(world.at_fork(-3_000_000 - world.num)));
+    let now = read(None);
+    changed.into_iter().filter(|k| base.get(k) != now.get(k)).collect()
+}
+
 /// What refuses the merge of the twins (40001 / 0A000), as a reason each; empty when none.
 pub fn conflicts(world: &World, twins: &[Twin], into_world: bool) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -345,48 +387,10 @@ pub fn conflicts(world: &World, twins: &[Twin], into_world: bool) -> Vec<(String
             ));
             continue;
         }
-        // rows main changed since the fork that the world changed too
-        let layout = crate::storage::relation_layout(t.tabno);
-        let snapshot = world.fork_snapshot.clone().unwrap_or_default();
-        let after_fork = if snapshot.starts_with('@') {
-            "h._w_at > substr($1, 2)::timestamptz"
-        } else {
-            "h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot)"
-        };
-        // (a table the world dropped: every row main changed since the fork would go with it)
+        // rows main changed since the fork that the world changed too (a table the world dropped: every row
+        // main changed since the fork would go with it)
         let wanted = if t.dropped { None } else { world_keys(world.num, t) };
-        let htext = key_text_expr(&layout.key_columns, "h");
-        let both: Vec<String> = as_internal(|| {
-            crate::spi_calls::rows(
-                &format!("SELECT DISTINCT {htext} FROM {} h WHERE {after_fork} AND ($2::text[] IS NULL OR {htext} = ANY ($2)) ORDER BY 1 LIMIT 11", layout.history_name),
-                None,
-                &[snapshot.clone().into(), wanted.into()],
-                |x| x.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-            )
-            .unwrap_or_else(|e| fail(e))
-        });
-        // (a row main changed and changed back is no change of main's)
-        let both: Vec<String> = if both.is_empty() {
-            both
-        } else {
-            let mtext = key_text_expr(&layout.key_columns, "m");
-            let read = |w: Option<World>| -> HashMap<String, String> {
-                as_internal(|| {
-                    with_world(w, || {
-                        crate::spi_calls::rows(
-                            &format!("SELECT {mtext}, to_jsonb(m)::text FROM {} m WHERE {mtext} = ANY ($1)", t.main_name),
-                            None,
-                            &[both.clone().into()],
-                            |x| x.filter_map(|r| Some((r.get::<String>(1).ok()??, r.get::<String>(2).ok()??))).collect(),
-                        )
-                        .unwrap_or_else(|e| fail(e))
-                    })
-                })
-            };
-            let base = read(Some(world.at_fork(-3_000_000 - world.num)));
-            let now = read(None);
-            both.into_iter().filter(|k| base.get(k) != now.get(k)).collect()
-        };
+        let both = main_changes(world, t, wanted);
         if !both.is_empty() && t.dropped {
             out.push(("40001".into(), format!("table {}: {} dropped it, and main changed its rows since the fork: {}", t.shown, world.name, both.iter().take(10).map(|k| format!("{}/{k}", t.shown)).collect::<Vec<_>>().join(", "))));
             continue;
@@ -682,4 +686,134 @@ pub fn apply_replaced(world: &World, replaced: &[Replaced]) {
             .unwrap_or_else(|e| fail(e));
         });
     }
+}
+
+/// Which of a world's statements change the rows of its copy of main's table (ALTER TABLE, a column's
+/// rename): Some(true) replay it on main's rows the rebase takes in, Some(false) leave it (an index, a
+/// comment, a grant, a trigger, constraints: they don't change a row), None it names main's table with
+/// its schema (it can't be pointed at the rows taken in).
+fn changes_rows(command: &str) -> Option<bool> {
+    let c = std::ffi::CString::new(command).unwrap_or_default();
+    unsafe {
+        let list = pg_sys::raw_parser(c.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        if list.is_null() || (*list).length != 1 {
+            return None;
+        }
+        let raw = crate::fast_ffi::list_nth(list, 0) as *mut pg_sys::RawStmt;
+        let stmt = (*raw).stmt;
+        let (rv, rows) = match (*stmt).type_ {
+            pg_sys::NodeTag::T_AlterTableStmt => {
+                let a = stmt as *mut pg_sys::AlterTableStmt;
+                let cmds = (*a).cmds;
+                let only_constraints = (0..if cmds.is_null() { 0 } else { (*cmds).length }).all(|i| {
+                    use pg_sys::AlterTableType as A;
+                    let cmd = crate::fast_ffi::list_nth(cmds, i) as *mut pg_sys::AlterTableCmd;
+                    matches!(
+                        (*cmd).subtype,
+                        A::AT_AddConstraint | A::AT_AddIndex | A::AT_AddIndexConstraint | A::AT_SetNotNull | A::AT_ValidateConstraint
+                            | A::AT_DropConstraint | A::AT_DropNotNull | A::AT_SetStatistics | A::AT_SetStorage | A::AT_SetOptions
+                            | A::AT_ResetOptions | A::AT_EnableTrig | A::AT_DisableTrig | A::AT_EnableTrigAll | A::AT_DisableTrigAll
+                            | A::AT_EnableTrigUser | A::AT_DisableTrigUser | A::AT_ClusterOn | A::AT_DropCluster
+                    )
+                });
+                ((*a).relation, !only_constraints)
+            }
+            pg_sys::NodeTag::T_RenameStmt if (*(stmt as *mut pg_sys::RenameStmt)).renameType == pg_sys::ObjectType::OBJECT_COLUMN => {
+                ((*(stmt as *mut pg_sys::RenameStmt)).relation, true)
+            }
+            _ => return Some(false),
+        };
+        if !rows {
+            return Some(false);
+        }
+        if rv.is_null() || !(*rv).schemaname.is_null() {
+            return None;
+        }
+        Some(true)
+    }
+}
+
+/// REBASE of a world of main with copies of main's tables: each copy takes in the rows main changed since
+/// the fork that the world didn't (main's rows now, run through the world's statements that change rows:
+/// a column added gets its default, a USING converts, as the world's own rows did), before the fork point
+/// moves. 40001 when main changed the table's columns, or a row the world changed too; a table the world
+/// dropped takes in nothing (40001 when main changed its rows). Returns the rows taken in.
+pub fn rebase(world: &World, twins: &[Twin]) -> i64 {
+    let mut found: Vec<String> = Vec::new();
+    for t in twins {
+        let now = as_internal(|| {
+            crate::spi_calls::get_one_with_args::<String>("SELECT worlds._table_shape($1)", &[t.relid.into()]).ok().flatten().unwrap_or_default()
+        });
+        if now != t.shape {
+            found.push(format!("table {}: both sides changed its columns or constraints", t.shown));
+            continue;
+        }
+        let wanted = if t.dropped { None } else { world_keys(world.num, t) };
+        let both = main_changes(world, t, wanted);
+        if !both.is_empty() {
+            found.push(format!("table {}: rows changed on both sides: {}", t.shown, both.iter().take(10).map(|k| format!("{}/{k}", t.shown)).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    if !found.is_empty() {
+        raise_with(
+            "40001",
+            format!("rebasing {} conflicts: {}; nothing was changed", world.name, found.join("; ")),
+            None,
+            Some("Merge what the world has, or make the change again in a world forked from main as it is now.".into()),
+        );
+    }
+    let mut taken = 0i64;
+    for t in twins.iter().filter(|t| !t.dropped) {
+        let take = main_changes(world, t, None);
+        if take.is_empty() {
+            continue;
+        }
+        let replay: Vec<&Ddl> = t
+            .ddl
+            .iter()
+            .filter(|d| match changes_rows(&d.command) {
+                Some(r) => r,
+                None => raise(
+                    "0A000",
+                    format!("rebasing {}: its statement on table {} names the table with its schema ({}), so main's rows can't be run through it; nothing was changed", world.name, t.shown, d.command),
+                ),
+            })
+            .collect();
+        let relname = unsafe {
+            let n = pg_sys::get_rel_name(t.relid);
+            if n.is_null() { String::new() } else { std::ffi::CStr::from_ptr(n).to_string_lossy().into_owned() }
+        };
+        let temp = QuotedName::qualified("pg_temp", &relname);
+        let owner = t.ddl.first().map(|d| d.role).unwrap_or(pg_sys::Oid::INVALID);
+        let path = t.ddl.first().map(|d| d.path.clone()).unwrap_or_default();
+        let layout = crate::storage::relation_layout(t.tabno);
+        let mtext = key_text_expr(&layout.key_columns, "m");
+        // main's rows now, in a temporary table of the table's name (first on the path), run through the
+        // world's statements, each as the role that ran it
+        let with_temp = |p: &str| std::ffi::CString::new(format!("pg_temp, {p}")).unwrap_or_default();
+        crate::storage::as_role_in_main(owner, &with_temp(&path), || {
+            crate::spi_calls::run(&format!("CREATE TEMPORARY TABLE {temp} (LIKE {} INCLUDING DEFAULTS)", t.main_name)).unwrap_or_else(|e| fail(e));
+            crate::spi_calls::run_with_args(&format!("INSERT INTO {temp} SELECT m.* FROM {} m WHERE {mtext} = ANY ($1)", t.main_name), &[take.clone().into()])
+                .unwrap_or_else(|e| fail(e));
+        });
+        for d in &replay {
+            crate::storage::as_role_in_main(d.role, &with_temp(&d.path), || {
+                crate::spi_calls::run(&d.command).unwrap_or_else(|e| raise("XX000", format!("pg_worlds: rebasing {}: running {} on main's rows: {e}", world.name, d.command)));
+            });
+        }
+        // into the copy, without its triggers (main's rows, not the world's writes)
+        let keys = key_columns(t.twin);
+        let wtext = key_text_expr(&keys, "w");
+        let cols = insertable_columns(t.twin);
+        let list = crate::sql_text::column_list(&cols);
+        as_internal(|| {
+            let level = crate::storage::push_setting(c"session_replication_role", c"replica");
+            crate::spi_calls::run_with_args(&format!("DELETE FROM {} w WHERE {wtext} = ANY ($1)", t.twin_name), &[take.clone().into()]).unwrap_or_else(|e| fail(e));
+            crate::spi_calls::run(&format!("INSERT INTO {} ({list}) OVERRIDING SYSTEM VALUE SELECT {list} FROM {temp}", t.twin_name)).unwrap_or_else(|e| fail(e));
+            crate::storage::pop_setting(level);
+            crate::spi_calls::run(&format!("DROP TABLE {temp}")).unwrap_or_else(|e| fail(e));
+        });
+        taken += take.len() as i64;
+    }
+    taken
 }

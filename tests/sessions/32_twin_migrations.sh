@@ -11,6 +11,7 @@
 #     backfilled, then NOT NULL): after the restart main has the column with every value and the world is
 #     gone, or has no column and the world is whole (its copy, its statements), and merges then.
 # (c) a merge racing the world's own writers of its copy of a table: every row they committed is in main.
+# (d) REBASE of such a world, five times while main writes the table: the merge after loses nothing.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -194,6 +195,41 @@ if [ -s "$OUT/racer_ids.csv" ]; then
   expect "every row a writer committed is in main" "$(psql_in $CL -d $DB -qAt -c "select count(*) from (values $(cat "$OUT/racer_ids.csv")) v(id) where not exists (select 1 from racy r where r.id = v.id)")" "0"
 fi
 expect "main's racy has the world's column" "$(psql_in $CL -d $DB -qAt -c "select count(*) from pg_attribute where attrelid = 'racy'::regclass and attname = 'w'")" "1"
+
+# (d) REBASE of a world with a copy of main's table while main writes that table: the copy takes in
+#     main's rows each time; the merge after loses no increment of main's
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
+create table ledger (id int primary key, v int not null default 0);
+insert into ledger select g, 0 from generate_series(1, 100) g;
+create table ledger_incs (n int);
+select worlds.sql('create world rebaser');
+set worlds.world = rebaser;
+alter table ledger add column c int not null default 0;
+update ledger set c = id where id <= 10;
+SQL
+cat > "$OUT/ledger.sql" <<'SQL'
+\set r random(11, 100)
+begin;
+update ledger set v = v + 1 where id = :r;
+insert into ledger_incs values (1);
+commit;
+SQL
+$PGBIN/pgbench "$CONN" -n -c 2 -T 6 -f "$OUT/ledger.sql" >"$OUT/ledger_pgbench.log" 2>&1 &
+LP=$!
+rebased=0
+for _ in 1 2 3 4 5; do
+  sleep 1
+  if $PGBIN/psql "$CONN" -X -qAt -v ON_ERROR_STOP=1 -c "select worlds.sql('rebase world rebaser')" >>"$OUT/rebaser.log" 2>&1; then rebased=$((rebased + 1)); fi
+done
+wait $LP || true
+echo "  rebases that went through while main wrote: $rebased of 5"
+[ "$rebased" -ge 1 ] || bad "no rebase went through"
+expect "rebase errors" "$(grep -c 'ERROR' "$OUT/rebaser.log" || true)" "0"
+expect "the world's copy has main's increments (as of its last rebase) and its own column" "$(PGOPTIONS='-c worlds.world=rebaser' $PGBIN/psql "$CONN" -X -qAt -c "select count(*) from ledger where c <> case when id <= 10 then id else 0 end")" "0"
+expect "merge of the rebased world" "$(psql_in $CL -d $DB -qAt -c "select worlds.sql('merge world rebaser')")" '{"tag": "MERGE 10"}'
+expect "no increment of main's lost" "$(psql_in $CL -d $DB -qAt -c "select (select sum(v) from ledger) - (select count(*) from ledger_incs)")" "0"
+expect "main's ledger: the world's column, its backfill" "$(psql_in $CL -d $DB -qAt -c "select count(*) from ledger where c <> case when id <= 10 then id else 0 end")" "0"
+expect "deadlocks" "$(grep -c deadlock "$OUT/ledger_pgbench.log" "$OUT/rebaser.log" | awk -F: '{s += $2} END {print s}')" "0"
 
 if [ $failures -ne 0 ]; then echo "32_twin_migrations: $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
