@@ -72,6 +72,7 @@ SELECT * FROM acct ORDER BY id;
 -- a column the world changed can't be read through main's name of the table
 SELECT try('SELECT bal FROM public.acct');
 SELECT owner FROM public.acct WHERE id = 1;
+SELECT try('SELECT * FROM worlds.sql(''diff world cents to main'')');
 SELECT try('SELECT * FROM worlds.sql(''rebase world cents'')');
 RESET worlds.world;
 INSERT INTO acct VALUES (5, 'big', 5000);
