@@ -36,6 +36,8 @@ SELECT indexname FROM pg_indexes WHERE tablename = 'users' AND schemaname = 'pub
 -- DIFF: the table's change first (id null), then its rows; AS SQL: the statements, then the rows
 SELECT r->>'table' AS "table", r->>'id' AS id, r->>'change' AS change, r->'columns' AS columns FROM worlds.sql('diff world mig') AS d(r);
 SELECT r->>'sql' AS sql FROM worlds.sql('diff world mig as sql') AS d(r) LIMIT 4;
+-- SHOW BRANCHES counts the rows it wrote in its copy
+SELECT r->>'changes' AS changes FROM worlds.sql('show branches') AS d(r) WHERE r->>'name' = 'mig';
 -- main writes meanwhile (its new row gets the new column's default at the merge)
 INSERT INTO users (name, age) VALUES ('main', 50);
 SELECT r->>'table' AS "table", r->>'outcome' AS outcome, r->>'detail' AS detail FROM worlds.sql('merge world mig dry run') AS d(r);

@@ -10,7 +10,16 @@ use super::*;
 pub(crate) fn changes_since_fork(world_num: i32) -> Option<i64> {
     as_internal(|| {
         let world = world_row("num = $1", world_num.into()).filter(|w| w.num != 0)?;
-        Some(own_changes(&world).iter().map(|t| t.rows.iter().filter(|r| r.base != r.ours).count() as i64).sum())
+        let rows: i64 = own_changes(&world).iter().map(|t| t.rows.iter().filter(|r| r.base != r.ours).count() as i64).sum();
+        // (and the rows it wrote in its copies of main's tables, merge/twins.rs: as their keys were logged)
+        let copies = crate::spi_calls::get_one_with_args::<i64>(
+            "SELECT count(*) FROM worlds.world_twin_keys WHERE world = $1 AND key <> '*'",
+            &[world_num.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+        Some(rows + copies)
     })
 }
 
