@@ -106,6 +106,21 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
     };
     // main's table keeps its definition while it is copied (main's DDL waits for this transaction)
     unsafe { pg_sys::LockRelationOid(main, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    // one copy of a table made at a time (two sessions of one world changing it at once: the second finds
+    // the first's, once it committed)
+    let made = as_internal(|| {
+        crate::spi_calls::run_with_args("SELECT pg_advisory_xact_lock(2092151, $1)", &[tabno.into()]).unwrap_or_else(|e| fail(e));
+        crate::spi_calls::get_one_with_args::<pg_sys::Oid>("SELECT twin FROM worlds.world_twin WHERE world = $1 AND tabno = $2", &[world.num.into(), tabno.into()])
+            .ok()
+            .flatten()
+    });
+    if let Some(t) = made {
+        on_relcache_invalidation(main);
+        if t == pg_sys::Oid::INVALID {
+            dropped_in_world(main);
+        }
+        return t;
+    }
     let layout = super::relation_layout(tabno);
     let (schema, name, rls, inherits, kind): (String, String, bool, bool, String) = as_internal(|| {
         crate::spi_calls::rows(

@@ -12,6 +12,7 @@
 #     gone, or has no column and the world is whole (its copy, its statements), and merges then.
 # (c) a merge racing the world's own writers of its copy of a table: every row they committed is in main.
 # (d) REBASE of such a world, five times while main writes the table: the merge after loses nothing.
+# (e) two sessions of one world changing one of main's tables at once: one copy, both changes.
 source "$(dirname "$0")/common.sh"
 
 start_cluster $CL yes
@@ -230,6 +231,20 @@ expect "merge of the rebased world" "$(psql_in $CL -d $DB -qAt -c "select worlds
 expect "no increment of main's lost" "$(psql_in $CL -d $DB -qAt -c "select (select sum(v) from ledger) - (select count(*) from ledger_incs)")" "0"
 expect "main's ledger: the world's column, its backfill" "$(psql_in $CL -d $DB -qAt -c "select count(*) from ledger where c <> case when id <= 10 then id else 0 end")" "0"
 expect "deadlocks" "$(grep -c deadlock "$OUT/ledger_pgbench.log" "$OUT/rebaser.log" | awk -F: '{s += $2} END {print s}')" "0"
+
+# (e) two sessions of one world change one of main's tables at once: one copy, both changes
+psql_in $CL -d $DB -q >/dev/null <<'SQL'
+create table pair (id int primary key, v int);
+insert into pair select g, g from generate_series(1, 1000) g;
+select worlds.sql('create world pairs');
+SQL
+( PGOPTIONS='-c worlds.world=pairs' $PGBIN/psql "$CONN" -X -q -v ON_ERROR_STOP=1 -c "begin" -c "alter table pair add column a int default 1" -c "select pg_sleep(1)" -c "commit" >"$OUT/pair1.log" 2>&1 ) &
+P1=$!
+sleep 0.3
+PGOPTIONS='-c worlds.world=pairs' $PGBIN/psql "$CONN" -X -q -v ON_ERROR_STOP=1 -c "alter table pair add column b int default 2" >"$OUT/pair2.log" 2>&1 || bad "the second session's ALTER failed: $(cat "$OUT/pair2.log")"
+wait $P1 || bad "the first session's ALTER failed: $(cat "$OUT/pair1.log")"
+expect "one copy, both columns, in the world" "$(PGOPTIONS='-c worlds.world=pairs' $PGBIN/psql "$CONN" -X -qAt -c "select count(*), sum(a), sum(b) from pair")" "1000|1000|2000"
+expect "merged: both columns in main" "$(psql_in $CL -d $DB -qAt -c "select worlds.sql('merge world pairs')" >/dev/null; psql_in $CL -d $DB -qAt -c "select sum(a), sum(b) from pair")" "1000|2000"
 
 if [ $failures -ne 0 ]; then echo "32_twin_migrations: $failures check(s) failed (logs in $OUT)" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
