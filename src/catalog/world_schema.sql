@@ -155,9 +155,7 @@ DECLARE
     w integer := TG_ARGV[0]::integer;
     t integer := TG_ARGV[1]::integer;
 BEGIN
-    SELECT array_agg(quote_ident(a.attname) ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
-      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
-     WHERE i.indrelid = TG_RELID AND i.indisprimary;
+    SELECT array_agg(quote_ident(c) ORDER BY o) INTO cols FROM unnest(worlds._primary_key(TG_RELID)) WITH ORDINALITY AS k(c, o);
     IF cols IS NULL OR TG_OP = 'TRUNCATE' THEN
         INSERT INTO worlds.world_twin_keys (world, tabno, key) VALUES (w, t, '*') ON CONFLICT DO NOTHING;
         RETURN NULL;

@@ -197,12 +197,7 @@ pub fn dry_run_rows(objects: &[WorldObject]) -> Vec<Value> {
 /// The rows of a table the world made: every one is an insert.
 fn table_rows(o: &WorldObject, as_sql_out: bool) -> Vec<Value> {
     let key: Vec<String> = as_internal(|| {
-        crate::spi_calls::get_one_with_args::<Vec<String>>(
-            "SELECT array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum))
-             FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
-             WHERE i.indrelid = $1 AND i.indisprimary",
-            &[o.objid.into()],
-        )
+        crate::spi_calls::get_one_with_args::<Vec<String>>("SELECT worlds._primary_key($1::regclass)", &[o.objid.into()])
         .ok()
         .flatten()
         .unwrap_or_default()

@@ -162,15 +162,7 @@ fn world_keys(world: i32, t: &Twin) -> Option<Vec<String>> {
 /// The twin's primary key columns now.
 fn key_columns(relid: pg_sys::Oid) -> Vec<String> {
     as_internal(|| {
-        crate::spi_calls::get_one_with_args::<Vec<String>>(
-            "SELECT array_agg(a.attname::text ORDER BY array_position(i.indkey::int2[], a.attnum))
-             FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
-             WHERE i.indrelid = $1 AND i.indisprimary",
-            &[relid.into()],
-        )
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+        crate::spi_calls::get_one_with_args::<Vec<String>>("SELECT worlds._primary_key($1::regclass)", &[relid.into()]).ok().flatten().unwrap_or_default()
     })
 }
 
@@ -453,13 +445,7 @@ pub fn apply(world: &World, twins: &[Twin]) -> usize {
             crate::spi_calls::run_with_args("DELETE FROM worlds.world_fk WHERE world = $1 AND relid = $2", &[world.num.into(), t.twin.into()])
                 .unwrap_or_else(|e| fail(e));
             crate::spi_calls::run(&format!("DROP TABLE {}", t.twin_name)).unwrap_or_else(|e| fail(e));
-            for sql in [
-                "DELETE FROM worlds.world_twin WHERE world = $1 AND tabno = $2",
-                "DELETE FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2",
-                "DELETE FROM worlds.world_twin_keys WHERE world = $1 AND tabno = $2",
-            ] {
-                crate::spi_calls::run_with_args(sql, &[world.num.into(), t.tabno.into()]).unwrap_or_else(|e| fail(e));
-            }
+            forget(world.num, t.tabno);
         });
         unsafe { pg_sys::CacheInvalidateRelcacheByRelid(t.relid) };
     }
@@ -477,14 +463,19 @@ pub fn apply_drops(world: &World, twins: &[Twin]) {
             run_statement(d);
         }
         as_internal(|| {
-            for sql in [
-                "DELETE FROM worlds.world_twin WHERE world = $1 AND tabno = $2",
-                "DELETE FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2",
-                "DELETE FROM worlds.world_twin_keys WHERE world = $1 AND tabno = $2",
-            ] {
-                crate::spi_calls::run_with_args(sql, &[world.num.into(), t.tabno.into()]).unwrap_or_else(|e| fail(e));
-            }
+            forget(world.num, t.tabno);
         });
+    }
+}
+
+/// The registry's rows of one copy (merged, or its table dropped in main).
+fn forget(world: i32, tabno: i32) {
+    for sql in [
+        "DELETE FROM worlds.world_twin WHERE world = $1 AND tabno = $2",
+        "DELETE FROM worlds.world_twin_ddl WHERE world = $1 AND tabno = $2",
+        "DELETE FROM worlds.world_twin_keys WHERE world = $1 AND tabno = $2",
+    ] {
+        crate::spi_calls::run_with_args(sql, &[world.into(), tabno.into()]).unwrap_or_else(|e| fail(e));
     }
 }
 
@@ -739,21 +730,9 @@ fn changes_rows(command: &str) -> Option<bool> {
 /// moves. 40001 when main changed the table's columns, or a row the world changed too; a table the world
 /// dropped takes in nothing (40001 when main changed its rows). Returns the rows taken in.
 pub fn rebase(world: &World, twins: &[Twin]) -> i64 {
-    let mut found: Vec<String> = Vec::new();
-    for t in twins {
-        let now = as_internal(|| {
-            crate::spi_calls::get_one_with_args::<String>("SELECT worlds._table_shape($1)", &[t.relid.into()]).ok().flatten().unwrap_or_default()
-        });
-        if now != t.shape {
-            found.push(format!("table {}: both sides changed its columns or constraints", t.shown));
-            continue;
-        }
-        let wanted = if t.dropped { None } else { world_keys(world.num, t) };
-        let both = main_changes(world, t, wanted);
-        if !both.is_empty() {
-            found.push(format!("table {}: rows changed on both sides: {}", t.shown, both.iter().take(10).map(|k| format!("{}/{k}", t.shown)).collect::<Vec<_>>().join(", ")));
-        }
-    }
+    // (what refuses a merge of the copies refuses their rebase: both sides changed a table or a row; what
+    // stands on a copy doesn't matter here)
+    let found: Vec<String> = conflicts(world, twins, false).into_iter().filter(|(code, _)| code == "40001").map(|(_, m)| m).collect();
     if !found.is_empty() {
         raise_with(
             "40001",

@@ -90,16 +90,6 @@ pub unsafe fn wrap(dest: *mut pg_sys::DestReceiver, explain: bool, through_store
     }
 }
 
-/// The receiver `wrap` gave back, released: the one it stood in front of.
-///
-/// # Safety
-/// `shown` came from `wrap`, and isn't used after.
-pub unsafe fn unwrap(shown: *mut pg_sys::DestReceiver) -> *mut pg_sys::DestReceiver {
-    unsafe {
-        (*(shown as *mut Shown)).inner
-    }
-}
-
 thread_local! {
     /// information_schema.sql_identifier (a domain over `name`: information_schema's schema columns)
     static SQL_IDENTIFIER: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
@@ -234,7 +224,7 @@ pub unsafe fn needs_receiver(desc: pg_sys::TupleDesc, plan: *mut pg_sys::Plan, r
         // (the plan is walked only for a statement that returns text)
         let text = (0..(*desc).natts as usize).any(|i| {
             let a = (*desc).attrs.as_ptr().add(i);
-            !(*a).attisdropped && matches!((*a).atttypid, pg_sys::TEXTOID | pg_sys::NAMEARRAYOID)
+            !(*a).attisdropped && (*a).atttypid == pg_sys::TEXTOID
         });
         has_names(desc) || (text && printed_columns(plan, rtable).iter().any(|p| *p))
     }

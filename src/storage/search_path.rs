@@ -113,6 +113,11 @@ pub fn set_chain(chain: &[i32]) {
     }
 }
 
+/// The search_path the session set (its own text, without world namespaces).
+pub fn user_path() -> String {
+    unsafe { if USER_PATH.is_null() { String::new() } else { CStr::from_ptr(USER_PATH).to_string_lossy().into_owned() } }
+}
+
 /// The session's world chain (its own world first; empty for main or a moment).
 pub fn chain() -> Vec<i32> {
     CHAIN.with(|c| c.borrow().clone())

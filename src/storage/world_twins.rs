@@ -22,7 +22,7 @@
 //! an inheritance tree are refused (0A000).
 use super::as_internal;
 use crate::api::raise;
-use crate::sql_text::QuotedName;
+use crate::sql_text::{QuotedName, SqlLiteral};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -90,6 +90,12 @@ pub fn twin_info(relid: pg_sys::Oid) -> Option<(i32, i32, pg_sys::Oid)> {
 
 fn fail(e: impl std::fmt::Display) -> ! {
     raise("XX000", format!("pg_worlds: {e}"))
+}
+
+/// The first column of a query's rows, as text (statements pg_worlds' own SQL wrote, with quote_ident /
+/// %I for names and %L for values).
+fn texts(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<String> {
+    crate::spi_calls::rows(sql, None, args, |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect()).unwrap_or_else(|e| fail(e))
 }
 
 /// The twin of main's tracked table `main` in `world`, made now (the world's rows of it copied) if it
@@ -210,7 +216,7 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
             .unwrap_or_else(|| fail("the twin wasn't made"));
         // defaults (an identity column's: main's sequence, as main's serial columns already take it),
         // generated columns, NOT NULL, storage, comments
-        let alters: Vec<String> = crate::spi_calls::rows(
+        let alters: Vec<String> = texts(
             "SELECT format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT nextval(%L::regclass)', $2, a.attname, pg_get_serial_sequence($3, a.attname))
                FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attidentity <> ''
              UNION ALL
@@ -227,38 +233,29 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
              UNION ALL
              SELECT format('COMMENT ON TABLE %s IS %L', $2, d.description)
                FROM pg_description d WHERE d.objoid = $1 AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0",
-            None,
             &[main.into(), twin_name.as_str().into(), main_name.as_str().into()],
-            |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-        )
-        .unwrap_or_else(|e| fail(e));
+        );
         for a in alters {
             run(&a);
         }
         // constraints (keys, unique, exclusion, checks; not foreign keys: main's table keeps them, and the
         // merge's rows meet them there), then the other indexes, under main's names
-        let constraints: Vec<String> = crate::spi_calls::rows(
+        let constraints: Vec<String> = texts(
             "SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', $2, k.conname, pg_get_constraintdef(k.oid))
                FROM pg_constraint k WHERE k.conrelid = $1 AND k.contype IN ('p', 'u', 'x', 'c')
               ORDER BY k.contype <> 'p', k.oid",
-            None,
             &[main.into(), twin_name.as_str().into()],
-            |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-        )
-        .unwrap_or_else(|e| fail(e));
+        );
         for c in constraints {
             run(&c);
         }
-        let indexes: Vec<String> = crate::spi_calls::rows(
+        let indexes: Vec<String> = texts(
             "SELECT replace(pg_get_indexdef(i.indexrelid), ' ON ' || $3 || ' USING ', ' ON ' || $2 || ' USING ')
                FROM pg_index i WHERE i.indrelid = $1
                 AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = $1)
               ORDER BY i.indexrelid",
-            None,
             &[main.into(), twin_name.as_str().into(), main_name.as_str().into()],
-            |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-        )
-        .unwrap_or_else(|e| fail(e));
+        );
         for i in indexes {
             run(&i);
         }
@@ -275,7 +272,7 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
             crate::spi_calls::run(&format!("INSERT INTO {twin_name} ({list}) SELECT {list} FROM {main_name}")).unwrap_or_else(|e| fail(e));
         });
         // main's owner and privileges (table and columns): a role reads and writes the twin as it may main's
-        let grants: Vec<String> = crate::spi_calls::rows(
+        let grants: Vec<String> = texts(
             "SELECT format('ALTER TABLE %s OWNER TO %I', $2, pg_get_userbyid(c.relowner)) FROM pg_class c WHERE c.oid = $1
              UNION ALL
              SELECT format('GRANT %s ON %s TO %s%s', a.privilege_type, $2,
@@ -287,20 +284,14 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
                            CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
                            CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
                FROM pg_attribute at, aclexplode(at.attacl) a WHERE at.attrelid = $1 AND at.attnum > 0 AND NOT at.attisdropped",
-            None,
             &[main.into(), twin_name.as_str().into()],
-            |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-        )
-        .unwrap_or_else(|e| fail(e));
+        );
         // the app's triggers, on the twin as on main's table
-        let triggers: Vec<String> = crate::spi_calls::rows(
+        let triggers: Vec<String> = texts(
             "SELECT replace(pg_get_triggerdef(t.oid), ' ON ' || $3 || ' ', ' ON ' || $2 || ' ')
                FROM pg_trigger t WHERE t.tgrelid = $1 AND NOT t.tgisinternal ORDER BY t.tgname",
-            None,
             &[main.into(), twin_name.as_str().into(), main_name.as_str().into()],
-            |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
-        )
-        .unwrap_or_else(|e| fail(e));
+        );
         for t in triggers {
             run(&t);
         }
@@ -312,15 +303,16 @@ pub fn ensure(world: &super::overlay::World, main: pg_sys::Oid, what: &str) -> p
             ("TRUNCATE", ""),
         ] {
             run(&format!(
-                "CREATE TRIGGER {} AFTER {event} ON {twin_name} {tables} FOR EACH STATEMENT EXECUTE FUNCTION worlds._twin_log('{}', '{tabno}')",
+                "CREATE TRIGGER {} AFTER {event} ON {twin_name} {tables} FOR EACH STATEMENT EXECUTE FUNCTION worlds._twin_log({}, {})",
                 QuotedName::ident(&format!("_w_twin_{}", event.to_lowercase())),
-                world.num
+                SqlLiteral::text(&world.num.to_string()),
+                SqlLiteral::text(&tabno.to_string())
             ));
         }
         // (and the world's lock, shared, before each writing statement: as every writer of the world)
         run(&format!(
-            "CREATE TRIGGER _w_twin_lock BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {twin_name} FOR EACH STATEMENT EXECUTE FUNCTION worlds._twin_write('{}')",
-            world.num
+            "CREATE TRIGGER _w_twin_lock BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {twin_name} FOR EACH STATEMENT EXECUTE FUNCTION worlds._twin_write({})",
+            SqlLiteral::text(&world.num.to_string())
         ));
         crate::spi_calls::run_with_args("UPDATE pg_catalog.pg_trigger SET tgisinternal = true WHERE tgrelid = $1 AND tgname LIKE '\\_w\\_twin\\_%'", &[twin.into()])
             .unwrap_or_else(|e| fail(e));
@@ -401,10 +393,7 @@ pub fn mark_dropped(world: &super::overlay::World, main: pg_sys::Oid, cascade: b
     }
     let had = twins_of(world.num).get(&main).copied();
     // (the session's search_path and role, for the merge to run the drop as: read before internal work)
-    let path = unsafe {
-        let p = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
-        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
-    };
+    let path = super::search_path::user_path();
     let role = unsafe { pg_sys::GetUserId() };
     as_internal(|| {
         if let Some(t) = had.filter(|t| *t != pg_sys::Oid::INVALID) {
@@ -437,10 +426,7 @@ pub fn record_statement(world: i32, twin: pg_sys::Oid, command: &str, constraint
     if w != world {
         return;
     }
-    let path = unsafe {
-        let p = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
-        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
-    };
+    let path = super::search_path::user_path();
     let role = unsafe { pg_sys::GetUserId() };
     as_internal(|| {
         crate::spi_calls::run_with_args(

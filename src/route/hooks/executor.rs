@@ -135,8 +135,7 @@ pub(super) unsafe extern "C-unwind" fn executor_run(
             Some(prev) => prev(query_desc, direction, count, execute_once),
             None => raw::standard_ExecutorRun(query_desc, direction, count, execute_once),
         }
-        if let Some(d) = shown {
-            crate::route::present::unwrap(d);
+        if shown.is_some() {
             (*query_desc).dest = original;
         }
         if !callback.is_null() {

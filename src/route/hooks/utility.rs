@@ -60,9 +60,6 @@ pub(super) unsafe extern "C-unwind" fn process_utility(
             Some(prev) => prev(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
             None => raw::standard_ProcessUtility(b.pstmt, query_string, b.read_only_tree, context, params, query_env, dest, qc),
         }
-        if let Some(d) = shown {
-            crate::route::present::unwrap(d);
-        }
         guarded(|| process_utility_after(b));
     }
 }

@@ -308,10 +308,7 @@ pub(super) unsafe fn refuse_shadowing(stmt: *mut pg_sys::Node, world: &overlay::
 /// now, the role, its search_path and the statement, for the merge (merge/twins.rs). A second replacement
 /// keeps main's definition from the first.
 fn record_replacement(world: &overlay::World, kind: &str, schema: &str, name: &str, source: &str) {
-    let path = unsafe {
-        let p = pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
-        if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
-    };
+    let path = search_path::user_path();
     let role = unsafe { pg_sys::GetUserId() };
     storage::as_internal(|| {
         crate::spi_calls::run_with_args(

@@ -11,17 +11,14 @@ unsafe fn relation_twin(relid: pg_sys::Oid, world: &overlay::World, what: &str) 
             return None;
         }
         let twins = world_twins::twins_of(world.num);
-        let (table, is_index) = match pg_sys::get_rel_relkind(relid) as u8 {
-            b'i' | b'I' => {
-                let t = pg_sys::IndexGetRelation(relid, true);
-                (t, true)
-            }
-            _ => (relid, false),
+        // (an index stands for its table)
+        let table = match pg_sys::get_rel_relkind(relid) as u8 {
+            b'i' | b'I' => pg_sys::IndexGetRelation(relid, true),
+            _ => relid,
         };
         if table == pg_sys::Oid::INVALID {
             return None;
         }
-        let _ = is_index;
         if twins.values().any(|t| *t == table) {
             return Some((table, namespace_name(pg_sys::get_rel_namespace(table))));
         }
