@@ -48,11 +48,13 @@ pub extern "C-unwind" fn _PG_init() {
     // capture; backends inherit it from the postmaster)
     unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     guc::register();
+    governance::read_only::register();
     // Loaded by a CREATE FUNCTION or a call in a server that did not preload us: define the settings
     // (so SHOW works) but install nothing; CREATE EXTENSION then refuses with a hint.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
         route::install_hooks();
+        governance::read_only::install();
         storage::register_callbacks();
         // names resolve in the session's world's own namespaces first (storage/search_path.rs)
         storage::search_path::install();

@@ -5,6 +5,7 @@ pub mod grammar;
 pub mod merge;
 pub mod names;
 pub mod rules;
+pub mod safe_mode;
 pub mod reads;
 pub mod scope;
 pub mod snapshot;

@@ -86,6 +86,8 @@ pub(super) unsafe fn process_utility_before(
         let mut world_stmt: *mut pg_sys::Node = std::ptr::null_mut();
         let mut reserved_level = 0;
         if !stmt.is_null() && !storage::internal() && !crate::guc::INTERNAL_DDL.get() {
+            // a read-only call (worlds.read_only: MCP safe mode) runs only statements that read
+            crate::governance::read_only::check_utility(stmt);
             crate::route::world_ddl::refuse_world_namespace_names(stmt);
         }
         // DDL refuses a table the session holds open: capture's storage relations among them (transaction

@@ -1,0 +1,206 @@
+//! `worlds.read_only`: a transaction that can only read, stricter than Postgres's READ ONLY.
+//!
+//! A read-only transaction still lets through what writes outside the tables: `pg_notify()`,
+//! `gin_clean_pending_list()`, `lo_*`, `dblink` (another connection, not read-only), advisory locks,
+//! `pg_terminate_backend()`, a replication slot consumed. The MCP server's safe mode (and anyone else who
+//! wants a call that can only read) runs `BEGIN READ ONLY; SET LOCAL worlds.read_only = on;` and then the
+//! caller's SQL. While it is on:
+//! - functions that act outside the tables are refused with 25006 where they are called, at any depth
+//!   (a view, a function, a DO block calling them): `object_access_hook`'s OAT_FUNCTION_EXECUTE runs for
+//!   every function an expression, a scan, an aggregate or CALL is about to run;
+//! - utility statements other than reads (SHOW, EXPLAIN, cursors, prepared statements, COPY TO STDOUT,
+//!   SET/RESET, transaction control) are refused with 25006: NOTIFY, LISTEN, LOCK, ANALYZE, REINDEX,
+//!   CLUSTER, CHECKPOINT and DO, which a READ ONLY transaction allows.
+//!
+//! It can only be turned on: setting it off (or RESET) while it is on fails with 25006, also from a
+//! function's SET clause. SET LOCAL ends with the transaction, as every setting does.
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+pub static READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(false);
+
+static mut PREV_OBJECT_ACCESS: pg_sys::object_access_hook_type = None;
+
+/// Functions of pg_catalog that act outside the tables a read-only transaction protects.
+const REFUSED: &[&str] = &[
+    "pg_notify",
+    "gin_clean_pending_list",
+    "brin_summarize_new_values",
+    "brin_summarize_range",
+    "brin_desummarize_range",
+    "pg_logical_emit_message",
+    "pg_switch_wal",
+    "pg_create_restore_point",
+    "pg_create_physical_replication_slot",
+    "pg_create_logical_replication_slot",
+    "pg_drop_replication_slot",
+    "pg_copy_physical_replication_slot",
+    "pg_copy_logical_replication_slot",
+    "pg_replication_slot_advance",
+    "pg_logical_slot_get_changes",
+    "pg_logical_slot_get_binary_changes",
+    "pg_replication_origin_create",
+    "pg_replication_origin_drop",
+    "pg_replication_origin_advance",
+    "pg_replication_origin_session_setup",
+    "pg_replication_origin_session_reset",
+    "pg_replication_origin_xact_setup",
+    "pg_replication_origin_xact_reset",
+    "pg_terminate_backend",
+    "pg_cancel_backend",
+    "pg_reload_conf",
+    "pg_rotate_logfile",
+    "pg_promote",
+    "pg_backup_start",
+    "pg_backup_stop",
+    "pg_wal_replay_pause",
+    "pg_wal_replay_resume",
+    "pg_import_system_collations",
+    "pg_log_backend_memory_contexts",
+    "pg_stat_reset",
+    "pg_stat_reset_shared",
+    "pg_stat_reset_single_table_counters",
+    "pg_stat_reset_single_function_counters",
+    "pg_stat_reset_slru",
+    "pg_stat_reset_replication_slot",
+    "pg_stat_reset_subscription_stats",
+    "lowrite",
+    "loread",
+];
+
+/// Name prefixes refused in any schema: large objects, and extensions that reach outside the transaction
+/// (dblink opens a connection of its own; adminpack writes files). (Advisory locks write nothing; a
+/// session-level one a caller leaves is released by the DISCARD ALL the MCP server runs after each call.)
+const REFUSED_PREFIXES: &[&str] = &["lo_", "dblink", "pg_file_", "pg_logdir_"];
+
+pub fn register() {
+    unsafe {
+        GucRegistry::define_bool_guc_with_hooks(
+            c"worlds.read_only",
+            c"This transaction only reads: stricter than READ ONLY (no pg_notify, lo_*, dblink, advisory locks, NOTIFY, LOCK, ANALYZE...).",
+            c"Set with SET LOCAL worlds.read_only = on after BEGIN READ ONLY. Once on it can't be turned off in the transaction (25006). The MCP server's safe mode uses it.",
+            &READ_ONLY,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(check_read_only),
+            None,
+            None,
+        );
+    }
+}
+
+/// Installs the check of functions (preloaded only, from lib.rs; utility statements are checked by
+/// route's ProcessUtility hook through `check_utility`).
+pub fn install() {
+    unsafe {
+        PREV_OBJECT_ACCESS = pg_sys::object_access_hook;
+        pg_sys::object_access_hook = Some(object_access);
+    }
+}
+
+/// On, and the work at hand is the caller's (pg_worlds' own reads run under it too, as themselves).
+fn on() -> bool {
+    READ_ONLY.get() && !crate::storage::internal() && !crate::guc::INTERNAL_DDL.get()
+}
+
+/// Turning it off while on is refused (a transaction's end puts the old value back without asking).
+#[pg_guard]
+unsafe extern "C-unwind" fn check_read_only(newval: *mut bool, _extra: *mut *mut std::ffi::c_void, _source: pg_sys::GucSource::Type) -> bool {
+    unsafe {
+        if READ_ONLY.get() && !*newval {
+            pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION as i32);
+            pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(c"worlds.read_only can't be turned off in a read-only call".as_ptr());
+            return false;
+        }
+        true
+    }
+}
+
+fn refused_name(name: &str, in_catalog: bool) -> bool {
+    (in_catalog && REFUSED.contains(&name)) || REFUSED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+fn refuse(what: &str) -> ! {
+    crate::api::raise_with(
+        "25006",
+        format!("cannot execute {what} in a read-only call"),
+        Some("worlds.read_only is on: this transaction may only read (MCP safe mode).".into()),
+        None,
+    )
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn object_access(
+    access: pg_sys::ObjectAccessType::Type,
+    class_id: pg_sys::Oid,
+    object_id: pg_sys::Oid,
+    sub_id: i32,
+    arg: *mut std::ffi::c_void,
+) {
+    unsafe {
+        if let Some(prev) = PREV_OBJECT_ACCESS {
+            prev(access, class_id, object_id, sub_id, arg);
+        }
+        if access != pg_sys::ObjectAccessType::OAT_FUNCTION_EXECUTE || !on() {
+            return;
+        }
+        let name = pg_sys::get_func_name(object_id);
+        if name.is_null() {
+            return;
+        }
+        let name = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
+        let in_catalog = pg_sys::get_func_namespace(object_id) == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE);
+        if refused_name(&name, in_catalog) {
+            refuse(&format!("{name}()"));
+        }
+    }
+}
+
+/// The utility statements a read-only call may run.
+fn utility_allowed(stmt: *mut pg_sys::Node) -> Result<(), &'static str> {
+    use pg_sys::NodeTag::*;
+    unsafe {
+        match (*stmt).type_ {
+            T_VariableShowStmt | T_ExplainStmt | T_DeclareCursorStmt | T_FetchStmt | T_ClosePortalStmt | T_PrepareStmt
+            | T_ExecuteStmt | T_DeallocateStmt | T_VariableSetStmt | T_TransactionStmt | T_DiscardStmt => Ok(()),
+            T_CopyStmt => {
+                let c = stmt as *mut pg_sys::CopyStmt;
+                if !(*c).is_from && (*c).filename.is_null() { Ok(()) } else { Err("COPY to or from a file or program") }
+            }
+            T_NotifyStmt => Err("NOTIFY"),
+            T_ListenStmt => Err("LISTEN"),
+            T_LockStmt => Err("LOCK TABLE"),
+            T_VacuumStmt => Err("VACUUM or ANALYZE"),
+            T_DoStmt => Err("DO"),
+            T_CallStmt => Err("CALL"),
+            _ => Err("this statement"),
+        }
+    }
+}
+
+/// Refuses a utility statement a read-only call may not run (from route's ProcessUtility hook, at any
+/// depth: NOTIFY in a function the caller calls is the caller's).
+pub fn check_utility(stmt: *mut pg_sys::Node) {
+    if on() {
+        if let Err(what) = utility_allowed(stmt) {
+            refuse(what);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_name;
+
+    #[test]
+    fn refuses_what_writes_outside_the_tables() {
+        assert!(refused_name("pg_notify", true));
+        assert!(!refused_name("pg_notify", false)); // a user's own function of that name elsewhere
+        assert!(refused_name("lo_import", true));
+        assert!(refused_name("lo_creat", false));
+        assert!(refused_name("dblink_exec", false));
+        assert!(!refused_name("count", true));
+        assert!(!refused_name("lower", true));
+    }
+}
