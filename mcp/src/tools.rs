@@ -611,7 +611,7 @@ impl Worlds {
     )]
     async fn check_merge_policy(&self, Parameters(a): Parameters<PolicyArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self.run(&call, None, Txn::Block { read_only: true }, "SELECT worlds.check_merge_policy($1, $2) AS broken", &[&a.world, &a.policy]).await {
+        match self.run(&call, None, Txn::Block { read_only: true }, "SELECT to_jsonb(worlds.check_merge_policy($1, $2)) AS broken", &[&a.world, &a.policy]).await {
             Ok((out, n)) => done(json!({"broken": out.rows.first().and_then(|r| r.first()).cloned()}), n),
             Err(e) => failed(e),
         }
@@ -684,10 +684,18 @@ impl Worlds {
         match r {
             Ok((out, n)) => done(json!({"merged": true, "queued": false, "tag": out.rows.first().and_then(|r| r.first()).cloned()}), n),
             Err(e) if e.sqlstate == "42501" => {
-                // held by a policy: queued for a person when SHOW REVIEWS has it
-                let queued = self.spec_statement(&call, None, "show reviews").await.ok().and_then(|(rows, _)| {
-                    rows.into_iter().find(|r| r.get("world").and_then(Value::as_str) == Some(a.world.as_str()))
-                });
+                // held by a policy: queued for a person when SHOW REVIEWS has it (a background worker
+                // commits the queue row, so it may take a moment to show)
+                let mut queued = None;
+                for _ in 0..30 {
+                    queued = self.spec_statement(&call, None, "show reviews").await.ok().and_then(|(rows, _)| {
+                        rows.into_iter().find(|r| r.get("world").and_then(Value::as_str) == Some(a.world.as_str()))
+                    });
+                    if queued.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
                 match queued {
                     Some(review) => done(
                         json!({"merged": false, "queued": true, "review": review, "message": e.message}),

@@ -9,7 +9,7 @@
 //!   (a view, a function, a DO block calling them): `object_access_hook`'s OAT_FUNCTION_EXECUTE runs for
 //!   every function an expression, a scan, an aggregate or CALL is about to run;
 //! - utility statements other than reads (SHOW, EXPLAIN, cursors, prepared statements, COPY TO STDOUT,
-//!   SET/RESET, transaction control) are refused with 25006: NOTIFY, LISTEN, LOCK, ANALYZE, REINDEX,
+//!   SET/RESET but RESET ALL, transaction control) are refused with 25006: NOTIFY, LISTEN, LOCK, ANALYZE, REINDEX,
 //!   CLUSTER, CHECKPOINT and DO, which a READ ONLY transaction allows.
 //!
 //! It can only be turned on: setting it off (or RESET) while it is on fails with 25006, also from a
@@ -162,8 +162,10 @@ fn utility_allowed(stmt: *mut pg_sys::Node) -> Result<(), &'static str> {
     use pg_sys::NodeTag::*;
     unsafe {
         match (*stmt).type_ {
+            // (RESET ALL puts settings back without asking their checks: it would turn this off)
+            T_VariableSetStmt if (*(stmt as *mut pg_sys::VariableSetStmt)).kind == pg_sys::VariableSetKind::VAR_RESET_ALL => Err("RESET ALL"),
             T_VariableShowStmt | T_ExplainStmt | T_DeclareCursorStmt | T_FetchStmt | T_ClosePortalStmt | T_PrepareStmt
-            | T_ExecuteStmt | T_DeallocateStmt | T_VariableSetStmt | T_TransactionStmt | T_DiscardStmt => Ok(()),
+            | T_ExecuteStmt | T_DeallocateStmt | T_VariableSetStmt | T_TransactionStmt => Ok(()),
             T_CopyStmt => {
                 let c = stmt as *mut pg_sys::CopyStmt;
                 if !(*c).is_from && (*c).filename.is_null() { Ok(()) } else { Err("COPY to or from a file or program") }
