@@ -7,6 +7,8 @@ mkdir -p "$RUN_DIR"
 stop_cluster demo
 echo "run: building and installing pg_worlds"
 install_extension
+echo "run: building worlds-mcp (the MCP server)"
+(cd "$ROOT" && cargo build -q --release -p worlds-mcp)
 start_cluster demo yes
 psql_in demo -q -c "DROP DATABASE IF EXISTS demo" -c "CREATE DATABASE demo"
 echo "run: examples/walkthrough.sql"
@@ -18,6 +20,9 @@ The cluster is running. Connect:
   psql "$(conninfo demo demo)"
 Start a session inside a world from any libpq client:
   psql "$(conninfo demo demo) options='-c worlds.world=agent_7'"
+Give an MCP client (Claude, Cursor, the MCP SDKs) the database as an agent (README: "Connecting an MCP client"):
+  PGHOST=$(cluster_dir demo)/sock PGPORT=$(cat "$(cluster_dir demo)/port") PGDATABASE=demo PGUSER=postgres \\
+    $ROOT/target/release/worlds-mcp            # stdio; add --safe for reads only, --http 127.0.0.1:7000 for HTTP
 Stop it:
   $ROOT/scripts/cluster.sh stop demo
 MSG

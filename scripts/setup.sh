@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what pg_worlds needs to build and test, idempotently and fast when already present:
-# Debian's PostgreSQL 15 server + headers, pg_repack (the table-maintenance tests), clang/libclang, sudo, valgrind (the counted benchmarks), sqlsmith (scripts/sqlsmith-soak.sh), and cargo-pgrx of exactly the pinned version,
+# Debian's PostgreSQL 15 server + headers, the MCP Python SDK (tests/sessions/33), pg_repack (the table-maintenance tests), clang/libclang, sudo, valgrind (the counted benchmarks), sqlsmith (scripts/sqlsmith-soak.sh), and cargo-pgrx of exactly the pinned version,
 # initialised against the system pg_config (never a source download of Postgres).
 set -euo pipefail
 PGRX_VERSION=0.18.1
@@ -24,5 +24,11 @@ if ! grep -q "$PGRX_VERSION" <<<"$(cargo pgrx --version 2>/dev/null)"; then
 fi
 if ! grep -q "pg15" "$HOME/.pgrx/config.toml" 2>/dev/null; then
   cargo pgrx init --pg15 "$PG_CONFIG"
+fi
+# the official MCP Python SDK: tests/sessions/33_mcp.sh drives worlds-mcp with it (a client nobody here wrote)
+MCP_SDK_VERSION=2.3.0
+if ! python3 -c "import importlib.metadata as m; assert m.version('mcp') == '$MCP_SDK_VERSION'" 2>/dev/null; then
+  echo "setup: installing the MCP Python SDK (mcp==$MCP_SDK_VERSION)"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "mcp==$MCP_SDK_VERSION" >/dev/null
 fi
 echo "setup: ok (PostgreSQL $($PG_CONFIG --version | awk '{print $2}'), cargo-pgrx $PGRX_VERSION)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Command (2): install what is missing, then run every suite and print each runner's summary line.
-#   unit        cargo test -p worlds_core            (grammar, names, merge decision)
+#   unit        cargo test -p worlds_core -p worlds-mcp (grammar, names, merge decision, safe mode; the MCP server's own)
 #   pg_test     cargo pgrx test pg15                 (Rust tests inside a real cluster)
 #   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
 #   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
@@ -20,11 +20,12 @@ want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
 record() { summary+=("$1"); [ "$2" -eq 0 ] || failed=1; }
 
 if want unit; then
-  echo "== unit: cargo test -p worlds_core"
+  echo "== unit: cargo test -p worlds_core -p worlds-mcp"
   set +e
-  (cd "$ROOT" && cargo test -q -p worlds_core 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
+  (cd "$ROOT" && cargo test -q -p worlds_core -p worlds-mcp 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
   rc=${PIPESTATUS[0]}; set -e
-  record "unit:     $(grep -E '^test result' "$RUN_DIR/unit.log" | head -1)" $rc
+  passed=$(grep -E '^test result' "$RUN_DIR/unit.log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s += $1} END {print s}')
+  record "unit:     $passed passed ($(grep -cE '^test result: ok' "$RUN_DIR/unit.log") test binaries ok)" $rc
 fi
 
 if want pg_test; then
@@ -76,6 +77,8 @@ fi
 
 if want sessions; then
   echo "== sessions: tests/sessions/*.sh"
+  # (tests/sessions/33 drives the MCP server)
+  (cd "$ROOT" && cargo build -q -p worlds-mcp)
   pass=0; fail=0; failed_tests=()
   for s in "$ROOT"/tests/sessions/[0-9]*.sh; do
     name=$(basename "$s" .sh)

@@ -67,6 +67,7 @@ pub extern "C-unwind" fn _PG_init() {
         storage::callbacks::at_subxact_abort(route::world_ddl::forget_deferred);
         storage::callbacks::at_subxact_abort(route::routing_aborted);
         storage::callbacks::at_xact_end(route::on_xact_end);
+        storage::callbacks::at_xact_end(governance::read_only::on_xact_end);
         time::purge::register_workers();
         governance::reads::shmem::register();
         shared_memory::register();

@@ -450,3 +450,34 @@ pub async fn set_timeout(client: &impl tokio_postgres::GenericClient, ms: u64, l
 pub async fn set_world(client: &impl tokio_postgres::GenericClient, world: &str, local: bool) -> Result<(), tokio_postgres::Error> {
     client.execute("SELECT pg_catalog.set_config('worlds.world', $1, $2)", &[&world, &local]).await.map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_capped_by_count_and_bytes() {
+        let limits = Limits { statement_timeout_ms: 1, max_rows: 3, max_bytes: 1000 };
+        let rows: Vec<Vec<Value>> = (0..10).map(|i| vec![Value::from(i)]).collect();
+        let (kept, truncated) = capped(rows, &limits);
+        assert_eq!(kept.len(), 3);
+        assert!(truncated);
+        let big: Vec<Vec<Value>> = (0..3).map(|_| vec![Value::from("x".repeat(600))]).collect();
+        let (kept, truncated) = capped(big, &limits);
+        assert_eq!(kept.len(), 1);
+        assert!(truncated);
+        let (kept, truncated) = capped(vec![vec![Value::from(1)]], &limits);
+        assert_eq!((kept.len(), truncated), (1, false));
+    }
+
+    #[test]
+    fn environment_and_dsn() {
+        let t = Target::from_env(Some("host=db.example port=6543 dbname=app user=bot password=s")).unwrap();
+        assert_eq!(t.shown, "db.example:6543");
+        assert_eq!(t.config.get_dbname(), Some("app"));
+        let other = t.as_login("agent_7", "wt_x");
+        assert_eq!(other.get_user(), Some("agent_7"));
+        assert_ne!(Login::of(&other), Login::of(&t.as_login("agent_7", "wt_y")), "another token is another login");
+        assert!(Target::from_env(Some("port=notaport")).is_err());
+    }
+}

@@ -12,8 +12,9 @@
 //!   SET/RESET but RESET ALL, transaction control) are refused with 25006: NOTIFY, LISTEN, LOCK, ANALYZE, REINDEX,
 //!   CLUSTER, CHECKPOINT and DO, which a READ ONLY transaction allows.
 //!
-//! It can only be turned on: setting it off (or RESET) while it is on fails with 25006, also from a
-//! function's SET clause. SET LOCAL ends with the transaction, as every setting does.
+//! It can only be turned on: setting it off (SET, RESET, RESET ALL, `set_config`, a function's SET clause)
+//! in a transaction where it was on fails with 25006, or is ignored until the transaction ends (a
+//! `set_config(..., NULL)`). SET LOCAL ends with the transaction, as every setting does.
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -84,7 +85,7 @@ pub fn register() {
             GucContext::Userset,
             GucFlags::default(),
             Some(check_read_only),
-            None,
+            Some(assign_read_only),
             None,
         );
     }
@@ -99,16 +100,42 @@ pub fn install() {
     }
 }
 
+thread_local! {
+    /// Seen on in this transaction: it stays on until the transaction ends, however the setting is put
+    /// back (RESET and `set_config(..., NULL)` reset a setting without asking its check).
+    static STICKY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn held() -> bool {
+    let on = READ_ONLY.get() || STICKY.with(|s| s.get());
+    if on {
+        STICKY.with(|s| s.set(true));
+    }
+    on
+}
+
 /// On, and the work at hand is the caller's (pg_worlds' own reads run under it too, as themselves).
 fn on() -> bool {
-    READ_ONLY.get() && !crate::storage::internal() && !crate::guc::INTERNAL_DDL.get()
+    held() && !crate::storage::internal() && !crate::guc::INTERNAL_DDL.get()
+}
+
+/// The transaction ended (registered from lib.rs): a later one is on only if the setting is.
+pub fn on_xact_end(_event: pg_sys::XactEvent::Type) {
+    STICKY.with(|s| s.set(false));
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_read_only(newval: bool, _extra: *mut std::ffi::c_void) {
+    if newval {
+        STICKY.with(|s| s.set(true));
+    }
 }
 
 /// Turning it off while on is refused (a transaction's end puts the old value back without asking).
 #[pg_guard]
 unsafe extern "C-unwind" fn check_read_only(newval: *mut bool, _extra: *mut *mut std::ffi::c_void, _source: pg_sys::GucSource::Type) -> bool {
     unsafe {
-        if READ_ONLY.get() && !*newval {
+        if held() && !*newval {
             pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION as i32);
             pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(c"worlds.read_only can't be turned off in a read-only call".as_ptr());
             return false;
@@ -128,6 +155,15 @@ fn refuse(what: &str) -> ! {
         Some("worlds.read_only is on: this transaction may only read (MCP safe mode).".into()),
         None,
     )
+}
+
+unsafe fn resets_this(v: *mut pg_sys::VariableSetStmt) -> bool {
+    unsafe {
+        use pg_sys::VariableSetKind::*;
+        matches!((*v).kind, VAR_RESET | VAR_SET_DEFAULT)
+            && !(*v).name.is_null()
+            && std::ffi::CStr::from_ptr((*v).name).to_bytes().eq_ignore_ascii_case(b"worlds.read_only")
+    }
 }
 
 #[pg_guard]
@@ -164,6 +200,8 @@ fn utility_allowed(stmt: *mut pg_sys::Node) -> Result<(), &'static str> {
         match (*stmt).type_ {
             // (RESET ALL puts settings back without asking their checks: it would turn this off)
             T_VariableSetStmt if (*(stmt as *mut pg_sys::VariableSetStmt)).kind == pg_sys::VariableSetKind::VAR_RESET_ALL => Err("RESET ALL"),
+            // (RESET and SET ... TO DEFAULT of this setting don't ask its check either)
+            T_VariableSetStmt if resets_this(stmt as *mut pg_sys::VariableSetStmt) => Err("RESET worlds.read_only"),
             T_VariableShowStmt | T_ExplainStmt | T_DeclareCursorStmt | T_FetchStmt | T_ClosePortalStmt | T_PrepareStmt
             | T_ExecuteStmt | T_DeallocateStmt | T_VariableSetStmt | T_TransactionStmt => Ok(()),
             T_CopyStmt => {
