@@ -37,6 +37,11 @@ BEGIN READ ONLY; SET LOCAL worlds.read_only = on; ANALYZE ro_acct; ROLLBACK;
 BEGIN READ ONLY; SET LOCAL worlds.read_only = on; COPY ro_acct TO '/tmp/ro_out'; ROLLBACK;
 BEGIN READ ONLY; SET LOCAL worlds.read_only = on; COPY ro_acct TO STDOUT; ROLLBACK;
 BEGIN READ ONLY; SET LOCAL worlds.read_only = on; SELECT pg_terminate_backend(0); ROLLBACK;
+-- dblink opens a connection of its own, which no READ ONLY reaches
+CREATE EXTENSION IF NOT EXISTS dblink;
+BEGIN READ ONLY; SET LOCAL worlds.read_only = on; SELECT dblink_exec('dbname=postgres', 'select 1'); ROLLBACK;
+BEGIN READ ONLY; SET LOCAL worlds.read_only = on; SELECT * FROM dblink('dbname=postgres', 'select 1') AS t(i int); ROLLBACK;
+DROP EXTENSION dblink;
 -- each is SQLSTATE 25006 (read_only_sql_transaction), as Postgres's own refusals in a READ ONLY transaction
 BEGIN READ ONLY; SET LOCAL worlds.read_only = on;
 SELECT q, ro_state(q) FROM unnest(ARRAY['select pg_notify(''ro'', ''x'')', 'notify ro', 'lock table ro_acct',
