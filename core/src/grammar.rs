@@ -125,6 +125,11 @@ pub enum Statement {
     ShowChecks,
     /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id']
     UndoAgent { name: String, since: RestoreTarget, skip_changed: bool, run_id: Option<String> },
+    /// SIMULATE n WORLDS [FROM base] AS prefix RUN 'script' SCORE 'select' [ASC|DESC] [KEEP k|KEEP ALL]
+    /// [SEED s] [THREADS t]
+    Simulate(Box<Simulation>),
+    /// REPLAY WORLD world [AS name]
+    Replay { world: WorldRef, keep_as: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +161,8 @@ impl Statement {
             Statement::AlterAgent { .. } => Some("ALTER AGENT"),
             Statement::DropAgent { .. } => Some("DROP AGENT"),
             Statement::UndoAgent { .. } => Some("UNDO AGENT"),
+            Statement::Simulate(_) => Some("SIMULATE"),
+            Statement::Replay { .. } => Some("REPLAY WORLD"),
             Statement::CreatePolicy { .. } => Some("CREATE MERGE POLICY"),
             Statement::CreateCheck { .. } => Some("CREATE MERGE CHECK"),
             Statement::DropCheck { .. } => Some("DROP MERGE CHECK"),
@@ -389,6 +396,8 @@ impl Parser<'_> {
                 self.drop("DROP WORLD")
             }
             "diff" => self.diff(),
+            "simulate" => self.simulate(),
+            "replay" => self.replay(),
             "check" => {
                 self.expect_word("reads")?;
                 let world = if self.eat_word("of") {
@@ -887,6 +896,8 @@ fn side_of(word: &str) -> Side {
 
 mod agents;
 mod policies;
+mod simulate;
+pub use simulate::{better, random_seed, Simulation, MAX_TEXT as SIMULATE_MAX_TEXT, MAX_WORLDS as SIMULATE_MAX_WORLDS};
 mod checks;
 
 #[cfg(test)]

@@ -114,6 +114,37 @@ fn held() -> bool {
     on
 }
 
+thread_local! {
+    /// A SIMULATE script (or its score) is running: what would leave its world is refused (0A000).
+    static CONFINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Set by SIMULATE around a world's script and score (statements/simulate.rs).
+pub fn set_confined(on: bool) {
+    CONFINED.with(|c| c.set(on));
+}
+
+/// A SIMULATE script is running, and the work at hand is the script's own.
+pub fn confined() -> bool {
+    CONFINED.with(|c| c.get()) && !crate::storage::internal() && !crate::guc::INTERNAL_DDL.get()
+}
+
+/// What a SIMULATE script may not do: fork, merge, restore, switch or drop worlds, or change settings.
+pub fn refuse_leaving(what: &str) -> ! {
+    crate::api::raise_with(
+        "0A000",
+        format!("a SIMULATE script can't {what}: it runs inside its own world"),
+        None,
+        Some("Keep the script to reading and writing the world's tables.".into()),
+    )
+}
+
+/// pg_worlds' functions that fork, merge, restore, switch or drop worlds (schema worlds).
+const LEAVING: &[&str] = &[
+    "create_world", "fork_world", "drop_world", "switch_world", "alter_world", "merge", "rebase", "restore_world",
+    "undo_merge", "undo_agent", "checkpoint_world", "set_history_retention", "create_agent", "alter_agent", "drop_agent",
+];
+
 /// On, and the work at hand is the caller's (pg_worlds' own reads run under it too, as themselves).
 fn on() -> bool {
     held() && !crate::storage::internal() && !crate::guc::INTERNAL_DDL.get()
@@ -178,7 +209,11 @@ unsafe extern "C-unwind" fn object_access(
         if let Some(prev) = PREV_OBJECT_ACCESS {
             prev(access, class_id, object_id, sub_id, arg);
         }
-        if access != pg_sys::ObjectAccessType::OAT_FUNCTION_EXECUTE || !on() {
+        if access != pg_sys::ObjectAccessType::OAT_FUNCTION_EXECUTE {
+            return;
+        }
+        let (read_only, confined) = (on(), confined());
+        if !read_only && !confined {
             return;
         }
         let name = pg_sys::get_func_name(object_id);
@@ -186,9 +221,19 @@ unsafe extern "C-unwind" fn object_access(
             return;
         }
         let name = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
-        let in_catalog = pg_sys::get_func_namespace(object_id) == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE);
-        if refused_name(&name, in_catalog) {
+        let nsp = pg_sys::get_func_namespace(object_id);
+        let in_catalog = nsp == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE);
+        if read_only && refused_name(&name, in_catalog) {
             refuse(&format!("{name}()"));
+        }
+        if confined {
+            if in_catalog && name == "set_config" {
+                refuse_leaving("change settings");
+            }
+            let schema = pg_sys::get_namespace_name(nsp);
+            if !schema.is_null() && std::ffi::CStr::from_ptr(schema).to_bytes() == b"worlds" && LEAVING.contains(&name.as_str()) {
+                refuse_leaving(&format!("call worlds.{name}()"));
+            }
         }
     }
 }
@@ -222,6 +267,9 @@ fn utility_allowed(stmt: *mut pg_sys::Node) -> Result<(), &'static str> {
 /// Refuses a utility statement a read-only call may not run (from route's ProcessUtility hook, at any
 /// depth: NOTIFY in a function the caller calls is the caller's).
 pub fn check_utility(stmt: *mut pg_sys::Node) {
+    if confined() && unsafe { (*stmt).type_ } == pg_sys::NodeTag::T_VariableSetStmt {
+        refuse_leaving("change settings");
+    }
     if on() {
         if let Err(what) = utility_allowed(stmt) {
             refuse(what);

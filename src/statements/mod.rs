@@ -11,6 +11,8 @@ use crate::merge::{self, DiffRequest, MergeRequest, RebaseRequest};
 use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, RestoreTarget, Side, Statement};
 use worlds_core::merge::Pick;
 
+mod simulate;
+
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
     // worlds a restored dump brought are made by the first worlds statement after the restore (by the
@@ -50,6 +52,15 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
             None,
         ),
     };
+    // a SIMULATE script stays in its world (0A000)
+    if crate::governance::read_only::confined() {
+        if let Some(command) = parsed.writes().or(match &parsed {
+            Statement::Switch { tag, .. } => Some(*tag),
+            _ => None,
+        }) {
+            crate::governance::read_only::refuse_leaving(&format!("run {command}"));
+        }
+    }
     // a standby, or SET TRANSACTION READ ONLY: as Postgres refuses an INSERT there (25006)
     if let Some(command) = parsed.writes() {
         if unsafe { pg_sys::XactReadOnly } {
@@ -218,6 +229,8 @@ fn pairs_json(pairs: &[(String, MetaValue)]) -> serde_json::Value {
 
 fn run(statement: Statement) -> Vec<serde_json::Value> {
     match statement {
+        Statement::Simulate(sim) => simulate::simulate(*sim),
+        Statement::Replay { world, keep_as } => simulate::replay(&world, keep_as),
         Statement::CreateWorld { name, source, meta, .. } => call_tag(
             "SELECT worlds.create_world(name => $1, source => $2, meta => $3::jsonb)",
             &[name.into(), source.into(), meta_json(meta).into()],

@@ -1,0 +1,392 @@
+//! SIMULATE n WORLDS and REPLAY WORLD (issue 44): fork n worlds from one moment of a base, run a script
+//! in each with `$1` = its index and `$2` = its seed, score each with a query, keep the best k and drop the
+//! rest; REPLAY WORLD runs a kept world's script again from the same moment and compares.
+//!
+//! This first part runs the worlds one after another in the statement's own transaction (the parallel
+//! background workers of THREADS are the issue's next step): so a cancelled or failed SIMULATE, or a
+//! crash in the middle, leaves no world behind (nothing commits until it ends), and at most KEEP k + 1
+//! worlds exist at once. Each world's script and score run in a subtransaction: a failure rolls back
+//! that world's writes, records its SQLSTATE, and the others go on.
+//!
+//! One moment: every world forks with the snapshot SIMULATE took at its start (`FORK_SNAPSHOT`, read by
+//! `worlds.create_world` through `worlds._fork_snapshot_override()`), so main's writes committed while it
+//! runs show in none of them; a past base ('main@-1 hour') is resolved to one time first.
+//!
+//! Deterministic: `random()` is seeded (`setseed`) from the world's seed before its script and again
+//! before its score, so the same SIMULATE gives the same scores and REPLAY can say `identical`.
+use crate::api::{raise, raise_with};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use worlds_core::grammar::{random_seed, Simulation};
+
+thread_local! {
+    /// The snapshot the worlds SIMULATE is forking fork from (None: CREATE WORLD's own, as always).
+    static FORK_SNAPSHOT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// The fork snapshot SIMULATE sets for the worlds it forks (NULL otherwise): only this backend's Rust
+/// code sets it, for the duration of one fork.
+#[pg_extern(stable, parallel_unsafe)]
+fn _fork_snapshot_override() -> Option<String> {
+    FORK_SNAPSHOT.with(|s| s.borrow().clone())
+}
+
+struct ForkAt;
+impl ForkAt {
+    fn set(snapshot: &str) -> ForkAt {
+        FORK_SNAPSHOT.with(|s| *s.borrow_mut() = Some(snapshot.to_string()));
+        ForkAt
+    }
+}
+impl Drop for ForkAt {
+    fn drop(&mut self) {
+        FORK_SNAPSHOT.with(|s| *s.borrow_mut() = None);
+    }
+}
+
+/// Marks the caller's script running (governance::read_only refuses what would leave its world) for
+/// as long as it lives.
+struct Confined;
+impl Confined {
+    fn enter() -> Confined {
+        crate::governance::read_only::set_confined(true);
+        Confined
+    }
+}
+impl Drop for Confined {
+    fn drop(&mut self) {
+        crate::governance::read_only::set_confined(false);
+    }
+}
+
+/// One world's outcome.
+struct Outcome {
+    world: String,
+    id: String,
+    index: i64,
+    seed: i64,
+    score: Option<f64>,
+    error: Option<String>,
+    kept: bool,
+}
+
+fn one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(sql: &str, args: &[DatumWithOid]) -> Option<T> {
+    crate::spi_calls::get_one_with_args::<T>(sql, args).unwrap_or_else(|e| raise("XX000", format!("{e}")))
+}
+
+fn run(sql: &str, args: &[DatumWithOid]) {
+    crate::spi_calls::run_with_args(sql, args).unwrap_or_else(|e| raise("XX000", format!("{e}")))
+}
+
+/// Refuses a score that isn't one SELECT (22023), with Postgres's own parser.
+fn check_score_is_one_select(score: &str) {
+    let text = std::ffi::CString::new(score).unwrap_or_else(|_| raise("22023", "the score contains a zero byte"));
+    let ok = unsafe {
+        let list = pg_sys::raw_parser(text.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+        if list.is_null() || (*list).length != 1 {
+            false
+        } else {
+            let raw = pg_sys::list_nth(list, 0) as *mut pg_sys::RawStmt;
+            !(*raw).stmt.is_null() && (*(*raw).stmt).type_ == pg_sys::NodeTag::T_SelectStmt
+        }
+    };
+    if !ok {
+        raise("22023", "the score must be one SELECT whose first value is a number");
+    }
+}
+
+/// The score query's first value as a number (the world fails with 22023 when it isn't one).
+fn score_of(score: &str, args: &[DatumWithOid]) -> f64 {
+    let text = crate::spi_calls::rows(score, Some(1), args, |t| {
+        if t.is_empty() {
+            return None;
+        }
+        unsafe {
+            let tt = pg_sys::SPI_tuptable;
+            if tt.is_null() || (*tt).numvals == 0 {
+                return None;
+            }
+            let v = pg_sys::SPI_getvalue(*(*tt).vals, (*tt).tupdesc, 1);
+            if v.is_null() { None } else { Some(std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned()) }
+        }
+    })
+    .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+    let Some(text) = text else { raise("22004", "the score gave no value (no row, or NULL)") };
+    match text.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() => f,
+        _ => raise("22023", format!("the score's first value isn't a number: {text}")),
+    }
+}
+
+/// Live worlds named prefix_i for an i below n (42710 names the first).
+fn refuse_taken_names(sim: &Simulation) {
+    let taken: Option<String> = one(
+        "SELECT min(w.name) FROM worlds.world w
+          WHERE w.dropped IS NULL AND starts_with(w.name, $1 || '_')
+            AND substr(w.name, length($1) + 2) ~ '^(0|[1-9][0-9]{0,17})$'
+            AND substr(w.name, length($1) + 2)::numeric < $2",
+        &[sim.prefix.clone().into(), sim.n.into()],
+    );
+    if let Some(name) = taken {
+        raise("42710", format!("world \"{name}\" already exists"));
+    }
+}
+
+/// Room under max_worlds (53400) and the agent's own max_worlds (42501) for the worlds alive at once.
+fn refuse_without_room(sim: &Simulation) {
+    let need = sim.room_needed();
+    let cap: i64 = one::<String>("SELECT current_setting('worlds.max_worlds')", &[]).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let live: i64 = one("SELECT count(*) FROM worlds.world WHERE dropped IS NULL AND num <> 0", &[]).unwrap_or(0);
+    if cap > 0 && live + need > cap {
+        raise_with(
+            "53400",
+            format!("SIMULATE needs room for {need} worlds at once; the database holds {live} live worlds, max_worlds is {cap}"),
+            None,
+            Some("KEEP k needs k + 1 worlds at once, KEEP ALL needs n: drop or merge worlds, keep fewer, or raise worlds.max_worlds.".into()),
+        );
+    }
+    let agent: Option<(i64, i64, String)> = crate::spi_calls::rows(
+        "SELECT a.max_worlds::bigint, (SELECT count(*) FROM worlds.world w WHERE w.owner = a.name AND w.dropped IS NULL), a.name
+           FROM worlds._session_agent() a WHERE a.name IS NOT NULL",
+        Some(1),
+        &[],
+        |mut t| t.next().map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<i64>(2).ok().flatten().unwrap_or(0), r.get::<String>(3).ok().flatten().unwrap_or_default())),
+    )
+    .unwrap_or(None);
+    if let Some((max, owned, name)) = agent {
+        if max > 0 && owned + need > max {
+            raise_with(
+                "42501",
+                format!("permission denied: SIMULATE needs room for {need} worlds at once; agent \"{name}\" owns {owned}, its max_worlds is {max}"),
+                None,
+                Some("Keep fewer worlds (KEEP k), or merge or drop some of its worlds first.".into()),
+            );
+        }
+    }
+}
+
+/// The base as a fork source naming one moment: a past base resolved to its time once (so every world
+/// forks from the same rows), with its name, id and moment for the kept worlds' metadata.
+struct Base {
+    source: String,
+    name: String,
+    id: String,
+    at: String,
+    /// forks from now: the snapshot to fork with
+    snapshot: Option<String>,
+}
+
+fn resolve_base(sim: &Simulation) -> Base {
+    let given = sim.base.clone().unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
+    let row: Option<(String, String, String, bool)> = crate::spi_calls::rows(
+        "SELECT (m.w).name, (m.w).id, m.at::text, true FROM worlds._moment_of($1) m WHERE position('@' IN $1) > 0
+         UNION ALL
+         SELECT r.name, r.id, clock_timestamp()::text, false FROM worlds._resolve($1) r WHERE position('@' IN $1) = 0",
+        Some(1),
+        &[given.clone().into()],
+        |mut t| {
+            t.next().map(|r| {
+                (
+                    r.get::<String>(1).ok().flatten().unwrap_or_default(),
+                    r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                    r.get::<String>(3).ok().flatten().unwrap_or_default(),
+                    r.get::<bool>(4).ok().flatten().unwrap_or(false),
+                )
+            })
+        },
+    )
+    .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+    let Some((name, id, at, past)) = row else { raise("3D000", format!("world \"{given}\" does not exist")) };
+    if past {
+        Base { source: format!("{name}@{at}"), name, id, at, snapshot: None }
+    } else {
+        let snapshot: Option<String> = one("SELECT pg_current_snapshot()::text", &[]);
+        Base { source: name.clone(), name, id, at, snapshot }
+    }
+}
+
+fn set_world(name: &str) {
+    run("SELECT pg_catalog.set_config('worlds.world', $1, true)", &[name.into()]);
+}
+
+/// Forks world i (its row committed with the statement), returning its id.
+fn fork(sim: &Simulation, base: &Base, i: i64) -> String {
+    let name = sim.world_name(i);
+    let _at = base.snapshot.as_deref().map(ForkAt::set);
+    run("SELECT worlds.create_world(name => $1, source => $2)", &[name.clone().into(), base.source.clone().into()]);
+    one("SELECT id FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[name.into()]).unwrap_or_default()
+}
+
+/// Runs world i's script and score in it: its score, or its error (SQLSTATE: message), its writes then
+/// rolled back.
+fn run_world(sim: &Simulation, i: i64, seed: i64, home: &str) -> Result<f64, String> {
+    run_world_named(sim, &sim.world_name(i), i, seed, home)
+}
+
+fn drop_world(name: &str) {
+    run("SELECT worlds.drop_world(name => $1)", &[name.into()]);
+}
+
+fn sim_meta(sim: &Simulation, base: &Base, o: &Outcome) -> Value {
+    json!({
+        "seed": o.seed, "index": o.index, "script": sim.script, "score_query": sim.score,
+        "score": o.score, "error": o.error, "base": base.name, "base_id": base.id, "at": base.at,
+        "descending": sim.descending,
+    })
+}
+
+/// SIMULATE: the spec's rows (world, id, index, seed, score, error, kept), best first, failed last.
+pub fn simulate(sim: Simulation) -> Vec<Value> {
+    crate::api::refuse_in_transaction("SIMULATE");
+    sim.check().unwrap_or_else(|(state, message)| raise(state, message));
+    check_score_is_one_select(&sim.score);
+    refuse_taken_names(&sim);
+    refuse_without_room(&sim);
+    if let Some(t) = sim.threads {
+        if t > 1 {
+            pgrx::notice!("SIMULATE runs its worlds one after another in this session for now (THREADS {t} asked)");
+        }
+    }
+    let base = resolve_base(&sim);
+    let home = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    // the kept ones so far, best first (KEEP k: at most k, each alive)
+    let mut best: Vec<usize> = Vec::new();
+    for i in 0..sim.n {
+        pgrx::check_for_interrupts!();
+        let seed = sim.world_seed(i);
+        let id = fork(&sim, &base, i);
+        let r = run_world(&sim, i, seed, &home);
+        let (score, error) = match r {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        };
+        outcomes.push(Outcome { world: sim.world_name(i), id, index: i, seed, score, error, kept: true });
+        let me = outcomes.len() - 1;
+        let pos = best
+            .iter()
+            .position(|&b| worlds_core::grammar::better((outcomes[me].score, i), (outcomes[b].score, outcomes[b].index), sim.descending))
+            .unwrap_or(best.len());
+        best.insert(pos, me);
+        if let Some(k) = sim.keep {
+            while best.len() as i64 > k {
+                let out = best.pop().expect("more than k");
+                outcomes[out].kept = false;
+                drop_world(&outcomes[out].world);
+            }
+        }
+    }
+    // the kept worlds remember how they were made (REPLAY WORLD reads it)
+    for o in outcomes.iter().filter(|o| o.kept) {
+        let meta = sim_meta(&sim, &base, o);
+        crate::storage::as_internal(|| {
+            run(
+                "UPDATE worlds.world SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object('sim', $2::jsonb)
+                  WHERE name = $1 AND dropped IS NULL",
+                &[o.world.clone().into(), pgrx::JsonB(meta).into()],
+            )
+        });
+    }
+    let mut order: Vec<usize> = (0..outcomes.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&outcomes[a], &outcomes[b]);
+        if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) {
+            std::cmp::Ordering::Less
+        } else if worlds_core::grammar::better((y.score, y.index), (x.score, x.index), sim.descending) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    order
+        .into_iter()
+        .map(|k| {
+            let o = &outcomes[k];
+            json!({"world": o.world, "id": o.id, "index": o.index, "seed": o.seed, "score": o.score, "error": o.error, "kept": o.kept})
+        })
+        .collect()
+}
+
+/// REPLAY WORLD w [AS name]: one row (world, replay, identical, rows_differing, score, recorded_score,
+/// error).
+pub fn replay(world: &str, keep_as: Option<String>) -> Vec<Value> {
+    crate::api::refuse_in_transaction("REPLAY WORLD");
+    let sim: Option<pgrx::JsonB> = one("SELECT (w).meta -> 'sim' FROM (SELECT worlds._resolve($1) w) r", &[world.into()]);
+    let Some(pgrx::JsonB(meta)) = sim else {
+        raise("22023", format!("world \"{world}\" has no sim metadata: it wasn't kept by SIMULATE"))
+    };
+    let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
+    let (Some(script), Some(score_query), Some(base), Some(at), Some(index), Some(seed)) = (
+        text("script"),
+        text("score_query"),
+        text("base"),
+        text("at"),
+        meta.get("index").and_then(Value::as_i64),
+        meta.get("seed").and_then(Value::as_i64),
+    ) else {
+        raise("22023", format!("world \"{world}\"'s sim metadata is incomplete (it needs script, score_query, base, at, index and seed)"))
+    };
+    let recorded_score = meta.get("score").and_then(Value::as_f64);
+    let recorded_error = text("error");
+    let name = keep_as.clone().unwrap_or_else(|| {
+        one::<String>("SELECT '_replay_' || substr(md5(random()::text || clock_timestamp()::text), 1, 12)", &[]).unwrap_or_default()
+    });
+    let home = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    run("SELECT worlds.create_world(name => $1, source => $2)", &[name.clone().into(), format!("{base}@{at}").into()]);
+    let sim = Simulation {
+        n: index + 1,
+        base: Some(base),
+        prefix: String::new(),
+        script,
+        score: score_query,
+        descending: meta.get("descending").and_then(Value::as_bool).unwrap_or(true),
+        keep: None,
+        seed: seed - index,
+        threads: None,
+    };
+    // (run_world names the world by prefix and index: the replay runs under its own name)
+    let r = run_world_named(&sim, &name, index, seed, &home);
+    let (score, error) = match r {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    let differing: i64 = one(
+        "SELECT count(*) FROM worlds.sql('diff world ' || quote_literal($1) || ' to ' || quote_literal($2)) d WHERE d ? 'table'",
+        &[name.clone().into(), world.into()],
+    )
+    .unwrap_or(0);
+    let identical = differing == 0 && score == recorded_score && error.is_none() == recorded_error.is_none();
+    if keep_as.is_none() {
+        drop_world(&name);
+    }
+    vec![json!({
+        "world": world, "replay": keep_as, "identical": identical, "rows_differing": differing,
+        "score": score, "recorded_score": recorded_score, "error": error,
+    })]
+}
+
+fn run_world_named(sim: &Simulation, name: &str, i: i64, seed: i64, home: &str) -> Result<f64, String> {
+    let args: Vec<DatumWithOid> = vec![i.into(), seed.into()];
+    let r = crate::subxact::in_subtransaction(|| {
+        set_world(name);
+        run("SELECT setseed($1)", &[random_seed(seed).into()]);
+        {
+            let _c = Confined::enter();
+            crate::spi_calls::run_with_args(&sim.script, &args).unwrap_or_else(|e| raise("XX000", format!("{e}")));
+        }
+        run("SELECT setseed($1)", &[random_seed(seed).into()]);
+        let score = {
+            let _c = Confined::enter();
+            score_of(&sim.score, &args)
+        };
+        set_world(home);
+        score
+    });
+    set_world(home);
+    r.map_err(|e| {
+        let (state, message) = crate::subxact::state_and_message(&e);
+        format!("{state}: {message}")
+    })
+}
