@@ -64,6 +64,8 @@ pub extern "C-unwind" fn _PG_init() {
         storage::callbacks::on_relcache_invalidation(governance::agents::on_relcache_invalidation);
         storage::callbacks::at_abort(time::past_schema::on_abort);
         storage::callbacks::at_abort(route::world_ddl::forget_deferred);
+        // a cancelled or failed SIMULATE stops its workers
+        storage::callbacks::at_abort(statements::simulate_on_abort);
         storage::callbacks::at_subxact_abort(route::world_ddl::forget_deferred);
         storage::callbacks::at_subxact_abort(route::routing_aborted);
         storage::callbacks::at_xact_end(route::on_xact_end);

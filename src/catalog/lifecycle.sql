@@ -79,7 +79,11 @@ BEGIN
         RETURN;
     END IF;
     FOR w IN SELECT * FROM worlds.world x
-             WHERE x.dropped IS NULL AND x.expires IS NOT NULL AND x.expires <= clock_timestamp()
+             WHERE x.dropped IS NULL
+               AND ((x.expires IS NOT NULL AND x.expires <= clock_timestamp())
+                    -- a world a SIMULATE forked and didn't finish (cancelled, failed, or a crash): its
+                    -- run's lock is free once the SIMULATE's transaction ended (statements/simulate.rs)
+                    OR (x.meta ? '_worlds_sim' AND pg_try_advisory_xact_lock(2092161, (x.meta -> '_worlds_sim' ->> 'run')::integer)))
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
              ORDER BY x.depth DESC LOOP
         -- never waits: this runs inside statements that already hold other locks (a merge holds its

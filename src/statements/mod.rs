@@ -11,7 +11,11 @@ use crate::merge::{self, DiffRequest, MergeRequest, RebaseRequest};
 use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, RestoreTarget, Side, Statement};
 use worlds_core::merge::Pick;
 
+extension_sql_file!("simulate.sql", name = "simulate", requires = ["lifecycle"]);
+
 mod simulate;
+mod simulate_worker;
+pub use simulate_worker::on_abort as simulate_on_abort;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {

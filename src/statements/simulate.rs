@@ -33,9 +33,9 @@ fn _fork_snapshot_override() -> Option<String> {
     FORK_SNAPSHOT.with(|s| s.borrow().clone())
 }
 
-struct ForkAt;
+pub(super) struct ForkAt;
 impl ForkAt {
-    fn set(snapshot: &str) -> ForkAt {
+    pub(super) fn set(snapshot: &str) -> ForkAt {
         FORK_SNAPSHOT.with(|s| *s.borrow_mut() = Some(snapshot.to_string()));
         ForkAt
     }
@@ -64,7 +64,7 @@ impl Drop for Confined {
 /// One world's outcome.
 struct Outcome {
     world: String,
-    id: String,
+    id: Option<String>,
     index: i64,
     seed: i64,
     score: Option<f64>,
@@ -135,8 +135,7 @@ fn refuse_taken_names(sim: &Simulation) {
 }
 
 /// Room under max_worlds (53400) and the agent's own max_worlds (42501) for the worlds alive at once.
-fn refuse_without_room(sim: &Simulation) {
-    let need = sim.room_needed();
+fn refuse_without_room(need: i64) {
     let cap: i64 = one::<String>("SELECT current_setting('worlds.max_worlds')", &[]).and_then(|s| s.parse().ok()).unwrap_or(0);
     let live: i64 = one("SELECT count(*) FROM worlds.world WHERE dropped IS NULL AND num <> 0", &[]).unwrap_or(0);
     if cap > 0 && live + need > cap {
@@ -222,7 +221,7 @@ fn fork(sim: &Simulation, base: &Base, i: i64) -> String {
 /// Runs world i's script and score in it: its score, or its error (SQLSTATE: message), its writes then
 /// rolled back.
 fn run_world(sim: &Simulation, i: i64, seed: i64, home: &str) -> Result<f64, String> {
-    run_world_named(sim, &sim.world_name(i), i, seed, home)
+    run_world_named(&sim.script, &sim.score, &sim.world_name(i), i, seed, home)
 }
 
 fn drop_world(name: &str) {
@@ -243,27 +242,62 @@ pub fn simulate(sim: Simulation) -> Vec<Value> {
     sim.check().unwrap_or_else(|(state, message)| raise(state, message));
     check_score_is_one_select(&sim.score);
     refuse_taken_names(&sim);
-    refuse_without_room(&sim);
-    if let Some(t) = sim.threads {
-        if t > 1 {
-            pgrx::notice!("SIMULATE runs its worlds one after another in this session for now (THREADS {t} asked)");
-        }
-    }
+    // THREADS: every free core by default, at most one per world
+    let cores = std::thread::available_parallelism().map(|c| c.get() as i64).unwrap_or(1);
+    let threads = sim.threads.unwrap_or(cores).clamp(1, sim.n.max(1));
     let base = resolve_base(&sim);
     let home = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    let mut outcomes = if threads > 1 {
+        // (KEEP k: each worker holds one world more than the k kept)
+        refuse_without_room(sim.room_needed().saturating_add(threads - 1).min(sim.n));
+        in_workers(&sim, &base, threads)
+    } else {
+        None
+    }
+    .unwrap_or_else(|| {
+        refuse_without_room(sim.room_needed());
+        in_this_session(&sim, &base, &home)
+    });
+    // the kept worlds remember how they were made (REPLAY WORLD reads it), and are no longer the run's
+    for o in outcomes.iter().filter(|o| o.kept) {
+        let meta = sim_meta(&sim, &base, o);
+        crate::storage::as_internal(|| {
+            run(
+                "UPDATE worlds.world SET meta = (coalesce(meta, '{}'::jsonb) - '_worlds_sim') || jsonb_build_object('sim', $2::jsonb)
+                  WHERE name = $1 AND dropped IS NULL",
+                &[o.world.clone().into(), pgrx::JsonB(meta).into()],
+            )
+        });
+    }
+    outcomes.sort_by(|x, y| {
+        if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) {
+            std::cmp::Ordering::Less
+        } else if worlds_core::grammar::better((y.score, y.index), (x.score, x.index), sim.descending) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    outcomes
+        .into_iter()
+        .map(|o| json!({"world": o.world, "id": o.id, "index": o.index, "seed": o.seed, "score": o.score, "error": o.error, "kept": o.kept}))
+        .collect()
+}
+
+/// The worlds one after another in this session's transaction (THREADS 1, or no worker free).
+fn in_this_session(sim: &Simulation, base: &Base, home: &str) -> Vec<Outcome> {
     let mut outcomes: Vec<Outcome> = Vec::new();
     // the kept ones so far, best first (KEEP k: at most k, each alive)
     let mut best: Vec<usize> = Vec::new();
     for i in 0..sim.n {
         pgrx::check_for_interrupts!();
         let seed = sim.world_seed(i);
-        let id = fork(&sim, &base, i);
-        let r = run_world(&sim, i, seed, &home);
-        let (score, error) = match r {
+        let id = fork(sim, base, i);
+        let (score, error) = match run_world(sim, i, seed, home) {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e)),
         };
-        outcomes.push(Outcome { world: sim.world_name(i), id, index: i, seed, score, error, kept: true });
+        outcomes.push(Outcome { world: sim.world_name(i), id: Some(id), index: i, seed, score, error, kept: true });
         let me = outcomes.len() - 1;
         let pos = best
             .iter()
@@ -278,35 +312,89 @@ pub fn simulate(sim: Simulation) -> Vec<Value> {
             }
         }
     }
-    // the kept worlds remember how they were made (REPLAY WORLD reads it)
-    for o in outcomes.iter().filter(|o| o.kept) {
-        let meta = sim_meta(&sim, &base, o);
-        crate::storage::as_internal(|| {
-            run(
-                "UPDATE worlds.world SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object('sim', $2::jsonb)
-                  WHERE name = $1 AND dropped IS NULL",
-                &[o.world.clone().into(), pgrx::JsonB(meta).into()],
-            )
-        });
+    outcomes
+}
+
+/// The worlds in THREADS background workers (simulate_worker.rs), the run's lock held by this
+/// transaction; None when no worker could start (then this session runs them, said in a NOTICE).
+fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome>> {
+    let run_id: i32 = one("SELECT (1 + floor(random() * 2147483646))::integer", &[]).unwrap_or(1);
+    run("SELECT pg_advisory_xact_lock(2092161, $1)", &[run_id.into()]);
+    let params = super::simulate_worker::RunParams {
+        run: run_id,
+        worker: 0,
+        threads,
+        n: sim.n,
+        prefix: sim.prefix.clone(),
+        script: sim.script.clone(),
+        score: sim.score.clone(),
+        descending: sim.descending,
+        keep: sim.keep,
+        seed: sim.seed,
+        source: base.source.clone(),
+        snapshot: base.snapshot.clone(),
+        database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        role: unsafe { pg_sys::GetSessionUserId() }.to_u32(),
+        driver_pid: unsafe { pg_sys::MyProcPid },
+    };
+    let started = super::simulate_worker::start(&params, threads);
+    if started == 0 {
+        pgrx::notice!("SIMULATE: no background worker free (max_worker_processes): its worlds run in this session");
+        return None;
     }
-    let mut order: Vec<usize> = (0..outcomes.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&outcomes[a], &outcomes[b]);
-        if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) {
-            std::cmp::Ordering::Less
-        } else if worlds_core::grammar::better((y.score, y.index), (x.score, x.index), sim.descending) {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
+    if started < threads {
+        pgrx::notice!("SIMULATE: {started} of {threads} background workers could start (max_worker_processes); the others' worlds wait");
+    }
+    // (a worker that couldn't start leaves its share: the started ones never take it, so they are run here)
+    super::simulate_worker::wait_all();
+    let rows: Vec<Outcome> = crate::storage::as_internal(|| {
+        crate::spi_calls::rows(
+            "SELECT idx, world, id, seed, score, error, kept FROM worlds.sim_result WHERE run = $1",
+            None,
+            &[run_id.into()],
+            |t| {
+                t.map(|r| Outcome {
+                    index: r.get::<i64>(1).ok().flatten().unwrap_or(0),
+                    world: r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                    id: r.get::<String>(3).ok().flatten(),
+                    seed: r.get::<i64>(4).ok().flatten().unwrap_or(0),
+                    score: r.get::<f64>(5).ok().flatten(),
+                    error: r.get::<String>(6).ok().flatten(),
+                    kept: r.get::<bool>(7).ok().flatten().unwrap_or(false),
+                })
+                .collect()
+            },
+        )
+        .unwrap_or_default()
     });
-    order
-        .into_iter()
-        .map(|k| {
-            let o = &outcomes[k];
-            json!({"world": o.world, "id": o.id, "index": o.index, "seed": o.seed, "score": o.score, "error": o.error, "kept": o.kept})
-        })
-        .collect()
+    crate::storage::as_internal(|| run("DELETE FROM worlds.sim_result WHERE run = $1", &[run_id.into()]));
+    let mut outcomes = rows;
+    let done: std::collections::HashSet<i64> = outcomes.iter().map(|o| o.index).collect();
+    // the share of a worker that couldn't start, or stopped: run here, in this session
+    let home = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    for i in (0..sim.n).filter(|i| !done.contains(i)) {
+        pgrx::check_for_interrupts!();
+        let seed = sim.world_seed(i);
+        let id = fork(sim, base, i);
+        let (score, error) = match run_world(sim, i, seed, &home) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        };
+        outcomes.push(Outcome { world: sim.world_name(i), id: Some(id), index: i, seed, score, error, kept: true });
+    }
+    // KEEP k over them all (the workers kept at most k among theirs; the ones run here join them)
+    if let Some(k) = sim.keep {
+        let mut order: Vec<usize> = (0..outcomes.len()).filter(|&j| outcomes[j].kept).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&outcomes[a], &outcomes[b]);
+            if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater }
+        });
+        for &j in order.iter().skip(k as usize) {
+            outcomes[j].kept = false;
+            drop_world(&outcomes[j].world);
+        }
+    }
+    Some(outcomes)
 }
 
 /// REPLAY WORLD w [AS name]: one row (world, replay, identical, rows_differing, score, recorded_score,
@@ -346,8 +434,7 @@ pub fn replay(world: &str, keep_as: Option<String>) -> Vec<Value> {
         seed: seed - index,
         threads: None,
     };
-    // (run_world names the world by prefix and index: the replay runs under its own name)
-    let r = run_world_named(&sim, &name, index, seed, &home);
+    let r = run_world_named(&sim.script, &sim.score, &name, index, seed, &home);
     let (score, error) = match r {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e)),
@@ -367,22 +454,25 @@ pub fn replay(world: &str, keep_as: Option<String>) -> Vec<Value> {
     })]
 }
 
-fn run_world_named(sim: &Simulation, name: &str, i: i64, seed: i64, home: &str) -> Result<f64, String> {
+/// Runs a script and a score in world `name` with `$1` = i and `$2` = seed, random() seeded from the
+/// seed before each (a subtransaction: a failure rolls the world's writes back and comes back as
+/// `SQLSTATE: message`). Also the workers' (simulate_worker.rs).
+pub(super) fn run_world_named(script: &str, score: &str, name: &str, i: i64, seed: i64, home: &str) -> Result<f64, String> {
     let args: Vec<DatumWithOid> = vec![i.into(), seed.into()];
     let r = crate::subxact::in_subtransaction(|| {
         set_world(name);
         run("SELECT setseed($1)", &[random_seed(seed).into()]);
         {
             let _c = Confined::enter();
-            crate::spi_calls::run_with_args(&sim.script, &args).unwrap_or_else(|e| raise("XX000", format!("{e}")));
+            crate::spi_calls::run_with_args(script, &args).unwrap_or_else(|e| raise("XX000", format!("{e}")));
         }
         run("SELECT setseed($1)", &[random_seed(seed).into()]);
-        let score = {
+        let value = {
             let _c = Confined::enter();
-            score_of(&sim.score, &args)
+            score_of(score, &args)
         };
         set_world(home);
-        score
+        value
     });
     set_world(home);
     r.map_err(|e| {

@@ -1,0 +1,15 @@
+-- SIMULATE's results while it runs (statements/simulate.rs): one row per world, written by the workers
+-- (each in the transaction that forks, runs and scores its world), read and deleted by the SIMULATE that
+-- started them. `run` also keys the run's lock (2092161, run): held by that SIMULATE's transaction.
+CREATE TABLE worlds.sim_result (
+    run integer NOT NULL,
+    idx bigint NOT NULL,
+    world text NOT NULL,
+    id text,
+    seed bigint NOT NULL,
+    score double precision,
+    error text,
+    kept boolean NOT NULL,
+    PRIMARY KEY (run, idx)
+);
+REVOKE ALL ON worlds.sim_result FROM PUBLIC;
