@@ -38,6 +38,13 @@ SELECT j ->> 'identical' AS identical_after_main_moved
 FROM (SELECT name FROM worlds.show_worlds() WHERE name LIKE 'trial%' ORDER BY name LIMIT 1) w,
      LATERAL worlds.sql('replay world ' || w.name || ' as kept_replay') j;
 SELECT name, parent FROM worlds.show_worlds() WHERE name = 'kept_replay';
+-- gen_random_uuid() in a script is seeded as random() is: the same UUIDs in each run
+CREATE TABLE ids (i bigint, u uuid);
+CREATE TEMP TABLE u1 AS SELECT (j ->> 'index')::int AS i, j ->> 'score' AS s FROM worlds.sql($q$simulate 3 worlds as u1
+  run $$insert into ids select $1, gen_random_uuid()$$ score $$select ('x' || substr(u::text, 1, 7))::bit(28)::int from ids$$$q$) j;
+CREATE TEMP TABLE u2 AS SELECT (j ->> 'index')::int AS i, j ->> 'score' AS s FROM worlds.sql($q$simulate 3 worlds as u2
+  run $$insert into ids select $1, gen_random_uuid()$$ score $$select ('x' || substr(u::text, 1, 7))::bit(28)::int from ids$$$q$) j;
+SELECT count(*) AS same_uuids, count(DISTINCT u1.s) AS distinct_uuids FROM u1 JOIN u2 USING (i) WHERE u1.s = u2.s;
 -- DESC by default, ASC on request; $1 and $2 reach the script; ties go to the lower index
 SELECT j ->> 'world' AS world, j ->> 'score' AS score, j ->> 'kept' AS kept
 FROM worlds.sql($q$simulate 4 worlds as lo run $$insert into sim_log values ($1, $2)$$

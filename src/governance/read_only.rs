@@ -75,6 +75,17 @@ const REFUSED: &[&str] = &[
 /// session-level one a caller leaves is released by the DISCARD ALL the MCP server runs after each call.)
 const REFUSED_PREFIXES: &[&str] = &["lo_", "dblink", "pg_file_", "pg_logdir_"];
 
+pgrx::extension_sql!(
+    r#"
+-- a version 4 UUID from random(): a SIMULATE script's gen_random_uuid() (governance/read_only.rs)
+CREATE FUNCTION worlds._seeded_uuid() RETURNS uuid LANGUAGE sql VOLATILE AS $$
+    SELECT overlay(overlay(md5(random()::text || ':' || random()::text) PLACING '4' FROM 13) PLACING '8' FROM 17)::uuid
+$$;
+"#,
+    name = "seeded_uuid",
+    requires = ["catalog"]
+);
+
 pub fn register() {
     unsafe {
         GucRegistry::define_bool_guc_with_hooks(
@@ -121,7 +132,54 @@ thread_local! {
 
 /// Set by SIMULATE around a world's script and score (statements/simulate.rs).
 pub fn set_confined(on: bool) {
+    if on && SEEDED_UUID.with(|c| c.get()) == pg_sys::InvalidOid {
+        // (looked up before the script is confined: the lookup's own analysis isn't the script's)
+        let oid = crate::spi_calls::get_one::<pg_sys::Oid>("SELECT 'worlds._seeded_uuid()'::regprocedure::oid").ok().flatten();
+        SEEDED_UUID.with(|c| c.set(oid.unwrap_or(pg_sys::InvalidOid)));
+    }
     CONFINED.with(|c| c.set(on));
+}
+
+thread_local! {
+    /// worlds._seeded_uuid()'s oid, once looked up.
+    static SEEDED_UUID: std::cell::Cell<pg_sys::Oid> = const { std::cell::Cell::new(pg_sys::InvalidOid) };
+}
+
+/// gen_random_uuid() (pg_catalog, oid 3432) draws from the operating system: in a SIMULATE script its
+/// calls become `worlds._seeded_uuid()`, a version 4 UUID made from random(), which SIMULATE seeds per
+/// world, so the script gives the same UUIDs each run. (A column default calling it isn't in the
+/// statement's tree at this point: it stays random.)
+pub fn seed_uuids(query: *mut pg_sys::Query) {
+    const GEN_RANDOM_UUID: u32 = 3432;
+    let ours = SEEDED_UUID.with(|c| c.get());
+    if ours == pg_sys::InvalidOid {
+        return;
+    }
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walk(node: *mut pg_sys::Node, ours: *mut std::ffi::c_void) -> bool {
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            match (*node).type_ {
+                pg_sys::NodeTag::T_FuncExpr => {
+                    let f = node as *mut pg_sys::FuncExpr;
+                    if (*f).funcid == pg_sys::Oid::from(GEN_RANDOM_UUID) {
+                        (*f).funcid = *(ours as *mut pg_sys::Oid);
+                    }
+                }
+                pg_sys::NodeTag::T_Query => {
+                    return pg_sys::query_tree_walker(node as *mut pg_sys::Query, Some(walk), ours, 0);
+                }
+                _ => {}
+            }
+            pg_sys::expression_tree_walker(node, Some(walk), ours)
+        }
+    }
+    let mut ours = ours;
+    unsafe {
+        pg_sys::query_tree_walker(query, Some(walk), &mut ours as *mut pg_sys::Oid as *mut std::ffi::c_void, 0);
+    }
 }
 
 /// A SIMULATE script is running, and the work at hand is the script's own.

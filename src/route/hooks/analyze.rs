@@ -32,6 +32,10 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
             // a view's, rule's or policy's query a world stores: kept as written
             return;
         }
+        // a SIMULATE script's gen_random_uuid() calls made from its seeded random() (governance/read_only.rs)
+        if crate::governance::read_only::confined() {
+            crate::governance::read_only::seed_uuids(query);
+        }
         if PAST_SYNC.with(|s| s.get()) {
             // the views' own statements: their definitions read main's tables and storage as written
             return;
