@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -38,10 +38,12 @@ done
 # world changes for P4/P5 (and the size of P4's small table), FORK_SMALL the "1k-row database" of P3.
 if [ $MODE = smoke ]; then
   SCALE=1 INSTR_TX=50 INSTR_SCANS=2 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 DDL_TABLES=20 REPS=${REPS:-1}
+  SIM_ROWS=2000 SIM_WORLDS=10 SIM_FEW=10 SIM_MANY=100
 else
   SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 DDL_TABLES=500 REPS=${REPS:-3}
+  SIM_ROWS=100000 SIM_WORLDS=200 SIM_FEW=100 SIM_MANY=10000
 fi
-DBS="bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
+DBS="bench_p13 bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -562,6 +564,57 @@ measure_p12() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P13
+# SIMULATE (statements/simulate.rs): SIM_WORLDS worlds of the spec's pricing example (a SIM_ROWS-row table,
+# each script updating 1% of it, the score a sum over the table), KEEP 10, in its background workers,
+# against one client session running the same fork, run, score and drop loop itself; and the time per
+# world of SIM_MANY worlds (KEEP 10, a tiny script) against that of SIM_FEW.
+setup_p13() {
+  fresh_db bench_p13
+  sql bench_p13 -c "create table prices (sku int primary key, p numeric not null, sold int not null)" \
+    -c "insert into prices select g, 10, g % 7 + 1 from generate_series(1, $SIM_ROWS) g" \
+    -c "create table tiny (id int primary key, v int not null)" -c "insert into tiny select g, 0 from generate_series(1, 100) g" \
+    -c "vacuum analyze" >/dev/null
+  track bench_p13
+  local i
+  {
+    echo "set client_min_messages = warning;"
+    for i in $(seq 0 $((SIM_WORLDS - 1))); do
+      echo "select worlds.create_world('cl_$i');"
+      echo "set worlds.world = cl_$i;"
+      echo "update prices set p = p * (0.9 + random() * 0.2) where sku % 100 = $i % 100;"
+      echo "select sum(p * sold) from prices;"
+      echo "set worlds.world = main;"
+      echo "select worlds.drop_world('cl_$i');"
+    done
+  } >"$WORK/p13_client.sql"
+}
+p13_sim() {  # p13_sim PREFIX N SCRIPT SCORE: SIMULATE's milliseconds (its kept worlds dropped after)
+  local ms
+  ms=$(timed bench_p13 "select count(*) from worlds.sql(\$q\$simulate $2 worlds as $1 run \$\$$3\$\$ score \$\$$4\$\$ keep 10\$q\$)" | cut -d' ' -f1)
+  sql bench_p13 -c "select count(*) from (select worlds.drop_world(name) from worlds.show_worlds() where name like '${1}\\_%') d" >/dev/null
+  echo "$ms"
+}
+p13_client() {  # the client's loop: its milliseconds
+  local t0 t1
+  t0=$(date +%s%N)
+  sql bench_p13 -f "$WORK/p13_client.sql" >/dev/null
+  t1=$(date +%s%N)
+  echo $(( (t1 - t0) / 1000000 ))
+}
+measure_p13() {
+  local rep s c few many
+  local script='update prices set p = p * (0.9 + random() * 0.2) where sku % 100 = $1 % 100' score='select sum(p * sold) from prices'
+  for rep in $(seq $REPS); do
+    if [ $((rep % 2)) -eq 1 ]; then s=$(p13_sim sim$rep $SIM_WORLDS "$script" "$score"); c=$(p13_client)
+    else c=$(p13_client); s=$(p13_sim sim$rep $SIM_WORLDS "$script" "$score"); fi
+    pair P13 client "$c" simulate "$s"
+    few=$(p13_sim few$rep $SIM_FEW 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+    many=$(p13_sim many$rep $SIM_MANY 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+    pair P13f many "$(div "$many" $SIM_MANY)" few "$(div "$few" $SIM_FEW)"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -694,6 +747,7 @@ if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p12; then group "P12S P12w" setup_p12 measure_p12; fi
+if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi
