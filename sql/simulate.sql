@@ -83,5 +83,22 @@ SELECT worlds.create_world('plain');
 SELECT * FROM worlds.sql('replay world plain');
 SELECT * FROM worlds.sql('replay world no_such_world');
 SELECT * FROM worlds.sql('simulate 2 worlds as z run ''select 1'' score ''select 1'' keep 1 keep 2');
+-- an agent: not enough room under its own max_worlds (42501); a script it may not run fails its world
+SELECT j ->> 'name' AS agent FROM worlds.sql('create agent sim_bot with (can = ''read,fork,write_own'', max_worlds = 3)') j;
+GRANT SELECT, UPDATE ON prices TO sim_bot;
+SET SESSION AUTHORIZATION sim_bot;
+SELECT * FROM worlds.sql($q$simulate 5 worlds as ag run 'select 1' score 'select 1'$q$);
+SELECT j ->> 'world' AS world, j ->> 'score' AS score, j ->> 'kept' AS kept
+FROM worlds.sql($q$simulate 5 worlds as ag run $$update prices set p = p + $1 where sku = 1$$
+  score $$select p from prices where sku = 1$$ keep 1 threads 1$q$) j;
+SELECT worlds.drop_world('ag_4');
+-- (and in background workers, which log in as the agent: KEEP 1 with 2 threads needs room for 3)
+SELECT j ->> 'world' AS world, j ->> 'score' AS score, j ->> 'kept' AS kept
+FROM worlds.sql($q$simulate 4 worlds as ah run $$update prices set p = p + $1 where sku = 1$$
+  score $$select p from prices where sku = 1$$ keep 1 threads 2$q$) j;
+SELECT name, owner FROM worlds.show_worlds() WHERE name LIKE 'ah\_%' ORDER BY name;
+RESET SESSION AUTHORIZATION;
+SELECT worlds.drop_world('ah_3');
+SELECT * FROM worlds.sql('drop agent sim_bot');
 -- clean up
 SELECT count(*) FROM (SELECT worlds.drop_world(name) FROM worlds.show_worlds() WHERE name <> 'main') d;

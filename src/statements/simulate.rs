@@ -76,6 +76,11 @@ fn one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(sql: &str, args: &[Da
     crate::spi_calls::get_one_with_args::<T>(sql, args).unwrap_or_else(|e| raise("XX000", format!("{e}")))
 }
 
+/// `one` as pg_worlds' own work: its catalog and internal functions are not the caller's to read.
+fn catalog_one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(sql: &str, args: &[DatumWithOid]) -> Option<T> {
+    crate::storage::as_internal(|| one(sql, args))
+}
+
 fn run(sql: &str, args: &[DatumWithOid]) {
     crate::spi_calls::run_with_args(sql, args).unwrap_or_else(|e| raise("XX000", format!("{e}")))
 }
@@ -122,7 +127,7 @@ fn score_of(score: &str, args: &[DatumWithOid]) -> f64 {
 
 /// Live worlds named prefix_i for an i below n (42710 names the first).
 fn refuse_taken_names(sim: &Simulation) {
-    let taken: Option<String> = one(
+    let taken: Option<String> = catalog_one(
         "SELECT min(w.name) FROM worlds.world w
           WHERE w.dropped IS NULL AND starts_with(w.name, $1 || '_')
             AND substr(w.name, length($1) + 2) ~ '^(0|[1-9][0-9]{0,17})$'
@@ -137,7 +142,7 @@ fn refuse_taken_names(sim: &Simulation) {
 /// Room under max_worlds (53400) and the agent's own max_worlds (42501) for the worlds alive at once.
 fn refuse_without_room(need: i64) {
     let cap: i64 = one::<String>("SELECT current_setting('worlds.max_worlds')", &[]).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let live: i64 = one("SELECT count(*) FROM worlds.world WHERE dropped IS NULL AND num <> 0", &[]).unwrap_or(0);
+    let live: i64 = catalog_one("SELECT count(*) FROM worlds.world WHERE dropped IS NULL AND num <> 0", &[]).unwrap_or(0);
     if cap > 0 && live + need > cap {
         raise_with(
             "53400",
@@ -146,13 +151,13 @@ fn refuse_without_room(need: i64) {
             Some("KEEP k needs k + 1 worlds at once, KEEP ALL needs n: drop or merge worlds, keep fewer, or raise worlds.max_worlds.".into()),
         );
     }
-    let agent: Option<(i64, i64, String)> = crate::spi_calls::rows(
+    let agent: Option<(i64, i64, String)> = crate::storage::as_internal(|| crate::spi_calls::rows(
         "SELECT a.max_worlds::bigint, (SELECT count(*) FROM worlds.world w WHERE w.owner = a.name AND w.dropped IS NULL), a.name
            FROM worlds._session_agent() a WHERE a.name IS NOT NULL",
         Some(1),
         &[],
         |mut t| t.next().map(|r| (r.get::<i64>(1).ok().flatten().unwrap_or(0), r.get::<i64>(2).ok().flatten().unwrap_or(0), r.get::<String>(3).ok().flatten().unwrap_or_default())),
-    )
+    ))
     .unwrap_or(None);
     if let Some((max, owned, name)) = agent {
         if max > 0 && owned + need > max {
@@ -179,7 +184,7 @@ struct Base {
 
 fn resolve_base(sim: &Simulation) -> Base {
     let given = sim.base.clone().unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
-    let row: Option<(String, String, String, bool)> = crate::spi_calls::rows(
+    let row: Option<(String, String, String, bool)> = crate::storage::as_internal(|| crate::spi_calls::rows(
         "SELECT (m.w).name, (m.w).id, m.at::text, true FROM worlds._moment_of($1) m WHERE position('@' IN $1) > 0
          UNION ALL
          SELECT r.name, r.id, clock_timestamp()::text, false FROM worlds._resolve($1) r WHERE position('@' IN $1) = 0",
@@ -195,7 +200,7 @@ fn resolve_base(sim: &Simulation) -> Base {
                 )
             })
         },
-    )
+    ))
     .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     let Some((name, id, at, past)) = row else { raise("3D000", format!("world \"{given}\" does not exist")) };
     if past {
@@ -215,7 +220,7 @@ fn fork(sim: &Simulation, base: &Base, i: i64) -> String {
     let name = sim.world_name(i);
     let _at = base.snapshot.as_deref().map(ForkAt::set);
     run("SELECT worlds.create_world(name => $1, source => $2)", &[name.clone().into(), base.source.clone().into()]);
-    one("SELECT id FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[name.into()]).unwrap_or_default()
+    catalog_one("SELECT id FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[name.into()]).unwrap_or_default()
 }
 
 /// Runs world i's script and score in it: its score, or its error (SQLSTATE: message), its writes then
@@ -318,7 +323,8 @@ fn in_this_session(sim: &Simulation, base: &Base, home: &str) -> Vec<Outcome> {
 /// The worlds in THREADS background workers (simulate_worker.rs), the run's lock held by this
 /// transaction; None when no worker could start (then this session runs them, said in a NOTICE).
 fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome>> {
-    let run_id: i32 = one("SELECT (1 + floor(random() * 2147483646))::integer", &[]).unwrap_or(1);
+    // (not random(): SIMULATE seeds this session's)
+    let run_id: i32 = one("SELECT hashtext(pg_backend_pid()::text || ':' || clock_timestamp()::text) & 2147483647", &[]).unwrap_or(1);
     run("SELECT pg_advisory_xact_lock(2092161, $1)", &[run_id.into()]);
     let params = super::simulate_worker::RunParams {
         run: run_id,
@@ -339,6 +345,7 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
     };
     let started = super::simulate_worker::start(&params, threads);
     if started == 0 {
+        super::simulate_worker::wait_all(); // (frees the parameters' segments)
         pgrx::notice!("SIMULATE: no background worker free (max_worker_processes): its worlds run in this session");
         return None;
     }
@@ -401,7 +408,7 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
 /// error).
 pub fn replay(world: &str, keep_as: Option<String>) -> Vec<Value> {
     crate::api::refuse_in_transaction("REPLAY WORLD");
-    let sim: Option<pgrx::JsonB> = one("SELECT (w).meta -> 'sim' FROM (SELECT worlds._resolve($1) w) r", &[world.into()]);
+    let sim: Option<pgrx::JsonB> = catalog_one("SELECT (w).meta -> 'sim' FROM (SELECT worlds._resolve($1) w) r", &[world.into()]);
     let Some(pgrx::JsonB(meta)) = sim else {
         raise("22023", format!("world \"{world}\" has no sim metadata: it wasn't kept by SIMULATE"))
     };

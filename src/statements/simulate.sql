@@ -13,3 +13,5 @@ CREATE TABLE worlds.sim_result (
     PRIMARY KEY (run, idx)
 );
 REVOKE ALL ON worlds.sim_result FROM PUBLIC;
+-- (the kept ones of a run, ranked as each world finishes: O(k), not O(worlds run so far))
+CREATE INDEX sim_result_kept ON worlds.sim_result (run) WHERE kept;
