@@ -207,8 +207,7 @@ BEGIN
     INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot, fork_at, owner, creator, expires)
     VALUES (n, 'w' || lpad(to_hex(n), 6, '0') || '-' || substr(md5(random()::text || clock_timestamp()::text), 1, 10),
             name, src.num, src.depth + 1, clock_timestamp(), meta, clock_timestamp(),
-            -- (SIMULATE forks every world from the snapshot it took at its start: statements/simulate.rs)
-            CASE WHEN at IS NULL THEN coalesce(worlds._fork_snapshot_override()::pg_snapshot, pg_current_snapshot()) END, at,
+            CASE WHEN at IS NULL THEN pg_current_snapshot() END, at,
             agent.name, worlds._session_user_id(),
             CASE WHEN agent.world_ttl > 0 THEN clock_timestamp() + agent.world_ttl * interval '1 ms' END);
     -- a world that checks its reads keeps them from now (governance/reads: shared memory)

@@ -2,49 +2,24 @@
 //! in each with `$1` = its index and `$2` = its seed, score each with a query, keep the best k and drop the
 //! rest; REPLAY WORLD runs a kept world's script again from the same moment and compares.
 //!
-//! This first part runs the worlds one after another in the statement's own transaction (the parallel
-//! background workers of THREADS are the issue's next step): so a cancelled or failed SIMULATE, or a
-//! crash in the middle, leaves no world behind (nothing commits until it ends), and at most KEEP k + 1
-//! worlds exist at once. Each world's script and score run in a subtransaction: a failure rolls back
-//! that world's writes, records its SQLSTATE, and the others go on.
+//! The worlds run in THREADS background workers (simulate_worker.rs), or, with THREADS 1 or no worker
+//! free, one after another in the statement's own transaction (then a cancelled or failed SIMULATE, or a
+//! crash, leaves nothing: nothing commits until it ends; KEEP k holds k + 1 worlds at once). Each world's
+//! script and score run in a subtransaction: a failure rolls back that world's writes, records its
+//! SQLSTATE, and the others go on.
 //!
-//! One moment: every world forks with the snapshot SIMULATE took at its start (`FORK_SNAPSHOT`, read by
-//! `worlds.create_world` through `worlds._fork_snapshot_override()`), so main's writes committed while it
-//! runs show in none of them; a past base ('main@-1 hour') is resolved to one time first.
+//! One moment: every world forks with the snapshot SIMULATE took at its start (its row made by
+//! `fork_sim_world`, not CREATE WORLD), so main's writes committed while it runs show in none of them; a
+//! past base ('main@-1 hour') is resolved to one time first.
 //!
 //! Deterministic: `random()` is seeded (`setseed`) from the world's seed before its script and again
-//! before its score, so the same SIMULATE gives the same scores and REPLAY can say `identical`.
+//! before its score (and `gen_random_uuid()` made from it: governance/read_only.rs), so the same SIMULATE
+//! gives the same scores at any THREADS and REPLAY can say `identical`.
 use crate::api::{raise, raise_with};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use serde_json::{json, Value};
-use std::cell::RefCell;
 use worlds_core::grammar::{random_seed, Simulation};
-
-thread_local! {
-    /// The snapshot the worlds SIMULATE is forking fork from (None: CREATE WORLD's own, as always).
-    static FORK_SNAPSHOT: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-/// The fork snapshot SIMULATE sets for the worlds it forks (NULL otherwise): only this backend's Rust
-/// code sets it, for the duration of one fork.
-#[pg_extern(stable, parallel_unsafe)]
-fn _fork_snapshot_override() -> Option<String> {
-    FORK_SNAPSHOT.with(|s| s.borrow().clone())
-}
-
-pub(super) struct ForkAt;
-impl ForkAt {
-    pub(super) fn set(snapshot: &str) -> ForkAt {
-        FORK_SNAPSHOT.with(|s| *s.borrow_mut() = Some(snapshot.to_string()));
-        ForkAt
-    }
-}
-impl Drop for ForkAt {
-    fn drop(&mut self) {
-        FORK_SNAPSHOT.with(|s| *s.borrow_mut() = None);
-    }
-}
 
 /// Marks the caller's script running (governance::read_only refuses what would leave its world) for
 /// as long as it lives.
@@ -180,6 +155,73 @@ struct Base {
     at: String,
     /// forks from now: the snapshot to fork with
     snapshot: Option<String>,
+    /// how every world of the run is forked (simulate's own fork: `fork_sim_world`)
+    plan: ForkPlan,
+}
+
+/// A simulation's worlds are forked by one INSERT each, not by CREATE WORLD: what CREATE WORLD checks for
+/// every fork (the rights, the names, the room, the database's first world's storage) SIMULATE checked
+/// once, and its statement-wide work (the expiry sweep, counting live worlds) would scan the catalog's
+/// rows of every world the run dropped so far, which no VACUUM can remove while the run's transaction is
+/// open: O(worlds) per world. Also the workers' (RunParams carries it).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct ForkPlan {
+    pub parent: i32,
+    pub depth: i32,
+    pub base_name: String,
+    pub snapshot: Option<String>,
+    pub fork_at: Option<String>,
+    pub owner: Option<String>,
+    pub creator: u32,
+    pub ttl_ms: i64,
+}
+
+/// Forks one world of a simulation as `plan` says; its id. A name taken since SIMULATE checked: 42710.
+pub(super) fn fork_sim_world(plan: &ForkPlan, name: &str, marker: Option<i32>) -> String {
+    let meta = pgrx::JsonB(match marker {
+        Some(run) => json!({"_worlds_sim": {"run": run}}),
+        None => json!({}),
+    });
+    crate::storage::as_internal(|| {
+        run("SELECT worlds._ensure_world_storage()", &[]);
+        let taken: Option<bool> = one("SELECT EXISTS (SELECT 1 FROM worlds.world WHERE name = $1 AND dropped IS NULL)", &[name.into()]);
+        if taken == Some(true) {
+            raise("42710", format!("world \"{name}\" already exists"));
+        }
+        let (num, id): (i32, String) = crate::spi_calls::rows(
+            "WITH n AS (SELECT nextval('worlds.world_num_seq')::integer AS num)
+             INSERT INTO worlds.world (num, id, name, parent, depth, created, meta, active, fork_snapshot, fork_at, owner, creator, expires)
+             SELECT n.num, 'w' || lpad(to_hex(n.num), 6, '0') || '-' || substr(md5(clock_timestamp()::text || n.num || pg_backend_pid()), 1, 10),
+                    $1, $2, $3, clock_timestamp(), $4, clock_timestamp(), $5::pg_snapshot, $6::timestamptz, $7, $8::oid,
+                    CASE WHEN $9 > 0 THEN clock_timestamp() + $9 * interval '1 ms' END
+               FROM n RETURNING num, id",
+            Some(1),
+            &[
+                name.into(),
+                plan.parent.into(),
+                (plan.depth + 1).into(),
+                meta.into(),
+                plan.snapshot.clone().into(),
+                plan.fork_at.clone().into(),
+                plan.owner.clone().into(),
+                (plan.creator as i64).into(),
+                plan.ttl_ms.into(),
+            ],
+            |mut t| t.next().map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<String>(2).ok().flatten().unwrap_or_default())),
+        )
+        .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+        .unwrap_or_else(|| raise("XX000", "the world's row wasn't made"));
+        run(
+            "INSERT INTO worlds.event (world, event) VALUES ($1, 'forked from ' || $3), ($2, 'forked ' || $4)",
+            &[num.into(), plan.parent.into(), plan.base_name.clone().into(), name.into()],
+        );
+        id
+    })
+}
+
+/// Drops one world of a simulation (it has no forks: its script couldn't make one).
+pub(super) fn drop_sim_world(name: &str) {
+    crate::storage::as_internal(|| run("SELECT worlds._discard(w) FROM worlds.world w WHERE w.name = $1 AND w.dropped IS NULL", &[name.into()]));
 }
 
 fn resolve_base(sim: &Simulation) -> Base {
@@ -203,11 +245,56 @@ fn resolve_base(sim: &Simulation) -> Base {
     ))
     .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     let Some((name, id, at, past)) = row else { raise("3D000", format!("world \"{given}\" does not exist")) };
+    // CREATE WORLD's checks, once: the right to fork (a past moment: restore), the database's storage for
+    // worlds, the base's row, the agent that will own the worlds and its TTL
+    // (the database's storage for worlds is made by the first fork: in the session's path here, by a
+    // worker's own fork transaction in the workers' path, so that it is committed before they need it)
+    crate::storage::as_internal(|| run("SELECT worlds._require($1)", &[(if past { "fork_past" } else { "fork" }).into()]));
+    let (parent, depth): (i32, i32) = crate::storage::as_internal(|| {
+        crate::spi_calls::rows("SELECT num, depth FROM worlds.world WHERE id = $1 AND dropped IS NULL", Some(1), &[id.clone().into()], |mut t| {
+            t.next().map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<i32>(2).ok().flatten().unwrap_or(0)))
+        })
+        .unwrap_or(None)
+    })
+    .unwrap_or_else(|| raise("3D000", format!("world \"{given}\" does not exist")));
+    if parent != 0 {
+        let schema: Option<bool> = catalog_one(
+            "SELECT EXISTS (SELECT 1 FROM worlds.world_schema s WHERE s.world = $1)
+                 OR EXISTS (SELECT 1 FROM worlds.world_twin t WHERE t.world = $1)",
+            &[parent.into()],
+        );
+        if schema == Some(true) {
+            raise_with(
+                "0A000",
+                format!("forking world \"{name}\" is not supported yet: it has schema changes of its own"),
+                None,
+                Some("Merge its schema changes first, or simulate from its parent.".into()),
+            );
+        }
+    }
+    let (owner, ttl_ms): (Option<String>, i64) = crate::storage::as_internal(|| {
+        crate::spi_calls::rows("SELECT a.name, a.world_ttl FROM worlds._session_agent() a WHERE a.name IS NOT NULL", Some(1), &[], |mut t| {
+            t.next().map(|r| (r.get::<String>(1).ok().flatten(), r.get::<i64>(2).ok().flatten().unwrap_or(0)))
+        })
+        .unwrap_or(None)
+    })
+    .unwrap_or((None, 0));
+    let creator: u32 = catalog_one::<pg_sys::Oid>("SELECT worlds._session_user_id()", &[]).map(|o| o.to_u32()).unwrap_or(0);
+    let snapshot: Option<String> = if past { None } else { one("SELECT pg_current_snapshot()::text", &[]) };
+    let plan = ForkPlan {
+        parent,
+        depth,
+        base_name: name.clone(),
+        snapshot: snapshot.clone(),
+        fork_at: if past { Some(at.clone()) } else { None },
+        owner,
+        creator,
+        ttl_ms,
+    };
     if past {
-        Base { source: format!("{name}@{at}"), name, id, at, snapshot: None }
+        Base { source: format!("{name}@{at}"), name, id, at, snapshot: None, plan }
     } else {
-        let snapshot: Option<String> = one("SELECT pg_current_snapshot()::text", &[]);
-        Base { source: name.clone(), name, id, at, snapshot }
+        Base { source: name.clone(), name, id, at, snapshot, plan }
     }
 }
 
@@ -217,10 +304,7 @@ fn set_world(name: &str) {
 
 /// Forks world i (its row committed with the statement), returning its id.
 fn fork(sim: &Simulation, base: &Base, i: i64) -> String {
-    let name = sim.world_name(i);
-    let _at = base.snapshot.as_deref().map(ForkAt::set);
-    run("SELECT worlds.create_world(name => $1, source => $2)", &[name.clone().into(), base.source.clone().into()]);
-    catalog_one("SELECT id FROM worlds.world WHERE name = $1 AND dropped IS NULL", &[name.into()]).unwrap_or_default()
+    fork_sim_world(&base.plan, &sim.world_name(i), None)
 }
 
 /// Runs world i's script and score in it: its score, or its error (SQLSTATE: message), its writes then
@@ -230,7 +314,7 @@ fn run_world(sim: &Simulation, i: i64, seed: i64, home: &str) -> Result<f64, Str
 }
 
 fn drop_world(name: &str) {
-    run("SELECT worlds.drop_world(name => $1)", &[name.into()]);
+    drop_sim_world(name);
 }
 
 fn sim_meta(sim: &Simulation, base: &Base, o: &Outcome) -> Value {
@@ -339,6 +423,7 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
         seed: sim.seed,
         source: base.source.clone(),
         snapshot: base.snapshot.clone(),
+        plan: base.plan.clone(),
         database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         role: unsafe { pg_sys::GetSessionUserId() }.to_u32(),
         driver_pid: unsafe { pg_sys::MyProcPid },

@@ -9,7 +9,7 @@
 //! (2092161, run) for its whole transaction: a worker stops when it finds the lock free (the SIMULATE was
 //! cancelled or failed), and worlds of such a run left behind are discarded by the next world statement's
 //! expiry (`worlds._expire`: they carry `_worlds_sim` in their metadata until the SIMULATE ends well).
-use super::simulate::{run_world_named, ForkAt};
+use super::simulate::{drop_sim_world, fork_sim_world, run_world_named};
 use crate::api::raise;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
@@ -31,6 +31,7 @@ pub(super) struct RunParams {
     pub seed: i64,
     pub source: String,
     pub snapshot: Option<String>,
+    pub plan: super::simulate::ForkPlan,
     pub database: u32,
     pub role: u32,
     pub driver_pid: i32,
@@ -162,22 +163,7 @@ fn run_alive(run: i32) -> bool {
 /// scripts must not wait for it).
 fn fork_world(p: &RunParams, i: i64) -> Result<String, String> {
     let name = format!("{}_{i}", p.prefix);
-    crate::subxact::in_subtransaction(|| {
-        let _at = p.snapshot.as_deref().map(ForkAt::set);
-        crate::spi_calls::run_with_args("SELECT worlds.create_world(name => $1, source => $2)", &[name.clone().into(), p.source.clone().into()])
-            .unwrap_or_else(|e| raise("XX000", format!("{e}")));
-        let marker = pgrx::JsonB(serde_json::json!({"run": p.run}));
-        crate::storage::as_internal(|| {
-            crate::spi_calls::get_one_with_args::<String>(
-                "UPDATE worlds.world SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object('_worlds_sim', $2::jsonb)
-                  WHERE name = $1 AND dropped IS NULL RETURNING id",
-                &[name.clone().into(), marker.into()],
-            )
-            .ok()
-            .flatten()
-            .unwrap_or_default()
-        })
-    })
+    crate::subxact::in_subtransaction(|| fork_sim_world(&p.plan, &name, Some(p.run)))
     .map_err(|e| {
         let (state, message) = crate::subxact::state_and_message(&e);
         format!("{state}: {message}")
@@ -221,8 +207,7 @@ fn one_world(p: &RunParams, i: i64, forked: Result<String, String>, home: &str) 
             .unwrap_or_default()
         });
         for world in out {
-            crate::spi_calls::run_with_args("SELECT worlds.drop_world(name => $1, if_exists => true)", &[world.into()])
-                .unwrap_or_else(|e| raise("XX000", format!("{e}")));
+            drop_sim_world(&world);
         }
     }
 }
