@@ -358,6 +358,8 @@ pub fn simulate(sim: Simulation) -> Vec<Value> {
             )
         });
     }
+    // an agent's SIMULATE is one line of SHOW AUDIT (its worlds' forks aren't one each)
+    crate::storage::as_internal(|| run("SELECT worlds._audit('simulate', $1, $2)", &[sim.prefix.clone().into(), sim.n.into()]));
     outcomes.sort_by(|x, y| {
         if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) {
             std::cmp::Ordering::Less
