@@ -115,3 +115,13 @@ SELECT pg_sleep(0.5);                                             -- (the queue 
 SELECT world, owner, policy, reasons FROM worlds.show_reviews();
 SELECT * FROM worlds.sql('merge world bot_prices');               -- a person approves
 SELECT * FROM worlds.sql('drop agent walk_bot');
+
+\echo '== SIMULATE: fork 20 worlds from one moment, run a pricing experiment in each, keep the best 3'
+SELECT j ->> 'world' AS world, round((j ->> 'score')::numeric, 2) AS revenue, j ->> 'kept' AS kept
+FROM worlds.sql($q$simulate 20 worlds as pricing
+  run $$update items set price = price * (0.8 + random() * 0.4) where id % 4 = $1 % 4$$
+  score $$select sum(i.price * o.qty) from orders o join items i on i.id = o.item_id$$
+  keep 3 seed 7$q$) j LIMIT 5;
+SELECT j ->> 'identical' AS identical FROM worlds.sql('replay world pricing_' ||
+  (SELECT min((meta -> 'sim' ->> 'index')::int) FROM worlds.show_worlds() WHERE name LIKE 'pricing\_%')) j;  -- same seed, same result
+SELECT count(*) FROM (SELECT worlds.drop_world(name) FROM worlds.show_worlds() WHERE name LIKE 'pricing\_%') d;
