@@ -15,6 +15,7 @@ extension_sql_file!("simulate.sql", name = "simulate", requires = ["lifecycle"])
 
 mod simulate;
 mod simulate_worker;
+mod simulate_world;
 pub use simulate_worker::on_abort as simulate_on_abort;
 
 #[pg_extern(name = "sql")]

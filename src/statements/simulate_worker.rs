@@ -9,7 +9,7 @@
 //! (2092161, run) for its whole transaction: a worker stops when it finds the lock free (the SIMULATE was
 //! cancelled or failed), and worlds of such a run left behind are discarded by the next world statement's
 //! expiry (`worlds._expire`: they carry `_worlds_sim` in their metadata until the SIMULATE ends well).
-use super::simulate::{drop_sim_world, fork_sim_world, run_world_named};
+use super::simulate_world::{drop_sim_world, fork_sim_world, run_world_named, ForkPlan};
 use crate::api::raise;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
@@ -31,7 +31,7 @@ pub(super) struct RunParams {
     pub seed: i64,
     pub source: String,
     pub snapshot: Option<String>,
-    pub plan: super::simulate::ForkPlan,
+    pub plan: ForkPlan,
     pub database: u32,
     pub role: u32,
     pub driver_pid: i32,
