@@ -897,7 +897,7 @@ fn side_of(word: &str) -> Side {
 mod agents;
 mod policies;
 mod simulate;
-pub use simulate::{better, random_seed, Simulation, MAX_TEXT as SIMULATE_MAX_TEXT, MAX_WORLDS as SIMULATE_MAX_WORLDS};
+pub use simulate::{better, random_seed, rank, Simulation, MAX_TEXT as SIMULATE_MAX_TEXT, MAX_WORLDS as SIMULATE_MAX_WORLDS};
 mod checks;
 
 #[cfg(test)]

@@ -232,6 +232,14 @@ impl Pool {
         Ok(Conn { client, notices, login, _permit: permit })
     }
 
+    /// Gives back a connection no call used (the bearer's check): nothing to undo.
+    pub fn put_back_unused(&self, conn: Conn) {
+        if !conn.client.is_closed() {
+            let login = conn.login.clone();
+            self.idle.lock().unwrap().entry(login).or_default().push((conn, Instant::now()));
+        }
+    }
+
     /// Gives a connection back, with everything a call may have left on it undone; one that can't be
     /// cleaned is closed.
     pub async fn give_back(&self, conn: Conn) {

@@ -52,7 +52,7 @@ async fn authenticate(State(pool): State<Arc<Pool>>, mut req: Request, next: Nex
     };
     let config = pool.target.as_login(&user, &password);
     match pool.checkout(&config).await {
-        Ok(conn) => pool.give_back(conn).await,
+        Ok(conn) => pool.put_back_unused(conn),
         Err(e) if e.is_auth() => return refuse(StatusCode::UNAUTHORIZED, &format!("Postgres refused the login of {user}: {}", e.message)),
         Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("{} ({})", e.message, e.sqlstate)),
     }

@@ -381,6 +381,40 @@ impl Worlds {
     }
 }
 
+impl Worlds {
+    /// DIFF WORLD w [TO b] [AS SQL] [LIMIT n]: the statement's text written by Postgres from the values
+    /// (`quote_literal`), which reach it as parameters.
+    async fn diff_rows(&self, call: &Call, world: &str, to: Option<&str>, as_sql: bool, limit: Option<i64>) -> Result<(Vec<Value>, Vec<String>), CallError> {
+        let (out, notices) = self
+            .run(
+                call,
+                None,
+                Txn::Block { read_only: false },
+                "SELECT s FROM worlds.sql('diff world ' || quote_literal($1) || coalesce(' to ' || quote_literal($2), '')
+                                          || CASE WHEN $3 THEN ' as sql' ELSE '' END || coalesce(' limit ' || $4::bigint, '')) s",
+                &[&world, &to, &as_sql, &limit],
+            )
+            .await?;
+        Ok((out.rows.into_iter().filter_map(|mut r| r.pop()).collect(), notices))
+    }
+
+    /// A server-authored query's rows as objects under `key`, or the tool's error.
+    fn rows_under(key: &str, r: Result<(Out, Vec<String>), CallError>) -> CallToolResult {
+        match r {
+            Ok((out, n)) => done(json!({ key: out.objects() }), n),
+            Err(e) => failed(e),
+        }
+    }
+
+    /// A statement's command tag (`MERGE 2`), or the tool's error.
+    fn tag_of(r: Result<(Out, Vec<String>), CallError>) -> CallToolResult {
+        match r {
+            Ok((out, n)) => done(json!({"tag": out.rows.first().and_then(|r| r.first()).cloned()}), n),
+            Err(e) => failed(e),
+        }
+    }
+}
+
 // ------------------------------------------------------------------ results
 
 fn done(value: Value, notices: Vec<String>) -> CallToolResult {
@@ -389,11 +423,6 @@ fn done(value: Value, notices: Vec<String>) -> CallToolResult {
 
 fn failed(e: CallError) -> CallToolResult {
     untrusted::error(&e)
-}
-
-/// A name or value of the spec's language written as a string constant ('it''s').
-fn spec_string(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 macro_rules! call_or_fail {
@@ -417,10 +446,7 @@ impl Worlds {
     )]
     async fn list_worlds(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self.run(&call, None, Txn::Block { read_only: false }, "SELECT * FROM worlds.show_worlds()", &[]).await {
-            Ok((out, n)) => done(json!({"worlds": out.objects()}), n),
-            Err(e) => failed(e),
-        }
+        Self::rows_under("worlds", self.run(&call, None, Txn::Block { read_only: false }, "SELECT * FROM worlds.show_worlds()", &[]).await)
     }
 
     #[tool(
@@ -464,13 +490,10 @@ impl Worlds {
     )]
     async fn drop_world(&self, Parameters(a): Parameters<DropArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self
-            .run(&call, None, Txn::Autocommit, "SELECT worlds.drop_world(name => $1, if_exists => $2, cascade => $3)", &[&a.world, &a.if_exists, &a.cascade])
-            .await
-        {
-            Ok((out, n)) => done(json!({"tag": out.rows.first().and_then(|r| r.first()).cloned()}), n),
-            Err(e) => failed(e),
-        }
+        Self::tag_of(
+            self.run(&call, None, Txn::Autocommit, "SELECT worlds.drop_world(name => $1, if_exists => $2, cascade => $3)", &[&a.world, &a.if_exists, &a.cascade])
+                .await,
+        )
     }
 
     #[tool(
@@ -491,10 +514,7 @@ impl Worlds {
     )]
     async fn describe(&self, Parameters(a): Parameters<WorldArg>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self.run(&call, Some(&a.world), Txn::Block { read_only: true }, DESCRIBE, &[]).await {
-            Ok((out, n)) => done(json!({"world": a.world, "relations": out.objects()}), n),
-            Err(e) => failed(e),
-        }
+        Self::rows_under("relations", self.run(&call, Some(&a.world), Txn::Block { read_only: true }, DESCRIBE, &[]).await)
     }
 
     #[tool(
@@ -503,17 +523,7 @@ impl Worlds {
     )]
     async fn diff(&self, Parameters(a): Parameters<DiffArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        let mut text = format!("diff world {}", spec_string(&a.world));
-        if let Some(to) = &a.to {
-            text.push_str(&format!(" to {}", spec_string(to)));
-        }
-        if a.as_sql {
-            text.push_str(" as sql");
-        }
-        if let Some(l) = a.limit {
-            text.push_str(&format!(" limit {l}"));
-        }
-        match self.spec_statement(&call, None, &text).await {
+        match self.diff_rows(&call, &a.world, a.to.as_deref(), a.as_sql, a.limit).await {
             Ok((rows, n)) => done(json!({"changes": rows}), n),
             Err(e) => failed(e),
         }
@@ -536,10 +546,7 @@ impl Worlds {
                     &[&a.world, &a.into, &a.only_tables, &a.only_keys, &a.using, &a.by_columns, &resolve],
                 )
                 .await;
-            return match r {
-                Ok((out, n)) => done(json!({"dry_run": out.objects()}), n),
-                Err(e) => failed(e),
-            };
+            return Self::rows_under("dry_run", r);
         }
         if call.safe {
             return failed(CallError::new("25006", "MCP safe mode allows only merge with dry_run = true").with_hint("set dry_run to true"));
@@ -553,10 +560,7 @@ impl Worlds {
                 &[&a.world, &a.into, &a.only_tables, &a.only_keys, &a.using, &a.by_columns, &resolve, &a.confirm_deletes, &a.target, &a.at_version],
             )
             .await;
-        match r {
-            Ok((out, n)) => done(json!({"tag": out.rows.first().and_then(|r| r.first()).cloned()}), n),
-            Err(e) => failed(e),
-        }
+        Self::tag_of(r)
     }
 
     #[tool(
@@ -566,19 +570,16 @@ impl Worlds {
     async fn rebase(&self, Parameters(a): Parameters<RebaseArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
         let resolve = a.resolve.map(Value::Object);
-        match self
-            .run(
+        Self::tag_of(
+            self.run(
                 &call,
                 None,
                 Txn::Autocommit,
                 "SELECT worlds.rebase(world => $1, \"using\" => $2, by_columns => $3, resolve => $4::jsonb, at_version => $5)",
                 &[&a.world, &a.using, &a.by_columns, &resolve, &a.at_version],
             )
-            .await
-        {
-            Ok((out, n)) => done(json!({"tag": out.rows.first().and_then(|r| r.first()).cloned()}), n),
-            Err(e) => failed(e),
-        }
+            .await,
+        )
     }
 
     #[tool(
@@ -587,10 +588,7 @@ impl Worlds {
     )]
     async fn check_reads(&self, Parameters(a): Parameters<WorldArg>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self.run(&call, None, Txn::Block { read_only: true }, "SELECT * FROM worlds.check_reads($1)", &[&a.world]).await {
-            Ok((out, n)) => done(json!({"changed": out.objects()}), n),
-            Err(e) => failed(e),
-        }
+        Self::rows_under("changed", self.run(&call, None, Txn::Block { read_only: true }, "SELECT * FROM worlds.check_reads($1)", &[&a.world]).await)
     }
 
     #[tool(
@@ -636,10 +634,10 @@ impl Worlds {
     async fn history(&self, Parameters(a): Parameters<HistoryArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
         let limit = a.limit.unwrap_or(100);
-        match self.run(&call, None, Txn::Block { read_only: true }, "SELECT * FROM worlds.show_history(world => $1, \"limit\" => $2)", &[&a.world, &limit]).await {
-            Ok((out, n)) => done(json!({"history": out.objects()}), n),
-            Err(e) => failed(e),
-        }
+        Self::rows_under(
+            "history",
+            self.run(&call, None, Txn::Block { read_only: true }, "SELECT * FROM worlds.show_history(world => $1, \"limit\" => $2)", &[&a.world, &limit]).await,
+        )
     }
 
     #[tool(
@@ -744,7 +742,7 @@ impl Worlds {
             self.pool.give_back(conn).await;
             r?;
         }
-        let (diff, n1) = self.spec_statement(call, None, &format!("diff world {}", spec_string(&a.world))).await?;
+        let (diff, n1) = self.diff_rows(call, &a.world, None, false, None).await?;
         let (dry, n2) = self
             .run(call, None, Txn::Block { read_only: false }, "SELECT * FROM worlds.merge_dry_run(world => $1)", &[&a.world])
             .await?;

@@ -19,7 +19,7 @@ use super::simulate_world::{catalog_one, drop_sim_world, fork_sim_world, one, ru
 use crate::api::{raise, raise_with};
 use pgrx::prelude::*;
 use serde_json::{json, Value};
-use worlds_core::grammar::Simulation;
+use worlds_core::grammar::{better, rank, Simulation};
 
 /// One world's outcome.
 struct Outcome {
@@ -98,12 +98,9 @@ fn refuse_without_room(need: i64) {
 /// The base as a fork source naming one moment: a past base resolved to its time once (so every world
 /// forks from the same rows), with its name, id and moment for the kept worlds' metadata.
 struct Base {
-    source: String,
     name: String,
     id: String,
     at: String,
-    /// forks from now: the snapshot to fork with
-    snapshot: Option<String>,
     /// how every world of the run is forked (simulate's own fork: `fork_sim_world`)
     plan: ForkPlan,
 }
@@ -169,33 +166,27 @@ fn resolve_base(sim: &Simulation) -> Base {
         parent,
         depth,
         base_name: name.clone(),
-        snapshot: snapshot.clone(),
+        snapshot,
         fork_at: if past { Some(at.clone()) } else { None },
         owner,
         creator,
         ttl_ms,
     };
-    if past {
-        Base { source: format!("{name}@{at}"), name, id, at, snapshot: None, plan }
-    } else {
-        Base { source: name.clone(), name, id, at, snapshot, plan }
-    }
+    Base { name, id, at, plan }
 }
 
-/// Forks world i (its row committed with the statement), returning its id.
-fn fork(sim: &Simulation, base: &Base, i: i64) -> String {
-    fork_sim_world(&base.plan, &sim.world_name(i), None)
+/// World i in this session: forked (its row committed with the statement), its script and score run.
+fn one_here(sim: &Simulation, base: &Base, i: i64, home: &str) -> Outcome {
+    let seed = sim.world_seed(i);
+    let name = sim.world_name(i);
+    let id = fork_sim_world(&base.plan, &name, None);
+    let (score, error) = match run_world_named(&sim.script, &sim.score, &name, i, seed, home) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    Outcome { world: name, id: Some(id), index: i, seed, score, error, kept: true }
 }
 
-/// Runs world i's script and score in it: its score, or its error (SQLSTATE: message), its writes then
-/// rolled back.
-fn run_world(sim: &Simulation, i: i64, seed: i64, home: &str) -> Result<f64, String> {
-    run_world_named(&sim.script, &sim.score, &sim.world_name(i), i, seed, home)
-}
-
-fn drop_world(name: &str) {
-    drop_sim_world(name);
-}
 
 fn sim_meta(sim: &Simulation, base: &Base, o: &Outcome) -> Value {
     json!({
@@ -240,15 +231,7 @@ pub fn simulate(sim: Simulation) -> Vec<Value> {
     }
     // an agent's SIMULATE is one line of SHOW AUDIT (its worlds' forks aren't one each)
     crate::storage::as_internal(|| run("SELECT worlds._audit('simulate', $1, $2)", &[sim.prefix.clone().into(), sim.n.into()]));
-    outcomes.sort_by(|x, y| {
-        if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) {
-            std::cmp::Ordering::Less
-        } else if worlds_core::grammar::better((y.score, y.index), (x.score, x.index), sim.descending) {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    });
+    outcomes.sort_by(|x, y| rank((x.score, x.index), (y.score, y.index), sim.descending));
     outcomes
         .into_iter()
         .map(|o| json!({"world": o.world, "id": o.id, "index": o.index, "seed": o.seed, "score": o.score, "error": o.error, "kept": o.kept}))
@@ -262,24 +245,18 @@ fn in_this_session(sim: &Simulation, base: &Base, home: &str) -> Vec<Outcome> {
     let mut best: Vec<usize> = Vec::new();
     for i in 0..sim.n {
         pgrx::check_for_interrupts!();
-        let seed = sim.world_seed(i);
-        let id = fork(sim, base, i);
-        let (score, error) = match run_world(sim, i, seed, home) {
-            Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e)),
-        };
-        outcomes.push(Outcome { world: sim.world_name(i), id: Some(id), index: i, seed, score, error, kept: true });
+        outcomes.push(one_here(sim, base, i, home));
         let me = outcomes.len() - 1;
         let pos = best
             .iter()
-            .position(|&b| worlds_core::grammar::better((outcomes[me].score, i), (outcomes[b].score, outcomes[b].index), sim.descending))
+            .position(|&b| better((outcomes[me].score, i), (outcomes[b].score, outcomes[b].index), sim.descending))
             .unwrap_or(best.len());
         best.insert(pos, me);
         if let Some(k) = sim.keep {
             while best.len() as i64 > k {
                 let out = best.pop().expect("more than k");
                 outcomes[out].kept = false;
-                drop_world(&outcomes[out].world);
+                drop_sim_world(&outcomes[out].world);
             }
         }
     }
@@ -303,12 +280,9 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
         descending: sim.descending,
         keep: sim.keep,
         seed: sim.seed,
-        source: base.source.clone(),
-        snapshot: base.snapshot.clone(),
         plan: base.plan.clone(),
         database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         role: unsafe { pg_sys::GetSessionUserId() }.to_u32(),
-        driver_pid: unsafe { pg_sys::MyProcPid },
     };
     let started = super::simulate_worker::start(&params, threads);
     if started == 0 {
@@ -348,24 +322,15 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
     let home = crate::guc::current_world_setting().to_string_lossy().into_owned();
     for i in (0..sim.n).filter(|i| !done.contains(i)) {
         pgrx::check_for_interrupts!();
-        let seed = sim.world_seed(i);
-        let id = fork(sim, base, i);
-        let (score, error) = match run_world(sim, i, seed, &home) {
-            Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e)),
-        };
-        outcomes.push(Outcome { world: sim.world_name(i), id: Some(id), index: i, seed, score, error, kept: true });
+        outcomes.push(one_here(sim, base, i, &home));
     }
     // KEEP k over them all (the workers kept at most k among theirs; the ones run here join them)
     if let Some(k) = sim.keep {
         let mut order: Vec<usize> = (0..outcomes.len()).filter(|&j| outcomes[j].kept).collect();
-        order.sort_by(|&a, &b| {
-            let (x, y) = (&outcomes[a], &outcomes[b]);
-            if worlds_core::grammar::better((x.score, x.index), (y.score, y.index), sim.descending) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater }
-        });
+        order.sort_by(|&a, &b| rank((outcomes[a].score, outcomes[a].index), (outcomes[b].score, outcomes[b].index), sim.descending));
         for &j in order.iter().skip(k as usize) {
             outcomes[j].kept = false;
-            drop_world(&outcomes[j].world);
+            drop_sim_world(&outcomes[j].world);
         }
     }
     Some(outcomes)
@@ -420,7 +385,7 @@ pub fn replay(world: &str, keep_as: Option<String>) -> Vec<Value> {
     .unwrap_or(0);
     let identical = differing == 0 && score == recorded_score && error.is_none() == recorded_error.is_none();
     if keep_as.is_none() {
-        drop_world(&name);
+        drop_sim_world(&name);
     }
     vec![json!({
         "world": world, "replay": keep_as, "identical": identical, "rows_differing": differing,

@@ -29,12 +29,9 @@ pub(super) struct RunParams {
     pub descending: bool,
     pub keep: Option<i64>,
     pub seed: i64,
-    pub source: String,
-    pub snapshot: Option<String>,
     pub plan: ForkPlan,
     pub database: u32,
     pub role: u32,
-    pub driver_pid: i32,
 }
 
 thread_local! {

@@ -93,6 +93,17 @@ pub fn better(a: (Option<f64>, i64), b: (Option<f64>, i64), descending: bool) ->
     }
 }
 
+/// `better` as an ordering for sorting outcomes best first.
+pub fn rank(a: (Option<f64>, i64), b: (Option<f64>, i64), descending: bool) -> std::cmp::Ordering {
+    if better(a, b, descending) {
+        std::cmp::Ordering::Less
+    } else if better(b, a, descending) {
+        std::cmp::Ordering::Greater
+    } else {
+        std::cmp::Ordering::Equal
+    }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum SimClause {
     Order,
@@ -217,5 +228,8 @@ mod tests {
         assert!(better((Some(1.0), 0), (Some(1.0), 5), true), "ties: the lower index first");
         assert!(better((Some(-1e9), 9), (None, 0), true), "failed worlds last");
         assert!(better((None, 1), (None, 2), true));
+        let mut v = vec![(None, 0), (Some(1.0), 3), (Some(2.0), 2), (Some(1.0), 1)];
+        v.sort_by(|a, b| rank(*a, *b, true));
+        assert_eq!(v, vec![(Some(2.0), 2), (Some(1.0), 1), (Some(1.0), 3), (None, 0)]);
     }
 }
