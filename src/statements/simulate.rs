@@ -297,9 +297,13 @@ fn in_workers(sim: &Simulation, base: &Base, threads: i64) -> Option<Vec<Outcome
     super::simulate_worker::wait_all();
     let rows: Vec<Outcome> = crate::storage::as_internal(|| {
         crate::spi_calls::rows(
-            "SELECT idx, world, id, seed, score, error, kept FROM worlds.sim_result WHERE run = $1",
+            // (each forked world alive unless it fell out of the best k: the workers' rank, in order)
+            "SELECT idx, world, id, seed, score, error,
+                    id IS NOT NULL AND ($2::bigint IS NULL OR row_number() OVER (
+                        PARTITION BY id IS NOT NULL ORDER BY rank_key NULLS LAST, idx) <= $2)
+               FROM worlds.sim_result WHERE run = $1",
             None,
-            &[run_id.into()],
+            &[run_id.into(), sim.keep.into()],
             |t| {
                 t.map(|r| Outcome {
                     index: r.get::<i64>(1).ok().flatten().unwrap_or(0),

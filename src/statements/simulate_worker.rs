@@ -178,32 +178,31 @@ fn one_world(p: &RunParams, i: i64, forked: Result<String, String>, home: &str) 
             Err(e) => (Some(id), None, Some(e)),
         },
     };
+    // the score in ascending order (DESC negates it), so one index keeps the run's worlds best first
+    let rank_key = score.map(|s| if p.descending { -s } else { s });
     crate::storage::as_internal(|| {
         // ranked under the run's own lock: each worker sees every result committed before it
         crate::spi_calls::run_with_args("SELECT pg_advisory_xact_lock(2092162, $1)", &[p.run.into()]).ok();
         crate::spi_calls::run_with_args(
-            "INSERT INTO worlds.sim_result (run, idx, world, id, seed, score, error, kept) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[p.run.into(), i.into(), name.clone().into(), id.clone().into(), seed.into(), score.into(), error.clone().into(), id.is_some().into()],
+            "INSERT INTO worlds.sim_result (run, idx, world, id, seed, score, error, rank_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[p.run.into(), i.into(), name.clone().into(), id.clone().into(), seed.into(), score.into(), error.clone().into(), rank_key.into()],
         )
         .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     });
+    // KEEP k: the run's kept worlds were its best k before this one; with it, the one now at place k + 1
+    // (this world, or the k-th before it) falls out. Insert-only: see simulate.sql.
     if let Some(k) = p.keep {
-        let order = if p.descending { "score DESC" } else { "score ASC" };
-        let out: Vec<String> = crate::storage::as_internal(|| {
+        let out: Option<String> = crate::storage::as_internal(|| {
             crate::spi_calls::rows(
-                &format!(
-                    "UPDATE worlds.sim_result r SET kept = false FROM (
-                        SELECT idx FROM worlds.sim_result WHERE run = $1 AND kept
-                         ORDER BY (score IS NULL), {order}, idx OFFSET $2) o
-                      WHERE r.run = $1 AND r.idx = o.idx RETURNING r.world"
-                ),
+                "SELECT world FROM worlds.sim_result WHERE run = $1 AND id IS NOT NULL
+                  ORDER BY rank_key NULLS LAST, idx OFFSET $2 LIMIT 1",
                 None,
                 &[p.run.into(), k.into()],
-                |t| t.filter_map(|r| r.get::<String>(1).ok().flatten()).collect(),
+                |mut t| t.next().and_then(|r| r.get::<String>(1).ok().flatten()),
             )
             .unwrap_or_default()
         });
-        for world in out {
+        if let Some(world) = out {
             drop_sim_world(&world);
         }
     }
