@@ -12,6 +12,8 @@ FROM worlds.sql($q$simulate 20 worlds from main as trial
   run $$update prices set p = p * (0.9 + random() * 0.2) where sku % 100 = $1 % 100$$
   score $$select sum(p * sold) from prices$$
   keep 3 seed 42;$q$) j;
+-- the others are gone when it returns (the catalog itself, not SHOW WORLDS, which sweeps a stray run's)
+SELECT count(*) AS live_trial_worlds FROM worlds.world WHERE dropped IS NULL AND name LIKE 'trial%';
 -- the kept worlds, best first, hold their inputs in metadata sim; main is untouched
 SELECT name, meta -> 'sim' ->> 'index' AS index, meta -> 'sim' ->> 'seed' AS seed, meta -> 'sim' ->> 'base' AS base,
        meta -> 'sim' ->> 'score_query' AS score_query, (meta -> 'sim' ->> 'at') IS NOT NULL AS has_at

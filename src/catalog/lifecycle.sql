@@ -85,7 +85,9 @@ BEGIN
                     -- run's lock is free once the SIMULATE's transaction ended (statements/simulate.rs)
                     OR (x.meta ? '_worlds_sim' AND pg_try_advisory_xact_lock(2092161, (x.meta -> '_worlds_sim' ->> 'run')::integer)))
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
-             ORDER BY x.depth DESC LOOP
+             -- (at most 100 per statement: each discard holds its world's lock to the end of the
+             -- transaction, and a crashed SIMULATE may leave thousands; the next statements go on)
+             ORDER BY x.depth DESC LIMIT 100 LOOP
         -- never waits: this runs inside statements that already hold other locks (a merge holds its
         -- worlds' write locks and main's rows), so a world that is busy, or a create or drop under way,
         -- leaves the expiry to the next statement (docs/architecture.md, "Concurrency": the lock order)

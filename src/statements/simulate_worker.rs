@@ -11,6 +11,7 @@
 //! expiry (`worlds._expire`: they carry `_worlds_sim` in their metadata until the SIMULATE ends well).
 use super::simulate_world::{drop_sim_world, fork_sim_world, run_world_named, ForkPlan};
 use crate::api::raise;
+use worlds_core::grammar::better;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -189,21 +190,28 @@ fn one_world(p: &RunParams, i: i64, forked: Result<String, String>, home: &str) 
         )
         .unwrap_or_else(|e| raise("XX000", format!("{e}")));
     });
-    // KEEP k: the run's kept worlds were its best k before this one; with it, the one now at place k + 1
-    // (this world, or the k-th before it) falls out. Insert-only: see simulate.sql.
-    if let Some(k) = p.keep {
-        let out: Option<String> = crate::storage::as_internal(|| {
+    // KEEP k: the run's kept worlds were its best k before this one. The results at place k + 1 and after
+    // are the dropped ones; with this world among them, either this world lands there (it is dropped) or
+    // it pushes the k-th before it to place k + 1 (that one is). Insert-only: see simulate.sql.
+    // (a world that didn't fork isn't among them: nothing moves)
+    if let (Some(k), true) = (p.keep, id.is_some()) {
+        let at_k1: Option<(String, Option<f64>, i64)> = crate::storage::as_internal(|| {
             crate::spi_calls::rows(
-                "SELECT world FROM worlds.sim_result WHERE run = $1 AND id IS NOT NULL
+                "SELECT world, score, idx FROM worlds.sim_result WHERE run = $1 AND id IS NOT NULL
                   ORDER BY rank_key NULLS LAST, idx OFFSET $2 LIMIT 1",
                 None,
                 &[p.run.into(), k.into()],
-                |mut t| t.next().and_then(|r| r.get::<String>(1).ok().flatten()),
+                |mut t| {
+                    t.next().map(|r| {
+                        (r.get::<String>(1).ok().flatten().unwrap_or_default(), r.get::<f64>(2).ok().flatten(), r.get::<i64>(3).ok().flatten().unwrap_or(0))
+                    })
+                },
             )
             .unwrap_or_default()
         });
-        if let Some(world) = out {
-            drop_sim_world(&world);
+        if let Some((other, other_score, other_i)) = at_k1 {
+            let out = if better((score, i), (other_score, other_i), p.descending) { other } else { name };
+            drop_sim_world(&out);
         }
     }
 }

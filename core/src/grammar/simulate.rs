@@ -81,10 +81,13 @@ pub fn random_seed(seed: i64) -> f64 {
 }
 
 /// One world's outcome, for ranking: (score, index); a failed world has no score.
-/// Best first: by score (DESC or ASC), then by index; failed worlds last, by index.
+/// Best first: by score (DESC or ASC), then by index; a NaN score after every number (either way), failed
+/// worlds last, by index. (The workers rank with the same order in SQL: the score, negated for DESC,
+/// ascending with NULLS LAST, where Postgres puts NaN after every number.)
 pub fn better(a: (Option<f64>, i64), b: (Option<f64>, i64), descending: bool) -> bool {
     match (a.0, b.0) {
-        (Some(x), Some(y)) if x != y => {
+        (Some(x), Some(y)) if x.is_nan() != y.is_nan() => y.is_nan(),
+        (Some(x), Some(y)) if !x.is_nan() && x != y => {
             if descending { x > y } else { x < y }
         }
         (Some(_), None) => true,
@@ -228,6 +231,12 @@ mod tests {
         assert!(better((Some(1.0), 0), (Some(1.0), 5), true), "ties: the lower index first");
         assert!(better((Some(-1e9), 9), (None, 0), true), "failed worlds last");
         assert!(better((None, 1), (None, 2), true));
+        for desc in [true, false] {
+            assert!(better((Some(-1e300), 9), (Some(f64::NAN), 0), desc), "NaN after every number");
+            assert!(better((Some(f64::NAN), 9), (None, 0), desc), "but before the failed");
+            assert!(better((Some(f64::NAN), 1), (Some(f64::NAN), 2), desc), "NaNs by index");
+            assert!(!better((Some(f64::NAN), 2), (Some(f64::NAN), 1), desc));
+        }
         let mut v = vec![(None, 0), (Some(1.0), 3), (Some(2.0), 2), (Some(1.0), 1)];
         v.sort_by(|a, b| rank(*a, *b, true));
         assert_eq!(v, vec![(Some(2.0), 2), (Some(1.0), 1), (Some(1.0), 3), (None, 0)]);
