@@ -15,7 +15,7 @@
 //! Deterministic: `random()` is seeded (`setseed`) from the world's seed before its script and again
 //! before its score (and `gen_random_uuid()` made from it: governance/read_only.rs), so the same SIMULATE
 //! gives the same scores at any THREADS and REPLAY can say `identical`.
-use super::simulate_world::{catalog_one, drop_sim_world, fork_sim_world, one, run, run_world_named, ForkPlan};
+use super::simulate_world::{catalog_one, drop_sim_world, fork_sim_world, one, replan_as_catalog_grows, run, run_world_named, ForkPlan};
 use crate::api::{raise, raise_with};
 use pgrx::prelude::*;
 use serde_json::{json, Value};
@@ -245,6 +245,7 @@ fn in_this_session(sim: &Simulation, base: &Base, home: &str) -> Vec<Outcome> {
     let mut best: Vec<usize> = Vec::new();
     for i in 0..sim.n {
         pgrx::check_for_interrupts!();
+        replan_as_catalog_grows(i);
         outcomes.push(one_here(sim, base, i, home));
         let me = outcomes.len() - 1;
         let pos = best

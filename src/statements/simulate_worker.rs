@@ -224,10 +224,13 @@ pub extern "C-unwind" fn worlds_simulate_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(p.database)), Some(pg_sys::Oid::from(p.role)));
     let home = "main".to_string();
     let mut i = p.worker;
+    let mut done = 0i64;
     while i < p.n {
         if BackgroundWorker::sigterm_received() {
             break;
         }
+        super::simulate_world::replan_as_catalog_grows(done);
+        done += 1;
         let forked = in_transaction(|| run_alive(p.run).then(|| fork_world(&p, i)));
         let Some(forked) = forked else { break };
         let go_on = in_transaction(|| {

@@ -122,6 +122,17 @@ pub(super) fn fork_sim_world(plan: &ForkPlan, name: &str, marker: Option<i32>) -
 }
 
 /// Drops one world of a simulation (it has no forks: its script couldn't make one).
+/// After the 16th, 64th, 256th, ... world a session ran: its cached plans are made again. pg_worlds'
+/// catalog grows by a row per world (worlds.world keeps a dropped world's row), and a plan cached while it
+/// was small (a sequential scan of two pages) would otherwise be kept for the whole run and walk every row
+/// the run added, for every world: quadratic (bench P13f). Made again, the planner sees the table as it is
+/// now (its pages) and takes the keys' indexes.
+pub(super) fn replan_as_catalog_grows(worlds_done: i64) {
+    if worlds_done >= 16 && (worlds_done as u64).is_power_of_two() && (worlds_done as u64).trailing_zeros() % 2 == 0 {
+        unsafe { pg_sys::ResetPlanCache() };
+    }
+}
+
 pub(super) fn drop_sim_world(name: &str) {
     crate::storage::as_internal(|| run("SELECT worlds._discard(w) FROM worlds.world w WHERE w.name = $1 AND w.dropped IS NULL", &[name.into()]));
 }
