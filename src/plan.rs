@@ -49,6 +49,8 @@ pub enum TableLevel {
     Create { table: String, definition: String },
     Alter { table: String, columns: Vec<String> },
     Drop { table: String },
+    /// a registered reader or a critical mark it added or took away (governance/readers/registry.rs)
+    Reader { change: String },
 }
 
 /// What the world relied on that moved, as a person reads it (the stale-read gate: governance/reads).

@@ -76,8 +76,8 @@ pub enum Statement {
     AlterWorld { name: WorldRef, action: AlterAction },
     /// DROP WORLD / DELETE WORLD / DROP BRANCH [IF EXISTS] name [CASCADE]
     DropWorld { name: WorldRef, if_exists: bool, cascade: bool, tag: &'static str },
-    /// DIFF [WORLD|BRANCH] [a [TO b]] [AS SQL] [LIMIT n]
-    Diff { from: Option<WorldRef>, to: Option<WorldRef>, as_sql: bool, limit: Option<i64> },
+    /// DIFF [WORLD|BRANCH] [a [TO b]] [AS SQL] [LIMIT n] | READERS
+    Diff { from: Option<WorldRef>, to: Option<WorldRef>, as_sql: bool, limit: Option<i64>, readers: bool },
     /// MERGE WORLD / MERGE BRANCH [name] [clause ...]
     Merge { name: Option<WorldRef>, clauses: MergeClauses, tag: &'static str },
     /// REBASE WORLD [name] [USING OURS|THEIRS] [BY COLUMNS] [RESOLVE (...)] [AT VERSION n]
@@ -130,6 +130,16 @@ pub enum Statement {
     Simulate(Box<Simulation>),
     /// REPLAY WORLD world [AS name]
     Replay { world: WorldRef, keep_as: Option<String> },
+    /// REGISTER READER name ON table [(column, ...)]: no columns, every column
+    RegisterReader { name: String, table: String, columns: Vec<String> },
+    /// UNREGISTER READER name [ON table]
+    UnregisterReader { name: String, table: Option<String> },
+    /// SHOW READERS
+    ShowReaders,
+    /// MARK READER name CRITICAL
+    MarkReader { name: String },
+    /// UNMARK READER name
+    UnmarkReader { name: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +173,10 @@ impl Statement {
             Statement::UndoAgent { .. } => Some("UNDO AGENT"),
             Statement::Simulate(_) => Some("SIMULATE"),
             Statement::Replay { .. } => Some("REPLAY WORLD"),
+            Statement::RegisterReader { .. } => Some("REGISTER READER"),
+            Statement::UnregisterReader { .. } => Some("UNREGISTER READER"),
+            Statement::MarkReader { .. } => Some("MARK READER"),
+            Statement::UnmarkReader { .. } => Some("UNMARK READER"),
             Statement::CreatePolicy { .. } => Some("CREATE MERGE POLICY"),
             Statement::CreateCheck { .. } => Some("CREATE MERGE CHECK"),
             Statement::DropCheck { .. } => Some("DROP MERGE CHECK"),
@@ -396,6 +410,10 @@ impl Parser<'_> {
                 self.drop("DROP WORLD")
             }
             "diff" => self.diff(),
+            "register" => self.register_reader(),
+            "unregister" => self.unregister_reader(),
+            "mark" => self.mark_reader(),
+            "unmark" => self.unmark_reader(),
             "simulate" => self.simulate(),
             "replay" => self.replay(),
             "check" => {
@@ -588,6 +606,7 @@ impl Parser<'_> {
             Tok::Word(w) if w == "agents" => Ok(Statement::ShowAgents),
             Tok::Word(w) if w == "audit" => self.show_audit(),
             Tok::Word(w) if w == "reviews" => Ok(Statement::ShowReviews),
+            Tok::Word(w) if w == "readers" => Ok(Statement::ShowReaders),
             Tok::Word(w) if w == "merge" => {
                 if self.eat_word("checks") {
                     return Ok(Statement::ShowChecks);
@@ -679,24 +698,27 @@ impl Parser<'_> {
             };
         let from = if named { Some(self.world_name()?) } else { None };
         let to = if from.is_some() && self.eat_word("to") { Some(self.world_name()?) } else { None };
-        let (mut as_sql, mut limit) = (false, None);
+        let (mut as_sql, mut limit, mut readers) = (false, None, false);
         loop {
             let t = self.peek().clone();
             if self.eat_word("as") {
-                if as_sql {
-                    return Err(self.error_at(&t, "42601", "AS SQL is given twice"));
+                if as_sql || readers {
+                    return Err(self.error_at(&t, "42601", if readers { "DIFF ... READERS has no AS SQL" } else { "AS SQL is given twice" }));
                 }
                 self.expect_word("sql")?;
                 as_sql = true;
             } else if self.eat_word("limit") {
-                if limit.is_some() {
-                    return Err(self.error_at(&t, "42601", "LIMIT is given twice"));
+                if limit.is_some() || readers {
+                    return Err(self.error_at(&t, "42601", if readers { "DIFF ... READERS has no LIMIT" } else { "LIMIT is given twice" }));
                 }
                 limit = Some(self.integer()?);
-            } else if self.at_word("readers") {
-                return Err(self.error_at(&t, "0A000", "DIFF ... READERS is not supported yet"));
+            } else if self.eat_word("readers") {
+                if readers || as_sql || limit.is_some() {
+                    return Err(self.error_at(&t, "42601", "READERS goes alone after DIFF's worlds (no AS SQL, no LIMIT, once)"));
+                }
+                readers = true;
             } else {
-                return Ok(Statement::Diff { from, to, as_sql, limit });
+                return Ok(Statement::Diff { from, to, as_sql, limit, readers });
             }
         }
     }
@@ -897,6 +919,8 @@ fn side_of(word: &str) -> Side {
 mod agents;
 mod policies;
 mod simulate;
+mod readers;
+pub use readers::READER_NAME_MAX;
 pub use simulate::{better, random_seed, rank, Simulation, MAX_TEXT as SIMULATE_MAX_TEXT, MAX_WORLDS as SIMULATE_MAX_WORLDS};
 mod checks;
 

@@ -174,6 +174,20 @@ pub struct Policy {
     pub max_effects: Option<i64>,
     pub effects_per_hour: Option<i64>,
     pub review_channels: Vec<String>,
+    /// may change what a critical reader reads (false: such a merge waits for a person)
+    pub critical: bool,
+}
+
+/// A critical reader whose columns a merge changes: "client billing" reads these columns of `table`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CriticalRead {
+    /// the table as a person names it (`leads`, `sales.orders`)
+    pub table: String,
+    /// the changed columns it reads, in the table's order
+    pub columns: Vec<String>,
+    /// its kind as DIFF ... READERS names it (client, view, registered reader, ...)
+    pub kind: String,
+    pub reader: String,
 }
 
 /// A table a merge changes: its schema, name, and the columns it changes (an update changing one, an
@@ -204,6 +218,8 @@ pub struct MergeFacts {
     pub schema_changes: i64,
     pub effects: i64,
     pub channels: Vec<String>,
+    /// the critical readers of what it changes (governance/readers)
+    pub critical_reads: Vec<CriticalRead>,
 }
 
 /// The table as a person with the default search_path names it (public's tables unqualified).
@@ -287,6 +303,12 @@ pub fn broken_rules(p: &Policy, f: &MergeFacts) -> Vec<String> {
     if !p.schema && f.schema_changes > 0 {
         let objects = if f.schema_changes == 1 { "1 object".to_string() } else { format!("{} objects", f.schema_changes) };
         why.push(format!("changes the schema ({objects}; schema false)"));
+    }
+    if !p.critical {
+        for c in &f.critical_reads {
+            let columns = c.columns.iter().map(|col| format!("{}.{col}", c.table)).collect::<Vec<_>>().join(", ");
+            why.push(format!("changes {columns}, which critical {} {} reads", c.kind, c.reader));
+        }
     }
     if !p.overwrite && f.overwrites > 0 {
         why.push(format!("overwrites {} its parent changed since the fork (overwrite false)", rows(f.overwrites)));
@@ -387,5 +409,16 @@ mod tests {
         assert_eq!(broken_rules(&p, &f("sales")), vec!["changes table sales.orders (review_tables)".to_string()]);
         let q = Policy { review_tables: table_list("\"Orders\"").unwrap(), overwrite: true, ..Default::default() };
         assert!(broken_rules(&q, &f("public")).is_empty());
+    }
+
+    #[test]
+    fn critical_readers_hold_unless_the_policy_allows() {
+        let read = CriticalRead { table: "leads".into(), columns: vec!["status".into(), "score".into()], kind: "client".into(), reader: "billing".into() };
+        let f = MergeFacts { critical_reads: vec![read], ..Default::default() };
+        let p = Policy { overwrite: true, ..Default::default() };
+        assert_eq!(broken_rules(&p, &f), vec!["changes leads.status, leads.score, which critical client billing reads".to_string()]);
+        let allowed = Policy { critical: true, ..p };
+        assert!(broken_rules(&allowed, &f).is_empty());
+        assert!(broken_rules(&Policy { overwrite: true, ..Default::default() }, &MergeFacts::default()).is_empty());
     }
 }

@@ -38,6 +38,7 @@ pub fn allows(text: &str) -> Result<(), Refusal> {
         | Statement::ShowPolicies
         | Statement::ShowReviews
         | Statement::ShowChecks
+        | Statement::ShowReaders
         | Statement::Diff { .. }
         | Statement::CheckReads { .. } => Ok(()),
         Statement::Merge { clauses, .. } if clauses.dry_run => Ok(()),

@@ -21,7 +21,7 @@ pub fn load(name: &str) -> Option<Policy> {
     crate::storage::as_internal(|| {
         crate::spi_calls::rows(
             "SELECT max_rows, max_deletes, rows_per_hour, deletes_per_hour, confirm_deletes_over, max_age, tables, review_tables,
-                    review_columns, schema, overwrite, max_effects, effects_per_hour, review_channels
+                    review_columns, schema, overwrite, max_effects, effects_per_hour, review_channels, critical
              FROM worlds.merge_policy WHERE name = $1",
             None,
             &[name.into()],
@@ -44,6 +44,7 @@ pub fn load(name: &str) -> Option<Policy> {
                         max_effects: r.get::<i64>(12).ok().flatten(),
                         effects_per_hour: r.get::<i64>(13).ok().flatten(),
                         review_channels: text(14).map(|s| rules::name_list(&s).unwrap_or_default()).unwrap_or_default(),
+                        critical: r.get::<bool>(15).ok().flatten().unwrap_or(false),
                     }
                 })
             },
@@ -136,6 +137,8 @@ pub fn facts(plan: &[Planned], schema_changes: usize, world: &World, into_main: 
     let (effects, channels) = crate::governance::outbox::effects(world.num);
     f.effects = effects;
     f.channels = channels;
+    // what critical readers read of it (governance/readers): the marks the world and main have
+    f.critical_reads = crate::governance::readers::blast::critical_reads(plan, world, None);
     f
 }
 

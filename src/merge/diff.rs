@@ -74,6 +74,10 @@ pub fn diff(req: DiffRequest) -> Vec<Value> {
         rows.extend(schema::diff_rows(&objects, req.as_sql));
         rows.extend(twins::diff_rows(&world, &changed, req.as_sql));
         rows.extend(twins::replaced_diff_rows(&twins::replaced_of(world.num), req.as_sql));
+        // the readers it registered, the marks it set or took away (governance/readers)
+        if !req.as_sql {
+            rows.extend(crate::governance::readers::registry::changes_of(&world).iter().map(|c| c.diff_row()));
+        }
         rows.extend(render_diff(&world.name, tables, req.as_sql, req.limit));
         if req.as_sql {
             rows.extend(schema::keys_sql(&objects));
@@ -120,6 +124,23 @@ pub(super) fn require_read(layout: &Layout) {
     }
 }
 
+thread_local! {
+    /// DIFF ... READERS reads a diff's rows without its NOTICE (`quietly`)
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs f (a DIFF) without the NOTICE of what each table loses.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            QUIET.with(|q| q.set(self.0));
+        }
+    }
+    let _r = Reset(QUIET.with(|q| q.replace(true)));
+    f()
+}
+
 /// One row of a diff: its key, the row before and the row after (None: absent).
 pub(super) type DiffRow = (String, Option<Value>, Option<Value>);
 pub(super) type DiffTable = (String, std::rc::Rc<Layout>, Vec<DiffRow>);
@@ -142,7 +163,7 @@ pub(super) fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: b
             a.iter().zip(b.iter()).map(|(p, q)| compare_value(p, q)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
         });
     }
-    if !tables.is_empty() {
+    if !tables.is_empty() && !QUIET.with(|q| q.get()) {
         let summary = tables
             .iter()
             .map(|(t, _, rows)| {
@@ -262,6 +283,11 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         let made: Vec<schema::WorldObject> = theirs.iter().filter(|o| !ours.iter().any(|x| same(x, o))).cloned().collect();
         let gone: Vec<&schema::WorldObject> = ours.iter().filter(|o| !theirs.iter().any(|x| same(x, o))).collect();
         out.extend(schema::diff_rows(&made, as_sql_out));
+        // the readers and marks (governance/readers): kept as they stand, not as they were, so moments
+        // have none to compare
+        if !as_sql_out && !a.iter().chain(b.iter()).any(|w| w.read_only) {
+            out.extend(crate::governance::readers::registry::changes_between_worlds(a.as_ref(), b.as_ref()).iter().map(|c| c.diff_row()));
+        }
         out.extend(render_diff(&format!("{from} to {to}"), tables, as_sql_out, limit));
         out.extend(drops);
         out.extend(gone.into_iter().rev().map(|o| schema::drop_row(o, as_sql_out)));

@@ -187,6 +187,8 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // the schema it made (merge/schema.rs): brought first, whole merges only; both sides making one
         // name is a conflict
         let objects = if whole { schema::objects(world.num) } else { Vec::new() };
+        // the readers it registered and the marks it set or took away (governance/readers): whole merges
+        let readers = if whole { crate::governance::readers::registry::changes_of(&world) } else { Vec::new() };
         let schema_conflicts = schema::conflicts(&objects, target_world.as_ref());
         let mut twin_conflicts = twins::conflicts(&world, &twins, target_world.is_some());
         if target_world.is_some() && !replaced.is_empty() {
@@ -209,9 +211,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
-            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: schema::table_levels(&objects, &twins, &replaced), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
+            let mut plan = MergePlan { world: world.clone(), into_main: true, tables: table_levels(&objects, &twins, &replaced, &readers), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
             judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
-            let brought = schema::apply(&world, &objects, None, &twins, &replaced);
+            let brought = schema::apply(&world, &objects, None, &twins, &replaced) + bring_readers(&world, None, whole);
             let (applied, deletes, changed) = fast_forward::apply(&layouts, &world, &absent);
             schema::add_keys(world.num);
             let applied = applied + brought;
@@ -233,7 +235,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         let mut mplan = MergePlan {
             world: world.clone(),
             into_main: target_world.is_none(),
-            tables: schema::table_levels(&objects, &twins, &replaced),
+            tables: table_levels(&objects, &twins, &replaced, &readers),
             rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
@@ -288,6 +290,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             rows.extend(schema::dry_run_rows(&objects));
             rows.extend(twins::dry_run_rows(&twins.iter().filter(|t| !t.dropped).cloned().collect::<Vec<_>>()));
             rows.extend(twins::replaced_dry_run_rows(&replaced));
+            rows.extend(readers.iter().map(|c| c.dry_run_row()));
             rows.extend(dry_run_rows(plan));
             let blocked = |why: String| {
                 serde_json::json!({
@@ -327,6 +330,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             if !plan.iter().any(|p| matches!(p.decision.outcome, Outcome::Conflict(_))) && unsafe { !pg_sys::XactReadOnly } {
                 let why = trial(|| {
                     schema::apply(&world, &objects, target_world.as_ref(), &twins, &replaced);
+                    bring_readers(&world, target_world.as_ref(), whole);
                     match &target_world {
                         None => apply(plan, &world),
                         Some(t) => apply_into_world(plan, &world, t),
@@ -430,7 +434,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             }
         } else {
             // the schema it made first, then its rows
-            let brought = schema::apply(&world, &objects, target_world.as_ref(), &twins, &replaced);
+            let brought = schema::apply(&world, &objects, target_world.as_ref(), &twins, &replaced) + bring_readers(&world, target_world.as_ref(), whole);
             let n = brought + run();
             if target_world.is_none() {
                 schema::add_keys(world.num);
@@ -454,4 +458,17 @@ pub struct RebaseRequest {
     pub by_columns: bool,
     pub resolve: Vec<(String, Pick)>,
     pub at_version: Option<i64>,
+}
+
+/// The plan's table-level changes: the schema it made and changed (merge/schema.rs, twins.rs), then the
+/// readers it registered and the marks it set or took away (each a schema change under a policy).
+fn table_levels(objects: &[schema::WorldObject], twins: &[twins::Twin], replaced: &[twins::Replaced], readers: &[crate::governance::readers::registry::Change]) -> Vec<crate::plan::TableLevel> {
+    let mut t = schema::table_levels(objects, twins, replaced);
+    t.extend(readers.iter().map(|c| crate::plan::TableLevel::Reader { change: c.describe() }));
+    t
+}
+
+/// Brings the world's readers and marks into the target (whole merges only): how many.
+fn bring_readers(world: &World, target: Option<&World>, whole: bool) -> usize {
+    if whole { crate::governance::readers::registry::apply(world, target) } else { 0 }
 }

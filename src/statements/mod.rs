@@ -7,12 +7,14 @@ use crate::api::{raise, raise_with};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::JsonB;
+use crate::governance::readers::registry;
 use crate::merge::{self, DiffRequest, MergeRequest, RebaseRequest};
 use worlds_core::grammar::{self, AlterAction, Meta, MetaValue, Resolution, RestoreTarget, Side, Statement};
 use worlds_core::merge::Pick;
 
 extension_sql_file!("simulate.sql", name = "simulate", requires = ["lifecycle"]);
 
+mod readers;
 mod simulate;
 mod simulate_worker;
 mod simulate_world;
@@ -268,11 +270,12 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
             );
             tag(t)
         }
-        Statement::Diff { from, to: Some(to), as_sql, limit } => {
+        Statement::Diff { from, to, readers: true, .. } => readers::diff_readers(from, to),
+        Statement::Diff { from, to: Some(to), as_sql, limit, .. } => {
             let from = from.unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
             merge::diff_to(&from, &to, as_sql, limit)
         }
-        Statement::Diff { from, to: None, as_sql, limit } => merge::diff(DiffRequest { world: from, as_sql, limit }),
+        Statement::Diff { from, to: None, as_sql, limit, .. } => merge::diff(DiffRequest { world: from, as_sql, limit }),
         Statement::Merge { name, clauses: c, .. } => merge::merge(MergeRequest {
             world: name,
             into: c.into,
@@ -343,6 +346,11 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         Statement::DropCheck { name } => call_tag("SELECT worlds.drop_merge_check(check_name => $1)", &[name.into()]),
         Statement::ShowChecks => rows("SELECT * FROM worlds.show_merge_checks()", &[]),
         Statement::ShowReviews => rows("SELECT * FROM worlds.show_reviews()", &[]),
+        Statement::ShowReaders => rows("SELECT * FROM worlds.show_readers()", &[]),
+        Statement::RegisterReader { name, table, columns } => registry::register(&name, &table, &columns),
+        Statement::UnregisterReader { name, table } => registry::unregister(&name, table.as_deref()),
+        Statement::MarkReader { name } => registry::mark(&name),
+        Statement::UnmarkReader { name } => registry::unmark(&name),
         Statement::UndoAgent { name, since, skip_changed, run_id } => {
             let when = match since {
                 RestoreTarget::When(text) => moment_text(&text),

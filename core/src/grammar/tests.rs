@@ -53,7 +53,7 @@ fn switch(name: &str, tag: &'static str) -> Statement {
 }
 
 fn diff(from: Option<&str>, to: Option<&str>, as_sql: bool, limit: Option<i64>) -> Statement {
-    Statement::Diff { from: from.map(Into::into), to: to.map(Into::into), as_sql, limit }
+    Statement::Diff { from: from.map(Into::into), to: to.map(Into::into), as_sql, limit, readers: false }
 }
 
 // ---- the spec's examples, verbatim ----
@@ -185,7 +185,7 @@ fn spec_diff() {
         ok("diff world 'main@-1 hour' to main as sql;"),
         diff(Some("main@-1 hour"), Some("main"), true, None)
     );
-    assert_eq!(fails("diff world cleanup readers;"), ("0A000", "DIFF ... READERS is not supported yet".into(), 20));
+    assert_eq!(fails("diff world cleanup readers as sql;"), ("42601", "DIFF ... READERS has no AS SQL".into(), 28));
 }
 
 #[test]
@@ -478,7 +478,7 @@ fn diff_forms_and_clause_order() {
     assert_eq!(ok("diff world a to 'b@now' as sql limit 3"), diff(Some("a"), Some("b@now"), true, Some(3)));
     assert_eq!(ok("diff world a to b limit 3 as sql"), diff(Some("a"), Some("b"), true, Some(3)));
     assert_eq!(ok("diff \"as\""), diff(Some("as"), None, false, None));
-    assert_eq!(fails("diff readers"), ("0A000", "DIFF ... READERS is not supported yet".into(), 6));
+    assert_eq!(fails("diff readers limit 3"), ("42601", "DIFF ... READERS has no LIMIT".into(), 14));
     assert_eq!(fails("diff a as sql as sql"), ("42601", "AS SQL is given twice".into(), 15));
     assert_eq!(fails("diff limit 1 limit 2"), ("42601", "LIMIT is given twice".into(), 14));
     syntax_at("diff to b", "to", 6);
