@@ -15,6 +15,7 @@ pub mod checks;
 pub mod judge;
 pub mod policies;
 pub mod reads;
+pub mod readers;
 pub mod read_only;
 pub mod outbox;
 pub mod reviews;
