@@ -8,7 +8,8 @@
 //!   its indexes (keys, expressions, WHERE) other than those of its keys.
 //! - Its triggers, when their event fires (UPDATE OF included); row triggers read every column.
 //! - SQL and PL/pgSQL functions whose text names the table and a changed column (or the table at all when
-//!   rows are added or deleted). Trigger functions listed as a trigger aren't listed again.
+//!   rows are added or deleted). The functions of the table's triggers aren't (their trigger is, when
+//!   its event fires).
 //!
 //! What the session sees: objects in main's schemas, and a world's own objects (namespaces
 //! `pg_w<num>_<schema>`) only of the session's world and its ancestors (the chain its names resolve
@@ -518,7 +519,7 @@ fn indexes(table: &Table, reach: &Reach, out: &mut Vec<Reader>) {
 }
 
 /// Its triggers whose event the change fires (pg_worlds' own and internal ones left out); returns the
-/// functions of those listed.
+/// functions of all its triggers.
 fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_sys::Oid> {
     let rows: Vec<(String, i32, Vec<Option<i16>>, pg_sys::Oid, String)> = crate::spi_calls::rows(
         "SELECT t.tgname::text, t.tgtype::int, t.tgattr::int2[], t.tgfoid, p.proname::text
@@ -543,8 +544,10 @@ fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_s
         },
     )
     .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: readers: {e}")));
-    let mut listed = HashSet::new();
-    for (name, tgtype, tgattr, func, proname) in rows {
+    // (a trigger function runs when a trigger fires: the trigger says when, so its text isn't searched
+    // again as a function's, whether or not this change fires it)
+    let functions: HashSet<pg_sys::Oid> = rows.iter().map(|r| r.3).collect();
+    for (name, tgtype, tgattr, _, proname) in rows {
         let tgtype = tgtype as u32;
         let row = tgtype & pg_sys::TRIGGER_TYPE_ROW != 0;
         let on_insert = tgtype & pg_sys::TRIGGER_TYPE_INSERT != 0;
@@ -556,7 +559,9 @@ fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_s
         if inserted_or_deleted {
             hit.extend(reach.all.iter().copied());
         }
-        let updated_fires = on_update && !reach.updated.is_empty() && (of.is_empty() || !of.is_disjoint(&reach.updated));
+        // (a column the table doesn't have, as the session sees it, fires only an UPDATE without OF)
+        let updated_fires = on_update
+            && ((!reach.updated.is_empty() && (of.is_empty() || !of.is_disjoint(&reach.updated))) || (of.is_empty() && !reach.updated_unknown.is_empty()));
         if updated_fires {
             // a row trigger sees every column of the row it fires for; a statement trigger the ones it names
             if row || of.is_empty() {
@@ -574,11 +579,11 @@ fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_s
                     columns.push(n);
                 }
             }
-            if inserted_or_deleted || updated_fires {
-                for n in &reach.updated_unknown {
-                    if !columns.contains(n) {
-                        columns.push(n.clone());
-                    }
+        }
+        if (updated_fires && of.is_empty()) || (every && inserted_or_deleted) {
+            for n in &reach.updated_unknown {
+                if !columns.contains(n) {
+                    columns.push(n.clone());
                 }
             }
         }
@@ -605,10 +610,9 @@ fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_s
             events.push("TRUNCATE".to_string());
         }
         let detail = format!("{} runs {}()", events.join(" OR "), QuotedName::ident(&proname));
-        listed.insert(func);
         out.push(Reader { kind: "trigger", name, columns, detail, every_column: row });
     }
-    listed
+    functions
 }
 
 /// SQL and PL/pgSQL functions (not pg_worlds' nor another extension's) whose text names the table and a

@@ -422,10 +422,10 @@ pub fn reads_of_view(relid: pg_sys::Oid) -> Reads {
 
 /// What a query's text reads, parsed and analysed as a merge check is (search_path = public), in a
 /// subtransaction rolled back afterwards: None when it no longer parses or analyses (a column dropped
-/// since), or isn't one statement.
+/// since), or isn't one statement. A cancel, a lack of resources or an internal error is raised again.
 pub fn reads_of_text(sql: &str) -> Option<Reads> {
     let text = std::ffi::CString::new(sql).ok()?;
-    crate::subxact::rolled_back(|| unsafe {
+    crate::subxact::rolled_back_with_state(|| unsafe {
         let level = crate::storage::push_setting(c"search_path", c"public");
         let raw = pg_sys::raw_parser(text.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
         let stmts = list::<pg_sys::RawStmt>(raw);
@@ -438,8 +438,12 @@ pub fn reads_of_text(sql: &str) -> Option<Reads> {
         crate::storage::pop_setting(level);
         out
     })
-    .ok()
-    .flatten()
+    .unwrap_or_else(|(state, message)| {
+        if ["57", "53", "54", "58", "XX"].iter().any(|c| state.starts_with(c)) {
+            crate::api::raise(&state, message);
+        }
+        None
+    })
 }
 
 /// The columns an expression tree stored as text (pg_node_tree: a constraint's `conbin`, an index's
