@@ -442,7 +442,9 @@ fn constraints(table: &Table, reach: &Reach, seen: &Seen, out: &mut Vec<Reader>)
         }
     }
     // foreign keys pointing at it: its referenced key updated, or rows deleted
-    let referencing: Vec<(String, Vec<Option<i16>>, String, String, bool)> = crate::spi_calls::rows(
+    // (name, referenced key, referencing table, its namespace, another session's temporary one)
+    type Referencing = (String, Vec<Option<i16>>, String, String, bool);
+    let referencing: Vec<Referencing> = crate::spi_calls::rows(
         "SELECT c.conname::text, c.confkey, r.relname::text, n.nspname::text,
                 (n.nspname ~ '^pg_(toast_)?temp_' AND n.oid <> pg_catalog.pg_my_temp_schema())
            FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_class r ON r.oid = c.conrelid
@@ -480,7 +482,9 @@ fn constraints(table: &Table, reach: &Reach, seen: &Seen, out: &mut Vec<Reader>)
 /// Its indexes (by key columns, expressions and WHERE), but those of its primary key and unique
 /// constraints (listed as those).
 fn indexes(table: &Table, reach: &Reach, out: &mut Vec<Reader>) {
-    let rows: Vec<(String, Vec<Option<i16>>, Option<String>, Option<String>, String)> = crate::spi_calls::rows(
+    // (name, key columns, expressions, WHERE, definition)
+    type Index = (String, Vec<Option<i16>>, Option<String>, Option<String>, String);
+    let rows: Vec<Index> = crate::spi_calls::rows(
         "SELECT ic.relname::text, i.indkey::int2[], i.indexprs::text, i.indpred::text, pg_catalog.pg_get_indexdef(i.indexrelid)
            FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
           WHERE i.indrelid = $1
@@ -521,7 +525,9 @@ fn indexes(table: &Table, reach: &Reach, out: &mut Vec<Reader>) {
 /// Its triggers whose event the change fires (pg_worlds' own and internal ones left out); returns the
 /// functions of all its triggers.
 fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_sys::Oid> {
-    let rows: Vec<(String, i32, Vec<Option<i16>>, pg_sys::Oid, String)> = crate::spi_calls::rows(
+    // (name, tgtype, UPDATE OF columns, function, its name)
+    type Trigger = (String, i32, Vec<Option<i16>>, pg_sys::Oid, String);
+    let rows: Vec<Trigger> = crate::spi_calls::rows(
         "SELECT t.tgname::text, t.tgtype::int, t.tgattr::int2[], t.tgfoid, p.proname::text
            FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
            JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace

@@ -321,7 +321,7 @@ impl Tracer {
     /// A relation read: a view is inlined, anything else recorded.
     unsafe fn relation(&mut self, relid: pg_sys::Oid, relkind: u8, attno: Option<i16>) {
         unsafe {
-            if relkind == pg_sys::RELKIND_VIEW as u8 {
+            if relkind == pg_sys::RELKIND_VIEW {
                 if self.via.iter().any(|(v, _)| *v == relid) {
                     return;
                 }
