@@ -1,7 +1,10 @@
-//! Readers and blast radius (spec, "DIFF ... READERS"): what in the database reads the columns a change
-//! touches.
+//! Readers and blast radius (spec, "DIFF ... READERS"): what reads the columns a change touches.
+//! - `trace`: what in the database reads them (views, materialized views and merge checks column by
+//!   column, constraints, indexes, triggers, functions), from the stored query trees;
+//! - `clients`: the columns clients' statements read, recorded at ExecutorStart in shared memory;
 //! - `registry`: registered readers and critical marks, which live in a world like a view;
-pub mod registry;
+//! - `blast`: the three together for one changed table (DIFF ... READERS, the policy's critical rule).
 pub mod blast;
-pub mod trace;
 pub mod clients;
+pub mod registry;
+pub mod trace;
