@@ -76,7 +76,7 @@ SELECT j ->> 'name' AS name FROM worlds.sql('create agent regress_rbot with (can
 SET SESSION AUTHORIZATION regress_rbot;
 SELECT * FROM worlds.sql('create world rbot_w');
 SET worlds.world = rbot_w;
-UPDATE leads SET status = 'new' WHERE id = 3;
+UPDATE leads SET status = 'won' WHERE id = 3;
 RESET worlds.world;
 SELECT j ->> 'detail' AS blocked FROM worlds.sql('merge world rbot_w dry run') j WHERE j ->> 'outcome' = 'blocked';
 SELECT try($$select * from worlds.sql('merge world rbot_w')$$);

@@ -167,17 +167,19 @@ fn require_in_main(owner_of: Option<pg_sys::Oid>) {
         crate::governance::agents::require("admin", None);
         return;
     };
-    let (owns, admin, name) = crate::storage::as_session_user(|| {
+    let (owns, name) = crate::storage::as_session_user(|| {
         crate::spi_calls::rows(
-            "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE'), worlds._is_admin(), c.relname::text FROM pg_catalog.pg_class c WHERE c.oid = $1",
+            "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE'), c.relname::text FROM pg_catalog.pg_class c WHERE c.oid = $1",
             None,
             &[relid.into()],
-            |mut t| t.next().map(|r| (r.get::<bool>(1).ok().flatten().unwrap_or(false), r.get::<bool>(2).ok().flatten().unwrap_or(false), r.get::<String>(3).ok().flatten().unwrap_or_default())),
+            |mut t| t.next().map(|r| (r.get::<bool>(1).ok().flatten().unwrap_or(false), r.get::<String>(2).ok().flatten().unwrap_or_default())),
         )
     })
     .ok()
     .flatten()
-    .unwrap_or((false, false, String::new()));
+    .unwrap_or((false, String::new()));
+    // (pg_worlds' admin: a superuser, worlds_admin, an agent with admin; read from its catalog)
+    let admin = crate::storage::as_internal(|| crate::spi_calls::get_one::<bool>("SELECT worlds._is_admin()")).ok().flatten().unwrap_or(false);
     if !owns && !admin {
         crate::api::raise_with(
             "42501",
