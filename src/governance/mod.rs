@@ -7,6 +7,7 @@
 //! - `policies`: merge policies' rules judged on the merge's plan (worlds_core::rules); `reviews`: the
 //!   queue of worlds waiting for a person, and its notifications; `outbox`: a world's NOTIFYs, kept
 //!   until it lands; `checks`: merge checks, queries that must find nothing in the merged result.
+//! - `readers`: what reads each column (DIFF ... READERS): `clients`, the columns clients were seen reading.
 //! - `read_only`: `worlds.read_only`, a transaction that can only read (MCP safe mode).
 use pgrx::prelude::*;
 
@@ -15,6 +16,7 @@ pub mod checks;
 pub mod judge;
 pub mod policies;
 pub mod reads;
+pub mod readers;
 pub mod read_only;
 pub mod outbox;
 pub mod reviews;
