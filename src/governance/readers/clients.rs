@@ -142,7 +142,8 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc) {
         }
         let rtable = (*stmt).rtable;
         let now = raw::GetCurrentStatementStartTimestamp();
-        let in_world = !crate::guc::in_main();
+        // (asked only of an entry checked as another role: the overlay view's are)
+        let mut in_world: Option<bool> = None;
         let mut new: Vec<(u32, i16)> = Vec::new();
         let (role, app) = LOCAL.with(|l| {
             let mut l = l.borrow_mut();
@@ -152,7 +153,7 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc) {
                 if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION || !l.user_table((*rte).relid) {
                     continue;
                 }
-                if in_world && overlay_entry(rte) {
+                if (*rte).checkAsUser != pg_sys::Oid::INVALID && *in_world.get_or_insert_with(|| !crate::guc::in_main()) && overlay_entry(rte) {
                     continue;
                 }
                 let relid = (*rte).relid.to_u32();

@@ -318,9 +318,11 @@ unsafe fn load() -> bool {
         return true;
     }
     let mut entries: Vec<ReadEntry> = body.chunks_exact(size).map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const ReadEntry) }).collect();
-    // (the newest first, should the file hold more than fits now)
-    entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.last_read));
-    entries.truncate(MAX_ENTRIES);
+    // (the newest, should the file hold more than fits now)
+    if entries.len() > MAX_ENTRIES {
+        entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.last_read));
+        entries.truncate(MAX_ENTRIES);
+    }
     for e in entries {
         unsafe {
             if let Some((p, _)) = search(s.table, &e.key, pg_sys::HASHACTION::HASH_ENTER_NULL) {
