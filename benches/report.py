@@ -81,6 +81,8 @@ FIGURES = [
      [("checking", "checking", "tps"), ("plain", "plain", "tps")]),
     ("P12w", "P12 TPC-B tps in a world that checks its reads / in one that doesn't", (">=", 0.9), "x",
      [("checking", "checking", "tps"), ("plain", "plain", "tps")]),
+    ("P12r", "P12 select-only (-S) tps on main recording which columns clients read (worlds.record_reads on) / off", (">=", 0.97), "x",
+     [("recording", "recording", "tps"), ("off", "off", "tps")]),
     ("P13", "P13 a client session's fork, run, score and drop loop / SIMULATE of the same worlds (KEEP 10, its background workers): the spec's pricing example", (">=", 1.6), "x",
      [("client", "client", "ms"), ("simulate", "SIMULATE", "ms")]),
     ("P13f", "P13 SIMULATE's time per world: many worlds (KEEP 10) / few", ("<=", 1.3), "x",

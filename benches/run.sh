@@ -537,6 +537,8 @@ measure_p11() {
 # What checking reads costs: pgbench select-only (-S) and TPC-B inside a world forked WITH (check_reads =
 # true) vs inside one forked without, same database, sides alternating, a fresh pair of worlds per run.
 # Every read statement records what it read (a key; past 10,000 keys the table counts whole).
+# P12r: what recording which columns clients read costs main (governance/readers/clients.rs): pgbench -S
+# on main with worlds.record_reads on / off, same database, sides alternating.
 setup_p12() {
   fresh_db bench_p12
   pgbench_in -i -q -s $SCALE bench_p12 >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
@@ -549,8 +551,15 @@ p12_world() {  # p12_world NAME CHECK ARGS...: tps in a fresh world (check_reads
   tps
   sql bench_p12 -c "select worlds.drop_world('$name')" >/dev/null
 }
+p12_main() {  # p12_main on|off ARGS...: main's tps with worlds.record_reads on / off
+  local rec=$1; shift
+  if ! (export PGOPTIONS="-c worlds.record_reads=$rec"; pgbench_in -n "$@" bench_p12) >"$WORK/pgbench.log" 2>&1; then
+    echo "bench: pgbench $* on bench_p12 (record_reads $rec) failed:" >&2; cat "$WORK/pgbench.log" >&2; return 1
+  fi
+  tps
+}
 measure_p12() {
-  local rep c n s
+  local rep c n s r o
   for rep in $(seq $REPS); do
     for kind in S w; do
       local args=(-c 2 -j 2 -T $T_SELECT -S); [ $kind = w ] && args=(-c 2 -j 2 -T $T_BUSY)
@@ -561,6 +570,10 @@ measure_p12() {
       fi
       pair P12$kind checking "$c" plain "$n"
     done
+    local margs=(-c 2 -j 2 -T $T_SELECT -S)
+    if [ $((rep % 2)) -eq 1 ]; then r=$(p12_main on "${margs[@]}"); o=$(p12_main off "${margs[@]}")
+    else o=$(p12_main off "${margs[@]}"); r=$(p12_main on "${margs[@]}"); fi
+    pair P12r recording "$r" off "$o"
   done
 }
 
@@ -756,7 +769,7 @@ if want p8; then group "P8c1 P8c2 P8c4" setup_p8 measure_p8; fi
 if want p9; then group "P9" setup_tpcb measure_p9; fi
 if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p11; then group "P11" setup_p11 measure_p11; fi
-if want p12; then group "P12S P12w" setup_p12 measure_p12; fi
+if want p12; then group "P12S P12w P12r" setup_p12 measure_p12; fi
 if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload

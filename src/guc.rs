@@ -108,6 +108,14 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"worlds.record_reads",
+        c"Record which columns each client's statements read (DIFF ... READERS, kind client).",
+        c"A session records a (client, table, column) at most once a minute, in shared memory; off records nothing.",
+        &RECORD_READS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
@@ -132,6 +140,8 @@ pub fn register() {
     );
 }
 
+/// `worlds.record_reads`: clients' reads are recorded (governance/readers/clients.rs). On by default.
+pub static RECORD_READS: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static WORLD_SCAN: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));

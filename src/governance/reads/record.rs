@@ -327,7 +327,7 @@ unsafe fn scan_of(plan: *mut pg_sys::Plan) -> Option<(u32, Vec<*mut pg_sys::Node
 }
 
 /// The owner of a tracked table's overlay view (its entry inside the expanded view reads every column).
-fn view_owner(tabno: i32, relid: u32) -> pg_sys::Oid {
+pub(crate) fn view_owner(tabno: i32, relid: u32) -> pg_sys::Oid {
     if let Some(o) = VIEW_OWNERS.with(|v| v.borrow().get(&relid).copied()) {
         return o;
     }

@@ -17,6 +17,11 @@ pub(super) unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::Q
         if !crate::guc::in_main() {
             guarded(|| crate::governance::reads::record(query_desc, eflags));
         }
+        // which columns clients read, main's and worlds' (governance/readers/clients.rs): a repeated read
+        // touches only this backend's map
+        if crate::governance::readers::clients::wanted(eflags) {
+            guarded(|| crate::governance::readers::clients::record(query_desc));
+        }
     }
 }
 
