@@ -62,11 +62,21 @@ SELECT reader, kind, "table", columns, critical FROM worlds.show_readers();
 -- DIFF shows them: register reader, unregister reader, mark critical, unmark critical (then the rows)
 SELECT j ->> 'table' AS "table", j ->> 'id' AS id, j ->> 'change' AS change, j -> 'columns' AS columns
 FROM worlds.sql('diff world cleanup') j;
+-- a client seen reading: this session (its role, and its program: pg_regress names itself)
+SELECT count(*) AS open_rows FROM leads WHERE status = 'new';
+SELECT client, "table", "column" FROM worlds.client_reads() WHERE "table" = 'leads'::regclass ORDER BY 1, 3;
 -- DIFF ... READERS: what reads the changed columns; critical first; three rows of coverage last
 SELECT j ->> 'table' AS "table", j ->> 'columns' AS columns, j ->> 'kind' AS kind, j ->> 'reader' AS reader,
        (j ->> 'critical')::bool AS critical
 FROM worlds.sql('diff world cleanup readers') j WHERE j ->> 'kind' <> 'coverage';
 SELECT count(*) AS coverage_rows FROM worlds.sql('diff world cleanup readers') j WHERE j ->> 'kind' = 'coverage';
+-- with TO, from b's definitions: main to the world
+SELECT j ->> 'table' AS "table", j ->> 'columns' AS columns, j ->> 'kind' AS kind, j ->> 'reader' AS reader
+FROM worlds.sql('diff world main to cleanup readers') j WHERE j ->> 'kind' <> 'coverage';
+-- the coverage rows say what was looked at
+SELECT left(j ->> 'detail', 28) AS coverage FROM worlds.sql('diff world cleanup readers') j WHERE j ->> 'kind' = 'coverage';
+-- errors: READERS goes alone
+SELECT try($$select * from worlds.sql('diff world cleanup readers as sql')$$);
 -- MERGE brings them into main
 SELECT * FROM worlds.sql('merge world cleanup');
 SELECT reader, kind, "table", columns, critical FROM worlds.show_readers();
@@ -83,7 +93,7 @@ SELECT try($$select * from worlds.sql('merge world rbot_w')$$);
 -- a change no critical reader reads merges on its own
 SELECT * FROM worlds.sql('create world rbot_ok');
 SET worlds.world = rbot_ok;
-UPDATE leads SET score = 99 WHERE id = 3;
+UPDATE leads SET score = 99 WHERE id = 5;
 RESET worlds.world;
 SELECT * FROM worlds.sql('merge world rbot_ok');
 RESET SESSION AUTHORIZATION;
