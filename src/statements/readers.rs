@@ -110,7 +110,7 @@ pub fn diff_readers(from: Option<String>, to: Option<String>) -> Vec<Value> {
     let chain: Vec<i32> = readers_world.as_ref().map(|w| w.chain.clone()).unwrap_or_default();
     let mut found: Vec<blast::ReaderRow> = Vec::new();
     for (table, change) in changes_of(&rows, readers_world.as_ref()) {
-        found.extend(blast::readers_of(&change, &table, &entries, &chain, blast::Shown::ToRole));
+        found.extend(blast::readers_of(&change, &table, &entries, &chain));
     }
     // critical first, then the tables with the most readers, then the readers of the most changed columns
     let per_table = |t: &str| found.iter().filter(|r| r.table == t).count();

@@ -9,13 +9,6 @@ use crate::plan::Planned;
 use pgrx::prelude::*;
 use std::collections::BTreeMap;
 
-/// Which clients' reads count.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Shown {
-    ToRole,
-    All,
-}
-
 /// One reader of one changed table, as DIFF ... READERS shows it.
 #[derive(Clone, Debug)]
 pub struct ReaderRow {
@@ -63,9 +56,10 @@ fn touched_all(change: &Change, columns: &[(i16, String)]) -> Vec<String> {
 
 /// Every reader of one changed table (`table`: as a person names it) as the worlds of `chain` (a world's
 /// chain, own first; empty: main) define them, with the registered readers and marks `entries` has.
-/// Clients: those the role may see (`Shown::ToRole`, as worlds.client_reads() shows them), or every
-/// one (`Shown::All`: the policy's rule doesn't depend on who merges).
-pub fn readers_of(change: &Change, table: &str, entries: &[Entry], chain: &[i32], shown: Shown) -> Vec<ReaderRow> {
+/// Clients: every one seen reading the columns, whoever asks (as pg_stat_activity names every session's
+/// role and program; the policy's rule doesn't depend on who merges). worlds.client_reads(), which lists
+/// each read, keeps other roles' to pg_read_all_stats.
+pub fn readers_of(change: &Change, table: &str, entries: &[Entry], chain: &[i32]) -> Vec<ReaderRow> {
     let columns = table_columns(change.relid);
     let critical = |reader: &str, kind: &str| registry::marked(entries, reader, kind).is_some();
     let mut out: Vec<ReaderRow> = trace::readers_seen_from(change, chain)
@@ -75,11 +69,7 @@ pub fn readers_of(change: &Change, table: &str, entries: &[Entry], chain: &[i32]
     // clients seen reading: per client, the touched columns it read, and when it last read one
     let touched_cols = touched(change, &columns);
     let mut clients: BTreeMap<String, (Vec<String>, pgrx::datum::TimestampWithTimeZone)> = BTreeMap::new();
-    let reads = match shown {
-        Shown::All => super::clients::reads_of(change.relid),
-        Shown::ToRole => super::clients::visible_reads_of(change.relid),
-    };
-    for (client, attnum, at) in reads {
+    for (client, attnum, at) in super::clients::reads_of(change.relid) {
         let Some((_, name)) = columns.iter().find(|c| c.0 == attnum) else { continue };
         if !touched_cols.contains(name) {
             continue;
@@ -174,7 +164,7 @@ pub fn critical_reads(plan: &[Planned], world: &crate::world::World, target: Opt
     }
     let mut out = Vec::new();
     for (table, change) in plan_changes(plan) {
-        for r in readers_of(&change, &table, &entries, &world.chain, Shown::All).into_iter().filter(|r| r.critical) {
+        for r in readers_of(&change, &table, &entries, &world.chain).into_iter().filter(|r| r.critical) {
             out.push(worlds_core::rules::CriticalRead { table: r.table, columns: r.columns, kind: r.kind, reader: r.reader });
         }
     }
