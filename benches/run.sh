@@ -617,6 +617,16 @@ p13_client() {  # the client's loop: its milliseconds
   t1=$(date +%s%N)
   echo $(( (t1 - t0) / 1000000 ))
 }
+# quiesce DB: a checkpoint, then until no autovacuum worker runs (at most 60 s): the maintenance of the
+# runs before (the pricing database's 100k-row table, the other side's worlds) lands on neither side
+quiesce() {
+  sql "$1" -c "checkpoint" >/dev/null
+  local i
+  for i in $(seq 1 120); do
+    [ "$(sql "$1" -Atc "select count(*) from pg_stat_activity where backend_type = 'autovacuum worker'")" = 0 ] && return
+    sleep 0.5
+  done
+}
 measure_p13() {
   local rep s c few many
   local script='update prices set p = p * (0.9 + random() * 0.2) where sku % 100 = $1 % 100' score='select sum(p * sold) from prices'
@@ -628,12 +638,13 @@ measure_p13() {
     # them up on the other core, don't weigh on either side; sides alternating)
     sql bench_p13 -c "vacuum" >/dev/null; sql bench_p13f -c "vacuum analyze" >/dev/null
     if [ $((rep % 2)) -eq 1 ]; then
-      few=$(P13_DB=bench_p13f p13_sim few$rep $SIM_FEW 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
-      many=$(P13_DB=bench_p13f p13_sim many$rep $SIM_MANY 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+      quiesce bench_p13f; few=$(P13_DB=bench_p13f p13_sim few$rep $SIM_FEW 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+      quiesce bench_p13f; many=$(P13_DB=bench_p13f p13_sim many$rep $SIM_MANY 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
     else
-      many=$(P13_DB=bench_p13f p13_sim many$rep $SIM_MANY 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
-      few=$(P13_DB=bench_p13f p13_sim few$rep $SIM_FEW 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+      quiesce bench_p13f; many=$(P13_DB=bench_p13f p13_sim many$rep $SIM_MANY 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
+      quiesce bench_p13f; few=$(P13_DB=bench_p13f p13_sim few$rep $SIM_FEW 'update tiny set v = v + 1 where id = $1 % 100 + 1' 'select sum(v) from tiny')
     fi
+    echo "-- P13f rep $rep: many $many ms ($SIM_MANY worlds), few $few ms ($SIM_FEW worlds)" >&2
     pair P13f many "$(div "$many" $SIM_MANY)" few "$(div "$few" $SIM_FEW)"
   done
 }

@@ -136,6 +136,8 @@ pub enum Statement {
     UnregisterReader { name: String, table: Option<String> },
     /// SHOW READERS
     ShowReaders,
+    /// SHOW CHECKPOINTS [FOR [WORLD] name]
+    ShowCheckpoints { world: Option<WorldRef> },
     /// MARK READER name CRITICAL
     MarkReader { name: String },
     /// UNMARK READER name
@@ -607,6 +609,17 @@ impl Parser<'_> {
             Tok::Word(w) if w == "audit" => self.show_audit(),
             Tok::Word(w) if w == "reviews" => Ok(Statement::ShowReviews),
             Tok::Word(w) if w == "readers" => Ok(Statement::ShowReaders),
+            Tok::Word(w) if w == "checkpoints" => {
+                let world = if self.eat_word("for") {
+                    if !self.eat_word("world") {
+                        self.eat_word("branch");
+                    }
+                    Some(self.world_name()?)
+                } else {
+                    None
+                };
+                Ok(Statement::ShowCheckpoints { world })
+            }
             Tok::Word(w) if w == "merge" => {
                 if self.eat_word("checks") {
                     return Ok(Statement::ShowChecks);

@@ -39,6 +39,7 @@ pub fn allows(text: &str) -> Result<(), Refusal> {
         | Statement::ShowReviews
         | Statement::ShowChecks
         | Statement::ShowReaders
+        | Statement::ShowCheckpoints { .. }
         | Statement::Diff { .. }
         | Statement::CheckReads { .. } => Ok(()),
         Statement::Merge { clauses, .. } if clauses.dry_run => Ok(()),

@@ -154,6 +154,10 @@ pub struct DiffArgs {
     /// The changes as SQL statements that would make them.
     #[serde(default)]
     pub as_sql: bool,
+    /// Instead of the rows: what reads each changed column (views, checks, keys, triggers, functions,
+    /// registered readers, clients seen reading), critical readers first (DIFF ... READERS).
+    #[serde(default)]
+    pub readers: bool,
 }
 
 #[derive(Deserialize, schemars::JsonSchema, Default)]
@@ -384,15 +388,16 @@ impl Worlds {
 impl Worlds {
     /// DIFF WORLD w [TO b] [AS SQL] [LIMIT n]: the statement's text written by Postgres from the values
     /// (`quote_literal`), which reach it as parameters.
-    async fn diff_rows(&self, call: &Call, world: &str, to: Option<&str>, as_sql: bool, limit: Option<i64>) -> Result<(Vec<Value>, Vec<String>), CallError> {
+    async fn diff_rows(&self, call: &Call, world: &str, to: Option<&str>, as_sql: bool, limit: Option<i64>, readers: bool) -> Result<(Vec<Value>, Vec<String>), CallError> {
         let (out, notices) = self
             .run(
                 call,
                 None,
                 Txn::Block { read_only: false },
                 "SELECT s FROM worlds.sql('diff world ' || quote_literal($1) || coalesce(' to ' || quote_literal($2), '')
-                                          || CASE WHEN $3 THEN ' as sql' ELSE '' END || coalesce(' limit ' || $4::bigint, '')) s",
-                &[&world, &to, &as_sql, &limit],
+                                          || CASE WHEN $3 THEN ' as sql' ELSE '' END || coalesce(' limit ' || $4::bigint, '')
+                                          || CASE WHEN $5 THEN ' readers' ELSE '' END) s",
+                &[&world, &to, &as_sql, &limit, &readers],
             )
             .await?;
         Ok((out.rows.into_iter().filter_map(|mut r| r.pop()).collect(), notices))
@@ -518,12 +523,13 @@ impl Worlds {
     }
 
     #[tool(
-        description = "Show what a world changed since its fork (or against another world with `to`): table, id, change (insert/update/delete, or create/alter/drop table...), before, after, columns. as_sql gives the SQL that would make the changes. Changes nothing.",
+        description = "Show what a world changed since its fork (or against another world with `to`): table, id, change (insert/update/delete, or create/alter/drop table...), before, after, columns. as_sql gives the SQL that would make the changes. readers=true gives instead what reads each changed column (table, columns, kind, reader, detail, critical): views, checks, keys, triggers, functions, registered readers and clients seen reading, critical ones first; a merge policy holds a merge that changes what a critical reader reads. Changes nothing.",
         annotations(title = "Diff a world", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn diff(&self, Parameters(a): Parameters<DiffArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let call = call_or_fail!(self, ctx);
-        match self.diff_rows(&call, &a.world, a.to.as_deref(), a.as_sql, a.limit).await {
+        match self.diff_rows(&call, &a.world, a.to.as_deref(), a.as_sql, a.limit, a.readers).await {
+            Ok((rows, n)) if a.readers => done(json!({"readers": rows}), n),
             Ok((rows, n)) => done(json!({"changes": rows}), n),
             Err(e) => failed(e),
         }
@@ -742,7 +748,7 @@ impl Worlds {
             self.pool.give_back(conn).await;
             r?;
         }
-        let (diff, n1) = self.diff_rows(call, &a.world, None, false, None).await?;
+        let (diff, n1) = self.diff_rows(call, &a.world, None, false, None, false).await?;
         let (dry, n2) = self
             .run(call, None, Txn::Block { read_only: false }, "SELECT * FROM worlds.merge_dry_run(world => $1)", &[&a.world])
             .await?;

@@ -173,6 +173,9 @@ CREATE TABLE worlds.event (
     rows   bigint,
     xid    xid8 DEFAULT pg_current_xact_id_if_assigned()  -- the transaction (UNDO MERGE finds a merge's writes by it)
 );
+-- a world's events, found by its number: UNDO MERGE, AT VERSION's repeat, the keyless-table check, SHOW
+-- REVIEWS and SHOW HISTORY read one world's, never the table whole (it grows for the life of the database)
+CREATE INDEX event_world ON worlds.event (world, seq);
 
 -- pg_dump: the catalog and generated storage are derived state and not dumped. A restore creates the
 -- extension, then the tables; the event trigger tracks each table anew as it is created (history, worlds

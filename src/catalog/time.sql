@@ -265,6 +265,23 @@ BEGIN
     RETURN 'CHECKPOINT';
 END $$;
 
+-- SHOW CHECKPOINTS [FOR [WORLD] name]: the live worlds' checkpoints (one world's with FOR), by world
+-- and time: what RESTORE ... TO CHECKPOINT can name.
+CREATE FUNCTION worlds.show_checkpoints(for_world text DEFAULT NULL)
+RETURNS TABLE (world text, label text, at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    only_num integer;
+BEGIN
+    PERFORM worlds._require('read');
+    IF for_world IS NOT NULL THEN
+        only_num := (worlds._resolve(for_world)).num;
+    END IF;
+    RETURN QUERY SELECT w.name, c.label, c.at FROM worlds.checkpoint c JOIN worlds.world w ON w.num = c.world
+                 WHERE w.dropped IS NULL AND (only_num IS NULL OR c.world = only_num)
+                 ORDER BY w.name, c.at, c.label;
+END $$;
+
 -- SHOW HISTORY [FOR [WORLD] name] [LIMIT n]: what happened to the world, newest first. A dropped
 -- world's name still works.
 CREATE TYPE worlds.history_row AS (at timestamptz, world text, event text, rows bigint);

@@ -179,6 +179,19 @@ pub fn refusals(plan: &[Planned], schema_changes: usize, world: &World, into_mai
     rules::broken_rules(&policy, &facts(plan, schema_changes, world, into_main, &agent))
 }
 
+/// An agent keeping to a policy with overwrite = false, rebasing with its rows kept over `n` rows its parent
+/// changed since the fork: the broken rule ("would keep ... (overwrite false)"); None when allowed (a
+/// person, no policy, overwrite = true).
+pub fn refuses_overwrite(n: i64) -> Option<String> {
+    let agent = crate::governance::agents::session_agent()?;
+    let name = agent.policy.clone()?;
+    let policy = load(&name)?;
+    (!policy.overwrite).then(|| {
+        let rows = if n == 1 { "1 row".to_string() } else { format!("{n} rows") };
+        format!("would keep its own rows over {rows} its parent changed since the fork, which agent {}'s merge policy {name} doesn't allow (overwrite false)", agent.name)
+    })
+}
+
 /// A person merging a world of an agent under a policy with confirm_deletes_over must give the count, and
 /// the right one (55000 with the real count), before anything is written: the refusal when not.
 pub fn unconfirmed_deletes(plan: &[Planned], world: &World, given: Option<i64>) -> Option<Refusal> {

@@ -155,7 +155,7 @@ LANGUAGE sql STABLE AS $$ SELECT * FROM worlds.merge_policy ORDER BY created, na
 -- SHOW REVIEWS: the queued worlds, oldest ask first; reasons and changes as the merge would judge them now.
 CREATE FUNCTION worlds.show_reviews()
 RETURNS TABLE (world text, owner text, policy text, reasons text[], asked timestamptz, version bigint,
-               changed_since boolean, scope jsonb, changes jsonb, effects jsonb)
+               changed_since boolean, scope jsonb, changes jsonb, effects jsonb, run jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -175,6 +175,10 @@ BEGIN
         changes := j -> 'changes';
         effects := (SELECT coalesce(jsonb_object_agg(o.channel, o.n), '{}') FROM
                        (SELECT x.channel, count(*) AS n FROM worlds.outbox x WHERE x.world = r.world GROUP BY 1) o);
+        -- which run of the agent made it (the spec's run column, as SHOW AUDIT's): from the fork's meta
+        run := (SELECT nullif(jsonb_strip_nulls(jsonb_build_object('run_id', x.meta -> 'run_id', 'prompt_version', x.meta -> 'prompt_version',
+                                                                  'model', x.meta -> 'model', 'tool_schema', x.meta -> 'tool_schema')), '{}')
+                FROM worlds.world x WHERE x.num = r.world);
         RETURN NEXT;
     END LOOP;
 END $$;

@@ -283,6 +283,10 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                 "{}: version {}; to merge exactly what this dry run saw, add AT VERSION {} TARGET {}",
                 world.name, world.version, world.version, fingerprint
             );
+                // a person merging an agent's world under confirm_deletes_over gives the count: said here
+                if let Some(r) = crate::governance::policies::unconfirmed_deletes(plan, &world, None) {
+                    pgrx::notice!("{}: its merge {}", world.name, r.rule);
+                }
             }
             // the schema it makes first, then its rows
             // (main's tables it dropped, its own objects, main's tables it changed: the order the merge runs)

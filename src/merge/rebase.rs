@@ -138,6 +138,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let touched: Vec<std::rc::Rc<Layout>> =
             layouts.iter().filter(|l| world_touched(l, &world) && !twins.iter().any(|t| t.tabno == l.tabno)).cloned().collect();
         let settle = MergeRequest { by_columns: req.by_columns, using_ours: req.using_ours, ..Default::default() };
+        let mut overwrites: i64 = 0;
         for p in plan_rows(&touched, &world, parent_world.as_ref(), &settle, &resolve, None) {
             let (l, row) = (&p.layout, &p.row);
             if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
@@ -151,6 +152,10 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 }
                 continue;
             }
+            // its own row kept over one its parent changed since the fork (USING OURS, RESOLVE ... = ours)
+            if matches!(p.decision.outcome, Outcome::KeptOurs | Outcome::PickedOurs) && row.theirs != row.base {
+                overwrites += 1;
+            }
             match p.decision.outcome {
                 Outcome::Conflict(_) => conflicts.push(format!("{}/{}", short_name(&p.table), row.key)),
                 _ if p.decision.result != row.ours => {
@@ -162,6 +167,13 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                     writes.push((l.clone(), v, del));
                 }
                 _ => {}
+            }
+        }
+        // an agent keeping to a policy with overwrite = false can't keep its rows over its parent's changes
+        // by rebasing either (a merge would queue it; a rebase has no queue: 42501)
+        if overwrites > 0 {
+            if let Some(why) = crate::governance::policies::refuses_overwrite(overwrites) {
+                raise_with("42501", format!("rebasing {} {why}; nothing was changed", world.name), None, Some("Rebase with USING THEIRS (or settle those rows so), or let a person rebase it.".into()));
             }
         }
         if !conflicts.is_empty() {

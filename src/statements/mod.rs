@@ -347,6 +347,7 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         Statement::ShowChecks => rows("SELECT * FROM worlds.show_merge_checks()", &[]),
         Statement::ShowReviews => rows("SELECT * FROM worlds.show_reviews()", &[]),
         Statement::ShowReaders => rows("SELECT * FROM worlds.show_readers()", &[]),
+        Statement::ShowCheckpoints { world } => rows("SELECT * FROM worlds.show_checkpoints($1)", &[world.into()]),
         Statement::RegisterReader { name, table, columns } => registry::register(&name, &table, &columns),
         Statement::UnregisterReader { name, table } => registry::unregister(&name, table.as_deref()),
         Statement::MarkReader { name } => registry::mark(&name),
@@ -415,6 +416,26 @@ fn resolve_json(resolve: Option<crate::api::JsonArg>) -> Vec<(String, Pick)> {
 fn _diff(world: Option<&str>, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
     let as_sql = as_sql.unwrap_or(false);
     SetOfIterator::new(merge::diff(DiffRequest { world: world.map(str::to_string), as_sql, limit: lim }).into_iter().map(JsonB))
+}
+
+/// DIFF WORLD a TO b [AS SQL] [LIMIT n] (`worlds.diff_to`, `worlds.diff_to_as_sql`).
+#[pg_extern]
+fn _diff_to(from: Option<&str>, to: &str, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+    let from = from.map(str::to_string).unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
+    SetOfIterator::new(merge::diff_to(&from, to, as_sql.unwrap_or(false), lim).into_iter().map(JsonB))
+}
+
+/// DIFF [WORLD a [TO b]] READERS (`worlds.diff_readers`).
+#[pg_extern]
+fn _diff_readers(world: Option<&str>, to: Option<&str>) -> SetOfIterator<'static, JsonB> {
+    SetOfIterator::new(readers::diff_readers(world.map(str::to_string), to.map(str::to_string)).into_iter().map(JsonB))
+}
+
+/// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id'] (`worlds.undo_agent`): its tag.
+#[pg_extern]
+fn undo_agent(agent: &str, since: pgrx::datum::TimestampWithTimeZone, skip_changed: default!(bool, false), run_id: default!(Option<&str>, "NULL")) -> String {
+    let when = crate::spi_calls::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[since.into()]).ok().flatten().unwrap_or_default();
+    crate::time::undo_agent(agent, when, skip_changed, run_id.map(str::to_string))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -488,6 +509,26 @@ $$;
 CREATE FUNCTION worlds.diff_as_sql(world text DEFAULT NULL, "limit" bigint DEFAULT NULL) RETURNS TABLE (sql text)
 LANGUAGE sql AS $$ SELECT j ->> 'sql' FROM worlds._diff(world, true, "limit") j $$;
 
+-- DIFF WORLD a TO b [AS SQL] [LIMIT n]: what turns a into b (a null: the session's world).
+CREATE FUNCTION worlds.diff_to("from" text, "to" text, "limit" bigint DEFAULT NULL)
+RETURNS TABLE ("table" text, id text, change text, before jsonb, after jsonb, columns jsonb)
+LANGUAGE sql AS $$
+    SELECT r."table", r.id, r.change, r.before, r.after, r.columns
+    FROM worlds._diff_to("from", "to", false, "limit") j,
+         jsonb_to_record(j) AS r("table" text, id text, change text, before jsonb, after jsonb, columns jsonb)
+$$;
+CREATE FUNCTION worlds.diff_to_as_sql("from" text, "to" text, "limit" bigint DEFAULT NULL) RETURNS TABLE (sql text)
+LANGUAGE sql AS $$ SELECT j ->> 'sql' FROM worlds._diff_to("from", "to", true, "limit") j $$;
+
+-- DIFF [WORLD a [TO b]] READERS, with the spec's columns.
+CREATE FUNCTION worlds.diff_readers(world text DEFAULT NULL, "to" text DEFAULT NULL)
+RETURNS TABLE ("table" text, columns text, kind text, reader text, detail text, critical boolean)
+LANGUAGE sql AS $$
+    SELECT r."table", r.columns, r.kind, r.reader, r.detail, r.critical
+    FROM worlds._diff_readers(world, "to") j,
+         jsonb_to_record(j) AS r("table" text, columns text, kind text, reader text, detail text, critical boolean)
+$$;
+
 -- MERGE WORLD [world] [clauses]: returns its tag, MERGE n.
 CREATE FUNCTION worlds.merge(world text DEFAULT NULL, "into" text DEFAULT NULL, only_tables text[] DEFAULT NULL,
                              only_keys text[] DEFAULT NULL, "using" text DEFAULT NULL, by_columns boolean DEFAULT false,
@@ -514,7 +555,7 @@ CREATE FUNCTION worlds.rebase(world text DEFAULT NULL, "using" text DEFAULT NULL
 RETURNS text LANGUAGE sql AS $$ SELECT worlds._rebase(world, "using", by_columns, resolve, at_version) $$;
 "#,
     name = "merge_functions",
-    requires = [_diff, _merge, _rebase],
+    requires = [_diff, _diff_to, _diff_readers, _merge, _rebase],
 );
 
 /// A moment written as a string: its time (22P02 when it isn't one, 22023 outside the history window).

@@ -129,6 +129,10 @@ def agent_loop(prefix):
         ok(f"{prefix}: describe shows acct with its key", not err and acct and acct[0]["primary_key"] == ["id"], v)
         err, v, _ = await t("diff", world=w)
         ok(f"{prefix}: diff shows two updates", not err and sorted(c["change"] for c in v["changes"]) == ["update", "update"], v)
+        err, v, _ = await t("diff", world=w, readers=True)
+        ok(f"{prefix}: diff readers: the merge check reading acct.bal, coverage last",
+           not err and any(r["kind"] == "merge check" and r["reader"] == "m33_no_negative" and r["columns"] == "bal" for r in v["readers"])
+           and v["readers"][-1]["kind"] == "coverage", v)
         err, v, _ = await t("merge", world=w, dry_run=True)
         ok(f"{prefix}: dry run plans it", not err and v["dry_run"][0]["outcome"] == "summary", v)
         ok(f"{prefix}: dry run's notice (AT VERSION / TARGET) comes along", any("TARGET" in n for n in (v or {}).get("notices", [])), v)

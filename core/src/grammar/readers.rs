@@ -117,6 +117,13 @@ mod tests {
     }
 
     #[test]
+    fn show_checkpoints() {
+        assert_eq!(parse("show checkpoints").unwrap(), Statement::ShowCheckpoints { world: None });
+        assert_eq!(parse("SHOW CHECKPOINTS FOR WORLD bot_task;").unwrap(), Statement::ShowCheckpoints { world: Some("bot_task".into()) });
+        assert_eq!(parse("show checkpoints for bot_task").unwrap(), Statement::ShowCheckpoints { world: Some("bot_task".into()) });
+    }
+
+    #[test]
     fn show_readers_and_diff_readers() {
         assert_eq!(parse("show readers").unwrap(), Statement::ShowReaders);
         assert_eq!(

@@ -193,6 +193,7 @@ pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::
             b"audit" => c"SELECT * FROM worlds.show_audit()",
             b"reviews" => c"SELECT * FROM worlds.show_reviews()",
             b"readers" => c"SELECT * FROM worlds.show_readers()",
+            b"checkpoints" => c"SELECT * FROM worlds.show_checkpoints()",
             _ => return None,
         };
         (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)
