@@ -10,6 +10,7 @@
 //! - `time`       RESTORE WORLD and UNDO MERGE (moments, AS OF, checkpoints, SHOW HISTORY are SQL)
 //! - `governance` agents and their rights (and the other gates a merge submits to)
 //! - `api`        small SQL-callable helpers shared by the above
+//! - `metrics`    SHOW METRICS: pg_worlds' operations timed and its refusals counted, in shared memory
 use pgrx::prelude::*;
 
 pub mod api;
@@ -19,6 +20,7 @@ pub mod datum;
 pub mod governance;
 pub mod guc;
 pub mod merge;
+pub mod metrics;
 pub mod plan;
 pub mod route;
 mod shared_memory;

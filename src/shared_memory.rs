@@ -1,6 +1,6 @@
 //! pg_worlds' shared memory, asked for at server start and attached by one pair of hooks: the read sets of
 //! worlds that check their reads (governance/reads/shmem.rs) and the history marks that let a world's
-//! cache skip its catch-up of main (storage/history_marks.rs), the columns clients were seen reading (governance/readers/clients_shmem.rs). Each part sizes and attaches its own.
+//! cache skip its catch-up of main (storage/history_marks.rs), the columns clients were seen reading (governance/readers/clients_shmem.rs), SHOW METRICS' numbers (metrics/shmem.rs). Each part sizes and attaches its own.
 use pgrx::pg_sys;
 
 static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
@@ -25,6 +25,7 @@ unsafe extern "C-unwind" fn request() {
         crate::governance::reads::shmem::request();
         crate::storage::history_marks::request();
         crate::governance::readers::clients_shmem::request();
+        crate::metrics::shmem::request();
     }
 }
 
@@ -39,6 +40,7 @@ unsafe extern "C-unwind" fn startup() {
         crate::governance::reads::shmem::attach();
         crate::storage::history_marks::attach();
         crate::governance::readers::clients_shmem::attach();
+        crate::metrics::shmem::attach();
         pg_sys::LWLockRelease(init);
         if !pg_sys::IsUnderPostmaster {
             crate::governance::reads::shmem::load_and_save_at_exit();

@@ -138,6 +138,8 @@ pub enum Statement {
     ShowReaders,
     /// SHOW CHECKPOINTS [FOR [WORLD] name]
     ShowCheckpoints { world: Option<WorldRef> },
+    /// SHOW METRICS
+    ShowMetrics,
     /// MARK READER name CRITICAL
     MarkReader { name: String },
     /// UNMARK READER name
@@ -609,6 +611,7 @@ impl Parser<'_> {
             Tok::Word(w) if w == "audit" => self.show_audit(),
             Tok::Word(w) if w == "reviews" => Ok(Statement::ShowReviews),
             Tok::Word(w) if w == "readers" => Ok(Statement::ShowReaders),
+            Tok::Word(w) if w == "metrics" => Ok(Statement::ShowMetrics),
             Tok::Word(w) if w == "checkpoints" => {
                 let world = if self.eat_word("for") {
                     if !self.eat_word("world") {

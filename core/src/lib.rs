@@ -3,6 +3,7 @@
 pub mod as_of;
 pub mod grammar;
 pub mod merge;
+pub mod metrics;
 pub mod names;
 pub mod rules;
 pub mod safe_mode;

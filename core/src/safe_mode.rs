@@ -40,6 +40,7 @@ pub fn allows(text: &str) -> Result<(), Refusal> {
         | Statement::ShowChecks
         | Statement::ShowReaders
         | Statement::ShowCheckpoints { .. }
+        | Statement::ShowMetrics
         | Statement::Diff { .. }
         | Statement::CheckReads { .. } => Ok(()),
         Statement::Merge { clauses, .. } if clauses.dry_run => Ok(()),
@@ -70,6 +71,7 @@ mod tests {
             "SHOW BRANCHES;",
             "show history for world w limit 5",
             "show reviews",
+            "show metrics",
             "show merge checks",
             "show merge policies",
             "show agents",

@@ -97,6 +97,10 @@ BEGIN
         CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)
                    OR (SELECT dropped IS NOT NULL FROM worlds.world x WHERE x.num = w.num);
         PERFORM worlds._discard(w);
+        -- (SHOW METRICS: worlds expired, by their TTL)
+        IF w.expires IS NOT NULL AND w.expires <= clock_timestamp() THEN
+            PERFORM worlds._metric_count('worlds expired');
+        END IF;
     END LOOP;
 END $$;
 
@@ -151,6 +155,7 @@ DECLARE
     live bigint;
     cap integer := current_setting('worlds.max_worlds')::integer;
     agent worlds.agent;
+    started timestamptz := clock_timestamp();  -- (SHOW METRICS: fork)
 BEGIN
     PERFORM worlds._refuse_in_transaction('CREATE WORLD');
     IF name IS NULL THEN
@@ -218,6 +223,7 @@ BEGIN
     END IF;
     PERFORM worlds._audit('fork', name);
     INSERT INTO worlds.event (world, event) VALUES (n, 'forked from ' || src.name), (src.num, 'forked ' || name);
+    PERFORM worlds._metric_time('fork', started);
     RETURN 'CREATE WORLD';
 END $$;
 

@@ -255,7 +255,10 @@ fn checks_for(changed: Vec<pg_sys::Oid>) -> Vec<(String, String, i32)> {
 /// its timeout. No one skips a check (the judge: judge.rs).
 pub fn broken_for(changed: Vec<pg_sys::Oid>, target: Option<&World>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    for (name, query, timeout_ms) in checks_for(changed) {
+    let checks = checks_for(changed);
+    // (SHOW METRICS: the checks' run, when there are some)
+    let _timer = (!checks.is_empty()).then(|| crate::metrics::time(crate::metrics::Timed::MergeChecks));
+    for (name, query, timeout_ms) in checks {
         // (in name order: the order every merge takes these locks in)
         lock_check(&name);
         match found_rows(&query, timeout_ms, target) {

@@ -83,9 +83,12 @@ pub fn judge(plan: &MergePlan, phase: Phase, confirm_deletes: Option<Option<i64>
 /// raised with its SQLSTATE.
 pub fn enforce(world: &World, verdict: Verdict) {
     if let Some(why) = verdict.queue {
+        crate::metrics::count(crate::metrics::Counter::RefusedPolicyQueued);
         super::policies::refuse(world, &why);
     }
     if let Some(r) = verdict.refusals.into_iter().next() {
+        // (SHOW METRICS: counted by its gate, worlds_core::metrics::Counter::of_refusal)
+        crate::metrics::refused(r.code);
         raise_with(r.code, r.message, None, r.hint);
     }
 }

@@ -82,7 +82,11 @@ pub fn land(world_num: i32, target_num: i32) -> i64 {
         } else {
             "WITH moved AS (UPDATE worlds.outbox SET world = $2 WHERE world = $1 RETURNING 1) SELECT count(*) FROM moved"
         };
-        crate::spi_calls::get_one_with_args::<i64>(sql, &[world_num.into(), target_num.into()]).ok().flatten().unwrap_or(0)
+        let n = crate::spi_calls::get_one_with_args::<i64>(sql, &[world_num.into(), target_num.into()]).ok().flatten().unwrap_or(0);
+        if target_num == 0 {
+            crate::metrics::count_n(crate::metrics::Counter::EffectsSent, n.max(0) as u64);
+        }
+        n
     })
 }
 

@@ -24,7 +24,9 @@ pub fn queue(world_num: i32, version: i64, policy: &str) {
         .enable_spi_access()
         .set_extra(&extra)
         .load_dynamic();
-    if loaded.is_err() {
+    if loaded.is_ok() {
+        crate::metrics::count(crate::metrics::Counter::QueuedReviews);
+    } else {
         pgrx::warning!("pg_worlds: no background worker slot free to queue world {world_num} for review (max_worker_processes)");
     }
 }

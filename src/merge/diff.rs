@@ -39,6 +39,7 @@ pub struct DiffRequest {
 /// DIFF [WORLD a]: what the world changed since its fork. Destructive first: a NOTICE with what each
 /// table loses (tables that delete most first), then deleted rows, then the rest, each part in key order.
 pub fn diff(req: DiffRequest) -> Vec<Value> {
+    let _timer = crate::metrics::time(crate::metrics::Timed::Diff);
     as_internal(|| {
         let name = req.world.clone().unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
         if name.contains('@') {
@@ -211,6 +212,7 @@ pub(super) fn render_diff(label: &str, mut tables: Vec<DiffTable>, as_sql_out: b
 /// DIFF WORLD a TO b: what turns a into b, for any two worlds (main included). The rows compared are the
 /// ones either side's chain changed, and the ones main changed since either side forked: O(rows changed).
 pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Vec<Value> {
+    let _timer = crate::metrics::time(crate::metrics::Timed::Diff);
     as_internal(|| {
         crate::governance::agents::require("read", None);
         let side = |name: &str| -> Option<World> {

@@ -82,6 +82,8 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         raise("22023", format!("CONFIRM DELETES {n}: a count of deleted rows can't be negative"));
     }
     let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    // (SHOW METRICS: recorded when it returns; a refusal counts where its gate refuses)
+    let mut timer = crate::metrics::time(if req.dry_run { crate::metrics::Timed::DryRun } else { crate::metrics::Timed::Merge });
     as_internal(|| {
         let name = match &req.world {
             Some(n) => n.clone(),
@@ -196,6 +198,9 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         twin_conflicts.extend(twins::replaced_conflicts(&world, &replaced));
         if !req.dry_run {
+            if !schema_conflicts.is_empty() || twin_conflicts.first().is_some_and(|(code, _)| code == "40001") {
+                crate::metrics::count(crate::metrics::Counter::Conflicts);
+            }
             schema::refuse_conflicts(&world, &objects, target_world.as_ref(), &target_name);
             twins::refuse_conflicts(&world, &twin_conflicts);
         }
@@ -210,6 +215,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         // world's rows as they stand, applied by typed statements, no plan (fast_forward.rs)
         if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
+            timer.is(crate::metrics::Timed::MergeFastForward);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
             let mut plan = MergePlan { world: world.clone(), into_main: true, tables: table_levels(&objects, &twins, &replaced, &readers), rows: Vec::new(), stale: stale_reads::stale(world.num), applied_tables: Some(Vec::new()) };
             judge::enforce(&world, judge::judge(&plan, Phase::BeforeApply, Some(None), None));
@@ -367,6 +373,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             .map(|p| format!("{}/{}", short_name(&p.table), p.row.key))
             .collect();
         if !conflicts.is_empty() {
+            crate::metrics::count(crate::metrics::Counter::Conflicts);
             let shown = conflicts.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
             let more = if conflicts.len() > 10 { format!(" and {} more", conflicts.len() - 10) } else { String::new() };
             raise_with(

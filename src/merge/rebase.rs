@@ -43,6 +43,7 @@ fn refuse_duplicates_after_rebase(world: &World, layouts: &[std::rc::Rc<Layout>]
 pub fn rebase(req: RebaseRequest) -> Vec<Value> {
     crate::api::refuse_in_transaction("REBASE WORLD");
     let session_world = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    let _timer = crate::metrics::time(crate::metrics::Timed::Rebase);
     as_internal(|| {
         let name = req.world.clone().unwrap_or(session_world);
         let world = resolve_world(&name);
@@ -92,6 +93,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         // made on it needs making again (governance/reads)
         if let Some(s) = super::stale_reads::stale(world.num) {
             let r = crate::governance::judge::stale_refusal(&world, &s, "rebasing");
+            crate::metrics::count(crate::metrics::Counter::RefusedStaleRead);
             raise_with(r.code, r.message, None, r.hint);
         }
         if let Some(v) = req.at_version {
@@ -112,6 +114,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let parent_world = world.parent.filter(|&p| p != 0).and_then(world_by_num);
         let both = super::schema::conflicts(&objects, parent_world.as_ref());
         if !both.is_empty() {
+            crate::metrics::count(crate::metrics::Counter::Conflicts);
             raise_with(
                 "40001",
                 format!("rebasing {} conflicts: both sides made {} since the fork; nothing was rebased", world.name, both.join(", ")),
@@ -173,10 +176,12 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         // by rebasing either (a merge would queue it; a rebase has no queue: 42501)
         if overwrites > 0 {
             if let Some(why) = crate::governance::policies::refuses_overwrite(overwrites) {
+                crate::metrics::count(crate::metrics::Counter::RefusedPolicy);
                 raise_with("42501", format!("rebasing {} {why}; nothing was changed", world.name), None, Some("Rebase with USING THEIRS (or settle those rows so), or let a person rebase it.".into()));
             }
         }
         if !conflicts.is_empty() {
+            crate::metrics::count(crate::metrics::Counter::Conflicts);
             let shown = conflicts.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
             raise_with(
                 "40001",
@@ -263,6 +268,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             .flatten()
             .unwrap_or(false);
             if added {
+                crate::metrics::count(crate::metrics::Counter::Conflicts);
                 raise_with(
                     "40001",
                     format!("rebasing {}: main added {}/{key} while the rebase ran; nothing was changed", world.name, short_name(&l.table_name)),

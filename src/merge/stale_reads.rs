@@ -188,6 +188,7 @@ fn parent_changes_keyless(l: &crate::storage::Layout, world: &crate::storage::ov
 #[pg_extern(volatile, parallel_unsafe)]
 fn check_reads(world: default!(Option<&str>, "NULL")) -> TableIterator<'static, (name!(checked_against, String), name!(changed, String))> {
     let session = crate::guc::current_world_setting().to_string_lossy().into_owned();
+    let _timer = crate::metrics::time(crate::metrics::Timed::CheckReads);
     let rows = crate::storage::as_internal(|| {
         let name = world.map(str::to_string).unwrap_or(session);
         let w = crate::world::resolve_world(&name);

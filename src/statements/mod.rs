@@ -31,6 +31,7 @@ fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
     // was (its columns as they were then; a table dropped since from its history), run as the caller
     match worlds_core::as_of::rewrite_as_of_with(statement, as_of_reference) {
         Ok(Some(query)) => {
+            let _timer = crate::metrics::time(crate::metrics::Timed::AsOf);
             let query = query.trim_end().trim_end_matches(';').to_string();
             let first = query.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
             if first == "select" || first == "with" {
@@ -348,6 +349,7 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         Statement::ShowReviews => rows("SELECT * FROM worlds.show_reviews()", &[]),
         Statement::ShowReaders => rows("SELECT * FROM worlds.show_readers()", &[]),
         Statement::ShowCheckpoints { world } => rows("SELECT * FROM worlds.show_checkpoints($1)", &[world.into()]),
+        Statement::ShowMetrics => rows("SELECT * FROM worlds.show_metrics()", &[]),
         Statement::RegisterReader { name, table, columns } => registry::register(&name, &table, &columns),
         Statement::UnregisterReader { name, table } => registry::unregister(&name, table.as_deref()),
         Statement::MarkReader { name } => registry::mark(&name),

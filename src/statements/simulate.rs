@@ -199,6 +199,7 @@ fn sim_meta(sim: &Simulation, base: &Base, o: &Outcome) -> Value {
 /// SIMULATE: the spec's rows (world, id, index, seed, score, error, kept), best first, failed last.
 pub fn simulate(sim: Simulation) -> Vec<Value> {
     crate::api::refuse_in_transaction("SIMULATE");
+    let _timer = crate::metrics::time(crate::metrics::Timed::Simulate);
     sim.check().unwrap_or_else(|(state, message)| raise(state, message));
     check_score_is_one_select(&sim.score);
     refuse_taken_names(&sim);

@@ -103,6 +103,7 @@ fn key_rows(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(Value, Option
 /// RESTORE WORLD name TO when | TO CHECKPOINT 'label'. `when` is already a moment's text.
 pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> String {
     crate::api::refuse_in_transaction("RESTORE WORLD");
+    let _timer = crate::metrics::time(crate::metrics::Timed::Restore);
     as_internal(|| {
         let world = crate::world::resolve_world(name);
         crate::governance::agents::require("restore", Some(world.num));
@@ -215,6 +216,7 @@ fn world_changes_since(l: &std::rc::Rc<Layout>, num: i32, at: &str) -> Vec<(Valu
 /// changed; rows changed again since refuse it (40001, naming up to 10) unless SKIP CHANGED.
 pub fn undo_merge(name: &str, skip_changed: bool) -> String {
     crate::api::refuse_in_transaction("UNDO MERGE");
+    let _timer = crate::metrics::time(crate::metrics::Timed::Undo);
     if name.contains('@') {
         crate::world::refuse_moment(name);
     }

@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 
 pub fn undo_agent(name: &str, since: String, skip_changed: bool, run_id: Option<String>) -> String {
     crate::api::refuse_in_transaction("UNDO AGENT");
+    let _timer = crate::metrics::time(crate::metrics::Timed::Undo);
     let session = crate::storage::overlay::session_world();
     if session.as_ref().is_some_and(|w| w.read_only) {
         raise("25006", "cannot execute UNDO AGENT in a read-only moment of the past");

@@ -916,3 +916,11 @@ fn which_statements_write() {
         assert_eq!(parse(text).unwrap().writes(), writes, "{text}");
     }
 }
+
+#[test]
+fn show_metrics() {
+    assert_eq!(ok("show metrics"), Statement::ShowMetrics);
+    assert_eq!(ok("SHOW METRICS;"), Statement::ShowMetrics);
+    assert_eq!(ok("show metrics").writes(), None);
+    assert_eq!(parse("show metrics for world w").unwrap_err().sqlstate, "42601");
+}
