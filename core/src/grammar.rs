@@ -138,6 +138,10 @@ pub enum Statement {
     ShowReaders,
     /// SHOW CHECKPOINTS [FOR [WORLD] name]
     ShowCheckpoints { world: Option<WorldRef> },
+    /// SHOW STORAGE [FOR [WORLD] name]: what each world (or one; main too) holds on its own
+    ShowStorage { world: Option<WorldRef> },
+    /// SHOW DISK: live, history, reclaimable, log, total, limit
+    ShowDisk,
     /// MARK READER name CRITICAL
     MarkReader { name: String },
     /// UNMARK READER name
@@ -620,6 +624,16 @@ impl Parser<'_> {
                 };
                 Ok(Statement::ShowCheckpoints { world })
             }
+            Tok::Word(w) if w == "storage" => {
+                let world = if self.eat_word("for") {
+                    self.eat_word("world");
+                    Some(self.world_name()?)
+                } else {
+                    None
+                };
+                Ok(Statement::ShowStorage { world })
+            }
+            Tok::Word(w) if w == "disk" => Ok(Statement::ShowDisk),
             Tok::Word(w) if w == "merge" => {
                 if self.eat_word("checks") {
                     return Ok(Statement::ShowChecks);
