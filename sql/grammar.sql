@@ -17,5 +17,5 @@ SELECT try($$select * from worlds.sql('merge world x using ours using theirs')$$
 SELECT try($$select * from worlds.sql('drop world x extra')$$);
 SELECT try($$select * from worlds.sql('create world ''unterminated')$$);
 -- statements outside the grammar: 42601
-SELECT try($$select * from worlds.sql('show storage')$$);
+SELECT try($$select * from worlds.sql('show storagex')$$);
 SELECT try($$select * from worlds.sql('show history limit')$$);

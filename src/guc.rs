@@ -116,6 +116,18 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    // (bytes, with units as memory settings take them: '10GB'; a real setting, as Postgres's integer ones
+    // stop at 2^31 bytes)
+    GucRegistry::define_float_guc(
+        c"worlds.max_disk_bytes",
+        c"Disk the database may use, WAL kept included, before CREATE WORLD and writes in worlds fail (0: no limit).",
+        c"As SHOW DISK's total counts it; past it they fail with SQLSTATE 53100. Main's own writes are never refused. Measured at most every few seconds per session: see docs/sql.md.",
+        &MAX_DISK_BYTES,
+        0.0,
+        i64::MAX as f64,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
+    );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
@@ -144,6 +156,8 @@ pub fn register() {
 pub static RECORD_READS: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static WORLD_SCAN: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// `worlds.max_disk_bytes`: 0, no limit (storage/disk_limit.rs)
+pub static MAX_DISK_BYTES: GucSetting<f64> = GucSetting::<f64>::new(0.0);
 pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static PURGE_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
 

@@ -140,6 +140,10 @@ pub enum Statement {
     ShowCheckpoints { world: Option<WorldRef> },
     /// SHOW METRICS
     ShowMetrics,
+    /// SHOW STORAGE [FOR [WORLD] name]: what each world (or one; main too) holds on its own
+    ShowStorage { world: Option<WorldRef> },
+    /// SHOW DISK: live, history, reclaimable, log, total, limit
+    ShowDisk,
     /// MARK READER name CRITICAL
     MarkReader { name: String },
     /// UNMARK READER name
@@ -623,6 +627,16 @@ impl Parser<'_> {
                 };
                 Ok(Statement::ShowCheckpoints { world })
             }
+            Tok::Word(w) if w == "storage" => {
+                let world = if self.eat_word("for") {
+                    self.eat_word("world");
+                    Some(self.world_name()?)
+                } else {
+                    None
+                };
+                Ok(Statement::ShowStorage { world })
+            }
+            Tok::Word(w) if w == "disk" => Ok(Statement::ShowDisk),
             Tok::Word(w) if w == "merge" => {
                 if self.eat_word("checks") {
                     return Ok(Statement::ShowChecks);

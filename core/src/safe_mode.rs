@@ -41,6 +41,8 @@ pub fn allows(text: &str) -> Result<(), Refusal> {
         | Statement::ShowReaders
         | Statement::ShowCheckpoints { .. }
         | Statement::ShowMetrics
+        | Statement::ShowStorage { .. }
+        | Statement::ShowDisk
         | Statement::Diff { .. }
         | Statement::CheckReads { .. } => Ok(()),
         Statement::Merge { clauses, .. } if clauses.dry_run => Ok(()),
@@ -82,6 +84,9 @@ mod tests {
             "merge world w dry run",
             "MERGE WORLD w BY COLUMNS DRY RUN",
             "check reads of world w",
+            "show storage",
+            "show storage for world w",
+            "show disk",
             "select * from orders as of '-1 hour'",
             "with o as (select * from orders as of '-1 hour') select count(*) from o",
         ] {

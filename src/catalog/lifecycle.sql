@@ -163,6 +163,8 @@ BEGIN
     END IF;
     PERFORM worlds._check_world_name(name);
     PERFORM worlds._require(CASE WHEN position('@' IN coalesce(source, '')) > 0 THEN 'fork_past' ELSE 'fork' END);
+    -- past worlds.max_disk_bytes: 53100 (storage/disk_limit.rs)
+    PERFORM worlds._check_disk_limit(name);
     -- one create at a time (two concurrent ones could both pass the name and max_worlds checks), and none
     -- while its source is being dropped
     PERFORM worlds._lock_worlds();

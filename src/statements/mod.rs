@@ -14,6 +14,7 @@ use worlds_core::merge::Pick;
 
 extension_sql_file!("simulate.sql", name = "simulate", requires = ["lifecycle"]);
 
+mod disk;
 mod readers;
 mod simulate;
 mod simulate_worker;
@@ -350,6 +351,8 @@ fn run(statement: Statement) -> Vec<serde_json::Value> {
         Statement::ShowReaders => rows("SELECT * FROM worlds.show_readers()", &[]),
         Statement::ShowCheckpoints { world } => rows("SELECT * FROM worlds.show_checkpoints($1)", &[world.into()]),
         Statement::ShowMetrics => rows("SELECT * FROM worlds.show_metrics()", &[]),
+        Statement::ShowStorage { world } => rows("SELECT * FROM worlds.show_storage($1)", &[world.into()]),
+        Statement::ShowDisk => rows("SELECT * FROM worlds.show_disk()", &[]),
         Statement::RegisterReader { name, table, columns } => registry::register(&name, &table, &columns),
         Statement::UnregisterReader { name, table } => registry::unregister(&name, table.as_deref()),
         Statement::MarkReader { name } => registry::mark(&name),

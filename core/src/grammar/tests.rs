@@ -416,7 +416,7 @@ fn show_forms() {
     assert_eq!(ok("show history limit 10"), Statement::ShowHistory { name: None, limit: Some(10) });
     assert_eq!(ok("SHOW HISTORY_RETENTION;"), Statement::ShowHistoryRetention);
     syntax_at("show history limit 10 for a", "for", 23);
-    syntax_at("show storage", "storage", 6);
+    syntax_at("show storagex", "storagex", 6);
     assert_eq!(fails("show history limit"), ("42601", "syntax error at end of input".into(), 19));
 }
 
@@ -923,4 +923,21 @@ fn show_metrics() {
     assert_eq!(ok("SHOW METRICS;"), Statement::ShowMetrics);
     assert_eq!(ok("show metrics").writes(), None);
     assert_eq!(parse("show metrics for world w").unwrap_err().sqlstate, "42601");
+}
+
+#[test]
+fn show_storage_and_disk() {
+    assert_eq!(ok("show storage"), Statement::ShowStorage { world: None });
+    assert_eq!(ok("SHOW STORAGE FOR WORLD agent_7;"), Statement::ShowStorage { world: Some("agent_7".into()) });
+    assert_eq!(ok("show storage for \"A b\""), Statement::ShowStorage { world: Some("A b".into()) });
+    assert_eq!(ok("show storage for main"), Statement::ShowStorage { world: Some("main".into()) });
+    assert_eq!(ok("Show Disk"), Statement::ShowDisk);
+    assert_eq!(parse("show storage").unwrap().writes(), None);
+    assert_eq!(parse("show disk").unwrap().writes(), None);
+    // FOR needs a name; nothing comes after either
+    assert_eq!(fails("show storage for"), ("42601", "syntax error at end of input".into(), 17));
+    assert_eq!(fails("show storage for world"), ("42601", "syntax error at end of input".into(), 23));
+    syntax_at("show storage limit 5", "limit", 14);
+    syntax_at("show disk for world a", "for", 11);
+    syntax_at("show disks", "disks", 6);
 }

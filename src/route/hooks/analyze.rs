@@ -173,7 +173,7 @@ pub(super) unsafe fn analyse_again(pstate: *mut pg_sys::ParseState, query: *mut 
 }
 
 /// The spec's SHOW statements that Postgres's grammar reads as SHOW of a setting (SHOW WORLDS, SHOW
-/// BRANCHES, SHOW HISTORY, SHOW history_retention, SHOW AGENTS, SHOW AUDIT, SHOW REVIEWS, SHOW READERS, SHOW CHECKPOINTS, SHOW METRICS), as the query that answers them, in a database with
+/// BRANCHES, SHOW HISTORY, SHOW history_retention, SHOW AGENTS, SHOW AUDIT, SHOW REVIEWS, SHOW READERS, SHOW CHECKPOINTS, SHOW METRICS, SHOW STORAGE, SHOW DISK), as the query that answers them, in a database with
 /// pg_worlds (elsewhere Postgres answers as it always has).
 pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::ffi::CStr> {
     unsafe {
@@ -195,6 +195,8 @@ pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::
             b"readers" => c"SELECT * FROM worlds.show_readers()",
             b"checkpoints" => c"SELECT * FROM worlds.show_checkpoints()",
             b"metrics" => c"SELECT * FROM worlds.show_metrics()",
+            b"storage" => c"SELECT * FROM worlds.show_storage()",
+            b"disk" => c"SELECT * FROM worlds.show_disk()",
             _ => return None,
         };
         (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)

@@ -65,6 +65,13 @@ unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
             .map(|i| (*(crate::fast_ffi::list_nth((*stmt).rtable, crate::fast_ffi::list_nth_int(results, i) - 1) as *mut pg_sys::RangeTblEntry)).relid)
             .collect();
         if routing_active() {
+            // past worlds.max_disk_bytes a world's writes fail (53100; storage/disk_limit.rs): with no
+            // limit set, one read of the setting
+            if storage::disk_limit::limit() > 0 {
+                if let Some(world) = overlay::routing_world().filter(|w| w.num > 0) {
+                    storage::disk_limit::check_world_write(&world.name);
+                }
+            }
             // a write the router sent to a world (the overlay views and twins in worlds_data; a MERGE
             // names the table itself), not pg_worlds' own catalog writes
             let tracked = storage::routed_tables();

@@ -244,6 +244,12 @@ pub(super) unsafe fn process_utility_before(
                 }
                 let copy = (*pstmt).utilityStmt as *mut pg_sys::CopyStmt;
                 if let Some(staging) = route_copy(copy) {
+                    // (past worlds.max_disk_bytes: 53100, as the world's other writes)
+                    if storage::disk_limit::limit() > 0 {
+                        if let Some(world) = overlay::session_world() {
+                            storage::disk_limit::check_world_write(&world.name);
+                        }
+                    }
                     copy_from_into_world(pstmt, query_string, context, params, query_env, dest, qc, copy, staging);
                     // (an agent's world past its max_changes fails the COPY: nothing it wrote stays)
                     crate::governance::agents::after_write_statement(std::ptr::null());
