@@ -120,6 +120,7 @@ RESET worlds.world;
 SET worlds.max_disk_bytes = 1;
 SELECT try($$select * from worlds.sql('create world d')$$);
 SELECT try($$select * from worlds.sql('fork world b as d')$$);
+SELECT try($$select * from worlds.sql('simulate 2 worlds as sim run ''select 1'' score ''select 1''')$$);
 SELECT try($$select worlds.create_world('d')$$);
 SET worlds.world = b;
 SELECT try($$update orders set note = 'b2' where id = 1$$);

@@ -203,6 +203,8 @@ pub fn simulate(sim: Simulation) -> Vec<Value> {
     sim.check().unwrap_or_else(|(state, message)| raise(state, message));
     check_score_is_one_select(&sim.score);
     refuse_taken_names(&sim);
+    // past worlds.max_disk_bytes no world is made (53100), as CREATE WORLD
+    crate::storage::disk_limit::check_simulate(&sim.prefix);
     // THREADS: every free core by default, at most one per world
     let cores = std::thread::available_parallelism().map(|c| c.get() as i64).unwrap_or(1);
     let threads = sim.threads.unwrap_or(cores).clamp(1, sim.n.max(1));

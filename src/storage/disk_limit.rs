@@ -95,6 +95,11 @@ pub fn check_world_write(world: &str) {
     check(|| format!("cannot write in world \"{world}\""))
 }
 
+/// SIMULATE, whose worlds are made without CREATE WORLD: refused past the limit before any is made.
+pub fn check_simulate(prefix: &str) {
+    check(|| format!("cannot SIMULATE worlds {prefix}_*"))
+}
+
 /// `worlds._check_disk_limit(name)`: CREATE WORLD / FORK WORLD (catalog/lifecycle.sql) refused past the limit.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _check_disk_limit(name: Option<&str>) {
