@@ -381,6 +381,17 @@ BEGIN
     RETURN n;
 END $$;
 
+-- One batch of the expiry worker's purge (time/expiry.rs): worlds.purge_history(batch_size), or -1 when it
+-- met a lock held elsewhere for longer than the worker's lock_timeout (a table being altered, a dropped
+-- table's storage still read): nothing of the batch is kept, and the next round tries again.
+CREATE FUNCTION worlds._purge_batch(batch_size integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN worlds.purge_history(batch_size);
+EXCEPTION WHEN lock_not_available THEN
+    RETURN -1;
+END $$;
+
 -- AS OF a fixed time: "rebuilt from history once, then cached" (the spec). A past moment never changes
 -- once no transaction that began before it can still commit, so its rows are kept in an unlogged copy
 -- in worlds_data and later statements read that instead of rebuilding them. At most
