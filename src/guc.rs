@@ -128,7 +128,7 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"worlds.world_idle_ttl",
-        c"A world nothing wrote, switched to or forked from for this long is discarded, unless it is pinned (0: never).",
+        c"A world nothing wrote and no session switched to for this long is discarded, unless it is pinned (0: never).",
         c"Idle is counted from the world's active time (SHOW WORLDS). The expiry worker and the next world statement discard it. Read at reload.",
         &WORLD_IDLE_TTL,
         0,

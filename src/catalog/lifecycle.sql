@@ -77,7 +77,7 @@ $$;
 --   'simulate': a world a SIMULATE forked and didn't finish (cancelled, failed, or a crash): its run's lock
 --     is free once the SIMULATE's transaction ended (statements/simulate.rs); tried here, and then held to
 --     the end of the transaction;
---   'idle': not pinned, and nothing written in it, no SWITCH WORLD into it and no fork of it for longer
+--   'idle': not pinned, and nothing written in it, and no SWITCH WORLD into it for longer
 --     than `idle` (its `active` time, moved by each write statement's commit and each SWITCH; reads don't
 --     move it). 0: no idle rule. A running SIMULATE's worlds are never idle.
 CREATE FUNCTION worlds._due(x worlds.world, idle interval) RETURNS text

@@ -336,7 +336,7 @@ END $$;
 
 -- Deletes history older than history_retention that no live world still needs (entries before every
 -- root world's fork point), at most batch_size rows per table and kind, so writers are never held up.
--- The purge worker calls it; it can be called by hand. Returns the rows deleted.
+-- The expiry worker (time/expiry.rs) calls it in every database; it can be called by hand. Returns the rows deleted.
 CREATE FUNCTION worlds.purge_history(batch_size integer DEFAULT 1000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
