@@ -1,4 +1,4 @@
--- History older than history_retention is purged in batches (the purge worker calls worlds.purge_history),
+-- History older than history_retention is purged in batches (the expiry worker calls it in every database),
 -- keeping what live worlds still need: everything after their fork points.
 CREATE EXTENSION pg_worlds;
 CREATE TABLE t (id int PRIMARY KEY, v int);
@@ -33,4 +33,4 @@ SELECT * FROM worlds.sql('alter system set history_retention to ''0''');
 SELECT worlds.purge_history() >= 0 AS purged;
 SELECT count(*) AS dropped_tables_kept, to_regclass('worlds_data.h_gone_2') AS history FROM worlds.dropped_table;
 -- the worker that runs it
-SELECT count(*) > 0 AS worker_configured FROM pg_settings WHERE name = 'worlds.purge_databases';
+SELECT count(*) AS launchers FROM pg_stat_activity WHERE backend_type = 'pg_worlds expiry launcher';

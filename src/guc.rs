@@ -128,22 +128,42 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_BYTE,
     );
+    GucRegistry::define_int_guc(
+        c"worlds.expiry_interval",
+        c"Time between the rounds of pg_worlds' expiry worker (expired and idle worlds discarded, history purged, in every database).",
+        c"The worker visits every database that has pg_worlds, one after the other, then sleeps this long. Read at reload.",
+        &EXPIRY_INTERVAL,
+        1,
+        86400,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"worlds.world_idle_ttl",
+        c"A world nothing wrote and no session switched to for this long is discarded, unless it is pinned (0: never).",
+        c"Idle is counted from the world's active time (SHOW WORLDS). The expiry worker and the next world statement discard it. Read at reload.",
+        &WORLD_IDLE_TTL,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
     // a server-start setting can only be defined while the server starts (preloading)
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
     GucRegistry::define_string_guc(
         c"worlds.purge_databases",
-        c"Databases whose history a background worker keeps within history_retention (comma-separated).",
-        c"One worker per database; a database without pg_worlds is skipped. Set at server start.",
+        c"Deprecated, ignored: the expiry worker purges history in every database that has pg_worlds.",
+        c"Kept so that a postgresql.conf naming it still starts. See worlds.expiry_interval.",
         &PURGE_DATABASES,
         GucContext::Postmaster,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"worlds.purge_naptime",
-        c"Seconds between the purge worker's rounds.",
-        c"Each round deletes history older than history_retention in batches of 1000 rows, one transaction each.",
+        c"Deprecated, ignored: history is purged at each round of the expiry worker (worlds.expiry_interval).",
+        c"Kept so that a postgresql.conf naming it still starts.",
         &PURGE_NAPTIME,
         1,
         86400,
@@ -158,17 +178,14 @@ pub static WORLD_SCAN: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static MAX_WORLDS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// `worlds.max_disk_bytes`: 0, no limit (storage/disk_limit.rs)
 pub static MAX_DISK_BYTES: GucSetting<f64> = GucSetting::<f64>::new(0.0);
-pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+/// Deprecated, ignored (the expiry worker visits every database): kept so a postgresql.conf naming them starts.
+pub static PURGE_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static PURGE_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// `worlds.expiry_interval` (seconds): time between the expiry worker's rounds (time/expiry.rs).
+pub static EXPIRY_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// `worlds.world_idle_ttl` (seconds, 0: off): worlds idle longer are discarded unless pinned.
+pub static WORLD_IDLE_TTL: GucSetting<i32> = GucSetting::<i32>::new(0);
 
-/// The databases whose history the purge workers keep within history_retention.
-pub fn purge_databases() -> Vec<String> {
-    PURGE_DATABASES
-        .get()
-        .map(|s| s.to_string_lossy().split(',').map(|d| d.trim().to_string()).filter(|d| !d.is_empty()).collect())
-        .unwrap_or_default()
-}
-
-pub fn purge_naptime() -> u64 {
-    PURGE_NAPTIME.get().max(1) as u64
+pub fn expiry_interval() -> std::time::Duration {
+    std::time::Duration::from_secs(EXPIRY_INTERVAL.get().max(1) as u64)
 }

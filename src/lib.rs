@@ -72,7 +72,7 @@ pub extern "C-unwind" fn _PG_init() {
         storage::callbacks::at_subxact_abort(route::routing_aborted);
         storage::callbacks::at_xact_end(route::on_xact_end);
         storage::callbacks::at_xact_end(governance::read_only::on_xact_end);
-        time::purge::register_workers();
+        time::expiry::register_launcher();
         governance::reads::shmem::register();
         governance::readers::clients_shmem::register();
         shared_memory::register();

@@ -66,28 +66,57 @@ END $$;
 CREATE FUNCTION worlds._lock_worlds() RETURNS void
 LANGUAGE sql AS $$ SELECT pg_advisory_xact_lock(hashtext('pg_worlds: create world')) $$;
 
--- Discards worlds whose TTL has passed (unless they have live forks). Runs at the start of every
--- lifecycle statement and SHOW WORLDS / SHOW BRANCHES.
-CREATE FUNCTION worlds._expire() RETURNS void
+-- worlds.world_idle_ttl (a server setting, seconds) as an interval; 0: worlds are never discarded for being idle.
+CREATE FUNCTION worlds._world_idle_ttl() RETURNS interval
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('worlds.world_idle_ttl', true), '')::interval, interval '0')
+$$;
+
+-- Why world x is to be discarded now, or null (its live forks are asked by the caller):
+--   'ttl': its TTL passed (ALTER WORLD ... SET TTL, or its agent's world_ttl, set as `expires` at the fork);
+--   'simulate': a world a SIMULATE forked and didn't finish (cancelled, failed, or a crash): its run's lock
+--     is free once the SIMULATE's transaction ended (statements/simulate.rs); tried here, and then held to
+--     the end of the transaction;
+--   'idle': not pinned, and nothing written in it, and no SWITCH WORLD into it for longer
+--     than `idle` (its `active` time, moved by each write statement's commit and each SWITCH; reads don't
+--     move it). 0: no idle rule. A running SIMULATE's worlds are never idle.
+CREATE FUNCTION worlds._due(x worlds.world, idle interval) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE
+        WHEN x.dropped IS NOT NULL OR x.num = 0 THEN NULL
+        WHEN x.expires IS NOT NULL AND x.expires <= clock_timestamp() THEN 'ttl'
+        WHEN x.meta ? '_worlds_sim' THEN
+            CASE WHEN pg_try_advisory_xact_lock(2092161, (x.meta -> '_worlds_sim' ->> 'run')::integer) THEN 'simulate' END
+        WHEN idle > interval '0' AND NOT x.pinned AND coalesce(x.active, x.created) <= clock_timestamp() - idle THEN 'idle'
+    END
+$$;
+
+-- Discards the worlds due to go (worlds._due; never one with live forks: its forks go first, and it at a
+-- later call), deepest first, at most `max`. Never waits for a world: the lock that ends creates and drops
+-- and the world's own write lock are only tried (a world being written, merged, created from or dropped is
+-- left to a later call). Returns each world discarded, why, and since when (its TTL's end, or its last
+-- activity for 'idle').
+-- skip_busy (the expiry worker, which sets lock_timeout): a discard that meets a lock held elsewhere (a
+-- table's, one of the world's own objects') for longer than lock_timeout is undone and skipped, instead of
+-- failing the caller.
+CREATE FUNCTION worlds._expire_worlds(idle interval, max integer, skip_busy boolean,
+                                      OUT world text, OUT reason text, OUT since timestamptz) RETURNS SETOF record
 LANGUAGE plpgsql AS $$
 DECLARE
+    r record;
     w worlds.world;
+    n integer := 0;
 BEGIN
-    -- a standby can't write: the primary discards them, and the standby replays that (nor does a
-    -- read-only transaction: the next one that may write does)
-    IF pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean THEN
-        RETURN;
-    END IF;
-    FOR w IN SELECT * FROM worlds.world x
-             WHERE x.dropped IS NULL
+    FOR r IN SELECT x AS w, worlds._due(x, idle) AS why FROM worlds.world x
+             WHERE x.dropped IS NULL AND x.num <> 0
+               -- (what _due may say yes to, read without locks, so only these are asked)
                AND ((x.expires IS NOT NULL AND x.expires <= clock_timestamp())
-                    -- a world a SIMULATE forked and didn't finish (cancelled, failed, or a crash): its
-                    -- run's lock is free once the SIMULATE's transaction ended (statements/simulate.rs)
-                    OR (x.meta ? '_worlds_sim' AND pg_try_advisory_xact_lock(2092161, (x.meta -> '_worlds_sim' ->> 'run')::integer)))
+                    OR x.meta ? '_worlds_sim'
+                    OR (idle > interval '0' AND NOT x.pinned AND coalesce(x.active, x.created) <= clock_timestamp() - idle))
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
-             -- (at most 100 per statement: each discard holds its world's lock to the end of the
-             -- transaction, and a crashed SIMULATE may leave thousands; the next statements go on)
-             ORDER BY x.depth DESC LIMIT 100 LOOP
+             ORDER BY x.depth DESC LOOP
+        CONTINUE WHEN r.why IS NULL;
+        w := r.w;
         -- never waits: this runs inside statements that already hold other locks (a merge holds its
         -- worlds' write locks and main's rows), so a world that is busy, or a create or drop under way,
         -- leaves the expiry to the next statement (docs/architecture.md, "Concurrency": the lock order)
@@ -95,13 +124,44 @@ BEGIN
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(2092147, w.num);
         -- (asked again under the lock)
         CONTINUE WHEN EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = w.num AND c.dropped IS NULL)
-                   OR (SELECT dropped IS NOT NULL FROM worlds.world x WHERE x.num = w.num);
-        PERFORM worlds._discard(w);
-        -- (SHOW METRICS: worlds expired, by their TTL)
-        IF w.expires IS NOT NULL AND w.expires <= clock_timestamp() THEN
+                   OR (SELECT x.dropped IS NOT NULL FROM worlds.world x WHERE x.num = w.num);
+        IF skip_busy THEN
+            BEGIN
+                PERFORM worlds._discard(w);
+            EXCEPTION WHEN lock_not_available THEN
+                CONTINUE;
+            END;
+        ELSE
+            PERFORM worlds._discard(w);
+        END IF;
+        -- (SHOW METRICS: worlds expired, by their TTL or idle)
+        IF r.why IN ('ttl', 'idle') THEN
             PERFORM worlds._metric_count('worlds expired');
         END IF;
+        world := w.name;
+        reason := r.why;
+        since := CASE r.why WHEN 'ttl' THEN w.expires WHEN 'idle' THEN coalesce(w.active, w.created) END;
+        RETURN NEXT;
+        n := n + 1;
+        EXIT WHEN n >= max;
     END LOOP;
+END $$;
+
+-- Discards worlds whose TTL has passed, worlds idle past worlds.world_idle_ttl (unless pinned) and the
+-- worlds of a SIMULATE that didn't finish (unless they have live forks). Runs at the start of every
+-- lifecycle statement and SHOW WORLDS / SHOW BRANCHES; the expiry worker (time/expiry.rs) does the same
+-- in every database every worlds.expiry_interval, with no statement run.
+CREATE FUNCTION worlds._expire() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- a standby can't write: the primary discards them, and the standby replays that (nor does a
+    -- read-only transaction: the next one that may write does)
+    IF pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean THEN
+        RETURN;
+    END IF;
+    -- (at most 100 per statement: each discard holds its world's lock to the end of the transaction, and
+    -- a crashed SIMULATE may leave thousands; the next statements go on)
+    PERFORM worlds._expire_worlds(worlds._world_idle_ttl(), 100, false);
 END $$;
 
 -- Marks a world dropped and frees its delta rows. A session in it moves to its parent.

@@ -336,7 +336,7 @@ END $$;
 
 -- Deletes history older than history_retention that no live world still needs (entries before every
 -- root world's fork point), at most batch_size rows per table and kind, so writers are never held up.
--- The purge worker calls it; it can be called by hand. Returns the rows deleted.
+-- The expiry worker (time/expiry.rs) calls it in every database; it can be called by hand. Returns the rows deleted.
 CREATE FUNCTION worlds.purge_history(batch_size integer DEFAULT 1000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -379,6 +379,17 @@ BEGIN
         END LOOP;
     END LOOP;
     RETURN n;
+END $$;
+
+-- One batch of the expiry worker's purge (time/expiry.rs): worlds.purge_history(batch_size), or -1 when it
+-- met a lock held elsewhere for longer than the worker's lock_timeout (a table being altered, a dropped
+-- table's storage still read): nothing of the batch is kept, and the next round tries again.
+CREATE FUNCTION worlds._purge_batch(batch_size integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN worlds.purge_history(batch_size);
+EXCEPTION WHEN lock_not_available THEN
+    RETURN -1;
 END $$;
 
 -- AS OF a fixed time: "rebuilt from history once, then cached" (the spec). A past moment never changes

@@ -1,8 +1,8 @@
 //! RESTORE WORLD and UNDO MERGE: writing rows back as they were, as ordinary writes (history keeps what
-//! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql); `purge` keeps
-//! history within history_retention.
+//! they replace). Moments, AS OF, checkpoints and SHOW HISTORY are SQL (catalog/time.sql); `expiry` keeps
+//! history within history_retention and discards expired and idle worlds, in every database.
 pub mod past_schema;
-pub mod purge;
+pub mod expiry;
 mod undo_agent;
 pub use undo_agent::undo_agent;
 

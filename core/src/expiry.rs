@@ -1,0 +1,107 @@
+//! The expiry worker's decisions (src/time/expiry.rs): which databases it visits, how long it stays in
+//! one, and what it says in the server log.
+
+/// `pg_database.datconnlimit` of a database a DROP DATABASE left half dropped (PostgreSQL 15.4 and later):
+/// no one may connect to it any more.
+pub const DATCONNLIMIT_INVALID_DB: i32 = -2;
+
+/// Discards at most this many worlds in one database per round (each in a transaction of its own); the
+/// rest wait for the next round.
+pub const MAX_DISCARDS_PER_ROUND: usize = 100;
+
+/// Rows per kind and table that one purge transaction deletes (`worlds.purge_history(batch_size)`).
+pub const PURGE_BATCH: i32 = 1000;
+
+/// How long one database's purge may go on in one round: another database, or a DROP DATABASE that waits
+/// for the worker to leave, doesn't wait longer than this (and a DROP DATABASE is seen between batches).
+pub const PURGE_BUDGET_MS: u64 = 2000;
+
+/// A database as pg_database lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Database {
+    pub oid: u32,
+    pub name: String,
+    pub is_template: bool,
+    pub allows_connections: bool,
+    pub conn_limit: i32,
+}
+
+/// Is this database visited? Not a template (template0, template1 and any database marked a template: a
+/// CREATE DATABASE copies it, and a session connected to it makes that CREATE DATABASE fail), not one that
+/// refuses connections, not one left half dropped.
+pub fn visits(db: &Database) -> bool {
+    !db.is_template && db.allows_connections && db.conn_limit != DATCONNLIMIT_INVALID_DB
+}
+
+/// Does the purge of one database go on after a batch that deleted `deleted` rows (-1: it met a busy lock),
+/// `elapsed_ms` into that database's purge?
+pub fn purge_goes_on(deleted: i64, elapsed_ms: u64) -> bool {
+    deleted > 0 && elapsed_ms < PURGE_BUDGET_MS
+}
+
+/// The server log's line for a world the worker discarded. `reason` as `worlds._due` gives it; `since`:
+/// the TTL's end ('ttl') or the world's last activity ('idle'), as text.
+pub fn discarded_message(world: &str, database: &str, reason: &str, since: Option<&str>) -> String {
+    let why = match (reason, since) {
+        ("ttl", Some(at)) => format!("its TTL ended at {at}"),
+        ("ttl", None) => "its TTL ended".to_string(),
+        ("idle", Some(at)) => format!("idle since {at}"),
+        ("idle", None) => "idle".to_string(),
+        ("simulate", _) => "left by a SIMULATE that didn't finish".to_string(),
+        (other, _) => other.to_string(),
+    };
+    format!("pg_worlds: discarded world {} in database {} ({why})", quoted(world), quoted(database))
+}
+
+/// The server log's line for a purge that deleted `rows` history rows (none when it deleted nothing).
+pub fn purged_message(rows: i64, database: &str) -> Option<String> {
+    (rows > 0).then(|| format!("pg_worlds: purged {rows} history row{} older than history_retention in database {}", if rows == 1 { "" } else { "s" }, quoted(database)))
+}
+
+/// A name in a log line, as Postgres quotes names in its messages.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db(name: &str, is_template: bool, allows_connections: bool, conn_limit: i32) -> Database {
+        Database { oid: 1, name: name.into(), is_template, allows_connections, conn_limit }
+    }
+
+    #[test]
+    fn visits_ordinary_databases_only() {
+        assert!(visits(&db("app", false, true, -1)));
+        assert!(visits(&db("app", false, true, 5)));
+        assert!(!visits(&db("template1", true, true, -1)));
+        assert!(!visits(&db("template0", true, false, -1)));
+        assert!(!visits(&db("closed", false, false, -1)));
+        assert!(!visits(&db("half_dropped", false, true, DATCONNLIMIT_INVALID_DB)));
+    }
+
+    #[test]
+    fn purge_stops_when_done_busy_or_out_of_time() {
+        assert!(purge_goes_on(1000, 0));
+        assert!(!purge_goes_on(0, 0));
+        assert!(!purge_goes_on(-1, 0));
+        assert!(!purge_goes_on(1000, PURGE_BUDGET_MS));
+    }
+
+    #[test]
+    fn messages_say_what_and_why() {
+        assert_eq!(
+            discarded_message("w1", "app", "idle", Some("2026-01-01 10:00:00+00")),
+            "pg_worlds: discarded world \"w1\" in database \"app\" (idle since 2026-01-01 10:00:00+00)"
+        );
+        assert_eq!(
+            discarded_message("w\"x", "my db", "ttl", Some("2026-01-01 10:00:00+00")),
+            "pg_worlds: discarded world \"w\"\"x\" in database \"my db\" (its TTL ended at 2026-01-01 10:00:00+00)"
+        );
+        assert!(discarded_message("s_1", "app", "simulate", None).ends_with("(left by a SIMULATE that didn't finish)"));
+        assert_eq!(purged_message(0, "app"), None);
+        assert_eq!(purged_message(1, "app").unwrap(), "pg_worlds: purged 1 history row older than history_retention in database \"app\"");
+        assert!(purged_message(2000, "app").unwrap().contains("2000 history rows"));
+    }
+}
