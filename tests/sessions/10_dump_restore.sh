@@ -32,6 +32,8 @@ insert into events values ('e', 1), ('e', 1), ('f', 2);
 select * from worlds.sql('alter system set history_retention = ''2 days''');
 select count(*) from worlds.sql('create merge policy dumped with (max_rows = 7, review_tables = ''logs'')');
 select count(*) from worlds.sql('create merge check dumped_check on tables (logs) as select 1 where false');
+select count(*) from worlds.sql('register reader dumped_export on logs');
+select count(*) from worlds.sql('mark reader dumped_export critical');
 select * from worlds.sql('create world w1');
 set worlds.world = w1;
 update early set v = 'in w1' where id = 1;
@@ -70,6 +72,7 @@ restored_checks() { # restored_checks DB
   expect "$db: history_retention kept" "$(psql_in $CL -d $db -Atc "select j->>'history_retention' from worlds.sql('show history_retention') j")" "2 days"
   expect "$db: merge policies kept" "$(psql_in $CL -d $db -Atc "select name || ' ' || max_rows || ' ' || review_tables from worlds.merge_policy")" "dumped 7 logs"
   expect "$db: merge checks kept" "$(psql_in $CL -d $db -Atc "select name || ' ' || tables::text from worlds.merge_check")" "dumped_check {logs}"
+  expect "$db: registered readers and marks kept" "$(psql_in $CL -d $db -Atc "select string_agg(reader || ' ' || kind || ' ' || coalesce(\"table\", '-') || ' ' || critical, ', ') from worlds.show_readers() where kind <> 'client'")" "dumped_export registered logs true"
   expect "$db: capture triggers once per table" "$(psql_in $CL -d $db -Atc "select count(*) from pg_trigger where tgname like 'worlds_capture%'")" 10
   expect "$db: the worlds came back" "$(psql_in $CL -d $db -Atc "select string_agg(name || '<' || coalesce(parent, '-'), ',' order by depth) from worlds.show_worlds()")" "main<-,w1<main,w2<w1"
   expect "$db: w1's changes" "$(psql_in $CL -d $db -qAt -c "set worlds.world = w1" -c "select (select v from early where id = 1) || ',' || (select v from late where id = 100) || ',' || (select string_agg(line, '' order by line) from logs)")" "in w1,w1,aaw1w1"
