@@ -126,8 +126,12 @@ pub fn plan_changes(plan: &[Planned]) -> Vec<(String, Change)> {
         let i = match by_table.iter().position(|(_, c)| c.relid == relid) {
             Some(i) => i,
             None => {
-                let (schema, name) = crate::governance::policies::split_name(p.layout.table_name.as_str());
-                let shown = worlds_core::rules::TableName { schema: (schema != "public").then_some(schema), name }.to_string();
+                // (`"schema"."table"` as layouts name tables; public's shown unqualified, as the rules show them)
+                let shown = worlds_core::rules::table_list(p.layout.table_name.as_str())
+                    .ok()
+                    .and_then(|mut l| l.pop())
+                    .map(|t| worlds_core::rules::TableName { schema: t.schema.filter(|s| s != "public"), name: t.name }.to_string())
+                    .unwrap_or_else(|| p.layout.table_name.to_string());
                 by_table.push((shown, Change { relid, updated: Vec::new(), rows_added: false, rows_deleted: false, columns_added: Vec::new() }));
                 by_table.len() - 1
             }
