@@ -425,7 +425,8 @@ fn _diff(world: Option<&str>, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIt
 
 /// DIFF WORLD a TO b [AS SQL] [LIMIT n] (`worlds.diff_to`, `worlds.diff_to_as_sql`).
 #[pg_extern]
-fn _diff_to(from: Option<&str>, to: &str, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+fn _diff_to(from: Option<&str>, to: Option<&str>, as_sql: Option<bool>, lim: Option<i64>) -> SetOfIterator<'static, JsonB> {
+    let to = to.unwrap_or_else(|| raise("22004", "DIFF ... TO needs a world to compare with: \"to\" must not be null"));
     let from = from.map(str::to_string).unwrap_or_else(|| crate::guc::current_world_setting().to_string_lossy().into_owned());
     SetOfIterator::new(merge::diff_to(&from, to, as_sql.unwrap_or(false), lim).into_iter().map(JsonB))
 }
@@ -438,7 +439,15 @@ fn _diff_readers(world: Option<&str>, to: Option<&str>) -> SetOfIterator<'static
 
 /// UNDO AGENT name SINCE when [SKIP CHANGED] [WHERE run_id = 'id'] (`worlds.undo_agent`): its tag.
 #[pg_extern]
-fn undo_agent(agent: &str, since: pgrx::datum::TimestampWithTimeZone, skip_changed: default!(bool, false), run_id: default!(Option<&str>, "NULL")) -> String {
+fn undo_agent(
+    agent: Option<&str>,
+    since: Option<pgrx::datum::TimestampWithTimeZone>,
+    skip_changed: default!(Option<bool>, false),
+    run_id: default!(Option<&str>, "NULL"),
+) -> String {
+    let agent = agent.unwrap_or_else(|| raise("22004", "UNDO AGENT needs an agent: agent must not be null"));
+    let since = since.unwrap_or_else(|| raise("22004", "UNDO AGENT needs a time: since must not be null"));
+    let skip_changed = skip_changed.unwrap_or(false);
     let when = crate::spi_calls::get_one_with_args::<String>("SELECT worlds.moment($1)::text", &[since.into()]).ok().flatten().unwrap_or_default();
     crate::time::undo_agent(agent, when, skip_changed, run_id.map(str::to_string))
 }

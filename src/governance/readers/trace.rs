@@ -709,12 +709,13 @@ fn names_word(text: &str, word: &str) -> bool {
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn _readers_of(
-    rel: pg_sys::Oid,
+    rel: Option<pg_sys::Oid>,
     updated: Option<Vec<Option<String>>>,
     rows_added: Option<bool>,
     rows_deleted: Option<bool>,
     columns_added: Option<Vec<Option<String>>>,
 ) -> TableIterator<'static, (name!(kind, String), name!(reader, String), name!(columns, Vec<String>), name!(detail, String))> {
+    let rel = rel.unwrap_or_else(|| crate::api::raise("22004", "worlds._readers: the table must not be null"));
     let change = Change {
         relid: rel,
         updated: updated.unwrap_or_default().into_iter().flatten().collect(),
