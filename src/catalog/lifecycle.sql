@@ -180,6 +180,8 @@ BEGIN
     UPDATE worlds.world SET dropped = clock_timestamp() WHERE num = w.num;
     PERFORM worlds._leave_reviews(w.num, 'dropped');
     DELETE FROM worlds.outbox o WHERE o.world = w.num;
+    -- its registered readers and marks (governance/readers/registry.sql; a merge brought them first)
+    DELETE FROM worlds.reader r WHERE r.world = w.num;
     -- its own objects (what a merge didn't bring to main), with their namespaces
     PERFORM worlds._drop_world_schemas(w.num);
     -- its rows (each table locked first: one main drops meanwhile took its delta with it)
