@@ -18,7 +18,7 @@ pub use crate::storage::overlay::World;
 /// A world of that name already merged whole at version `v` (its last merge): the tag that merge
 /// returned (an approval repeated, or made twice at once, applies once).
 pub(crate) fn merged_at_version(name: &str, v: i64) -> Option<Vec<Value>> {
-    if world_row("(name = $1 OR id = $1)", name.into()).is_some_and(|w| w.version != v) {
+    if live_named(name).is_some_and(|w| w.version != v) {
         return None;
     }
     crate::spi_calls::get_one_with_args::<i64>(
@@ -52,7 +52,13 @@ pub fn resolve_world(name: &str) -> World {
 
 /// The live world named `name` (its name or its ID; a name first), or the resolver's error.
 pub fn resolve_live(name: &str) -> World {
-    world_row("(name = $1 OR id = $1) ORDER BY (name = $1) DESC", name.into()).unwrap_or_else(|| missing(name))
+    live_named(name).unwrap_or_else(|| missing(name))
+}
+
+/// The live world of that name, else of that ID: two lookups by the live names' and the IDs' indexes
+/// (an OR of the two scans an index whole: see storage/overlay/worlds.rs).
+fn live_named(name: &str) -> Option<World> {
+    world_row("name = $1", name.into()).or_else(|| world_row("id = $1", name.into()))
 }
 
 /// The resolver's error for a name that finds no live world: 0A000 for a moment ('name@when'), else 3D000.

@@ -369,8 +369,13 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         // for each switch of world was a tenth of a loop that forks, writes and merges small worlds)
         let live = client
             .fresh(
-                "SELECT num, false FROM worlds.world WHERE dropped IS NULL AND (name = $1 OR id = $1)
-                 ORDER BY (name = $1) DESC LIMIT 1",
+                // (two lookups, not `name = $1 OR id = $1`: an OR of the two can only be answered by
+                // scanning one index whole, and the planner, misled by a partial index full of the
+                // dropped worlds a long transaction keeps, chose a scan of world_live_name: issue 44)
+                "SELECT num, false FROM (SELECT num, 0 AS o FROM worlds.world WHERE dropped IS NULL AND name = $1
+                                        UNION ALL
+                                        SELECT num, 1 FROM worlds.world WHERE dropped IS NULL AND id = $1) x
+                 ORDER BY o LIMIT 1",
                 None,
                 &[setting.into()],
             )
