@@ -249,7 +249,7 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     let started = Instant::now();
     let mut purged = 0i64;
     loop {
-        let n = match step(|| crate::spi_calls::get_one::<i64>(&format!("SELECT worlds._purge_batch({})", expiry::PURGE_BATCH)).ok().flatten().unwrap_or(0)) {
+        let n = match step(|| crate::spi_calls::get_one_with_args::<i64>("SELECT worlds._purge_batch($1)", &[expiry::PURGE_BATCH.into()]).ok().flatten().unwrap_or(0)) {
             Step::Dropping => -1,
             Step::Done(n) => n,
         };

@@ -301,7 +301,7 @@ impl Seen {
 
 /// Views and materialized views reading the table (directly or through views), traced.
 fn views(table: &Table, reach: &Reach, seen: &Seen, out: &mut Vec<Reader>) {
-    let candidates: Vec<(pg_sys::Oid, String, String, String, bool, bool)> = crate::spi_calls::rows(
+    let candidates: Vec<ObjectRow> = crate::spi_calls::rows(
         "WITH RECURSIVE r(oid) AS (
              SELECT rw.ev_class FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite rw ON rw.oid = d.objid
               WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
@@ -318,19 +318,7 @@ fn views(table: &Table, reach: &Reach, seen: &Seen, out: &mut Vec<Reader>) {
           WHERE c.relkind IN ('v', 'm') ORDER BY c.oid",
         None,
         &[table.traced.clone().into()],
-        |t| {
-            t.filter_map(|r| {
-                Some((
-                    r.get::<pg_sys::Oid>(1).ok()??,
-                    r.get::<String>(2).ok()??,
-                    r.get::<String>(3).ok()??,
-                    r.get::<String>(4).ok()??,
-                    r.get::<bool>(5).ok()?.unwrap_or(false),
-                    r.get::<bool>(6).ok()?.unwrap_or(false),
-                ))
-            })
-            .collect()
-        },
+        |t| t.filter_map(|r| object_row(&r)).collect(),
     )
     .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: readers: {e}")));
     for (oid, relkind, relname, nsp, visible, other_temp) in candidates {
@@ -626,7 +614,7 @@ fn triggers(table: &Table, reach: &Reach, out: &mut Vec<Reader>) -> HashSet<pg_s
 /// names the table may read every column of it). Case-insensitive, whole words; queries a function
 /// builds as strings for EXECUTE are followed only as far as their text names them.
 fn functions(table: &Table, reach: &Reach, seen: &Seen, trigger_functions: &HashSet<pg_sys::Oid>, out: &mut Vec<Reader>) {
-    let rows: Vec<(pg_sys::Oid, String, String, String, bool, bool)> = crate::spi_calls::rows(
+    let rows: Vec<ObjectRow> = crate::spi_calls::rows(
         "SELECT f.oid, f.proname::text, f.nspname::text, f.src, f.visible, f.other_temp FROM (
              SELECT p.oid, p.proname, n.nspname,
                     CASE WHEN coalesce(p.prosrc, '') = '' THEN pg_catalog.pg_get_functiondef(p.oid) ELSE p.prosrc END AS src,
@@ -642,19 +630,7 @@ fn functions(table: &Table, reach: &Reach, seen: &Seen, trigger_functions: &Hash
           ORDER BY f.proname, f.oid",
         None,
         &[table.name.as_str().into()],
-        |t| {
-            t.filter_map(|r| {
-                Some((
-                    r.get::<pg_sys::Oid>(1).ok()??,
-                    r.get::<String>(2).ok()??,
-                    r.get::<String>(3).ok()??,
-                    r.get::<String>(4).ok()??,
-                    r.get::<bool>(5).ok()?.unwrap_or(false),
-                    r.get::<bool>(6).ok()?.unwrap_or(false),
-                ))
-            })
-            .collect()
-        },
+        |t| t.filter_map(|r| object_row(&r)).collect(),
     )
     .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: readers: {e}")));
     let table_word = table.name.to_lowercase();
@@ -739,3 +715,18 @@ REVOKE EXECUTE ON FUNCTION worlds._readers_of(oid, text[], boolean, boolean, tex
     name = "readers_trace",
     requires = ["checks", _readers_of]
 );
+
+/// A catalog object a reader may be: (oid, kind, name, namespace, visible on the search path, another
+/// session's temporary object), as the views' and functions' queries list them.
+type ObjectRow = (pg_sys::Oid, String, String, String, bool, bool);
+
+fn object_row(r: &pgrx::spi::SpiHeapTupleData) -> Option<ObjectRow> {
+    Some((
+        r.get::<pg_sys::Oid>(1).ok()??,
+        r.get::<String>(2).ok()??,
+        r.get::<String>(3).ok()??,
+        r.get::<String>(4).ok()??,
+        r.get::<bool>(5).ok()?.unwrap_or(false),
+        r.get::<bool>(6).ok()?.unwrap_or(false),
+    ))
+}
