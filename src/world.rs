@@ -58,7 +58,15 @@ pub fn resolve_live(name: &str) -> World {
 /// The live world of that name, else of that ID: two lookups by the live names' and the IDs' indexes
 /// (an OR of the two scans an index whole: see storage/overlay/worlds.rs).
 fn live_named(name: &str) -> Option<World> {
-    world_row("name = $1", name.into()).or_else(|| world_row("id = $1", name.into()))
+    // by name or by ID as the text's form says (storage::overlay::live_world_query: never both)
+    let num = crate::spi_calls::rows(
+        &format!("SELECT num FROM ({}) w LIMIT 1", crate::storage::overlay::live_world_query(name)),
+        Some(1),
+        &[name.into()],
+        |mut t| t.next().and_then(|r| r.get::<i32>(1).ok().flatten()),
+    )
+    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))?;
+    world_row("num = $1", num.into())
 }
 
 /// The resolver's error for a name that finds no live world: 0A000 for a moment ('name@when'), else 3D000.

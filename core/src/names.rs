@@ -43,8 +43,9 @@ pub fn check_world_name(name: &str) -> Result<(), (&'static str, String)> {
 /// Names are compared and indexed whole; past this a name is almost surely a mistake.
 pub const MAX_NAME_BYTES: usize = 1024;
 
-/// The form of a world's ID: `w`, six hex digits (its number), `-`, ten hex digits.
-fn looks_like_id(name: &str) -> bool {
+/// The form of a world's ID: `w`, six hex digits (its number), `-`, ten hex digits. No name has it
+/// (check_world_name refuses one), so a text of this form is looked up as an ID, any other as a name.
+pub fn looks_like_id(name: &str) -> bool {
     let b = name.as_bytes();
     let hex = |s: &[u8]| s.iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
     b.len() == 18 && b[0] == b'w' && b[7] == b'-' && hex(&b[1..7]) && hex(&b[8..])

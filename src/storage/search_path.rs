@@ -277,14 +277,14 @@ fn chain_of(name: &str) -> Vec<i32> {
         return Vec::new();
     }
     crate::spi_calls::get_one_with_args::<Vec<i32>>(
-        "WITH RECURSIVE w AS (SELECT num FROM (SELECT num, 0 AS o FROM worlds.world WHERE dropped IS NULL AND name = $1
-                                               UNION ALL
-                                               SELECT num, 1 FROM worlds.world WHERE dropped IS NULL AND id = $1) x
-                              ORDER BY o LIMIT 1),
-                       c AS (SELECT num, parent, 0 AS lvl FROM worlds.world WHERE num = (SELECT num FROM w)
-                             UNION ALL
-                             SELECT p.num, p.parent, c.lvl + 1 FROM worlds.world p JOIN c ON p.num = c.parent)
-         SELECT coalesce(array_agg(num ORDER BY lvl) FILTER (WHERE num <> 0), '{}') FROM c",
+        &format!(
+            "WITH RECURSIVE w AS ({} LIMIT 1),
+                           c AS (SELECT num, parent, 0 AS lvl FROM worlds.world WHERE num = (SELECT num FROM w)
+                                 UNION ALL
+                                 SELECT p.num, p.parent, c.lvl + 1 FROM worlds.world p JOIN c ON p.num = c.parent)
+             SELECT coalesce(array_agg(num ORDER BY lvl) FILTER (WHERE num <> 0), '{{}}') FROM c",
+            crate::storage::overlay::live_world_query(name)
+        ),
         &[name.into()],
     )
     .ok()
