@@ -72,6 +72,9 @@ pub extern "C-unwind" fn _PG_init() {
         storage::callbacks::at_subxact_abort(route::routing_aborted);
         storage::callbacks::at_xact_end(route::on_xact_end);
         storage::callbacks::at_xact_end(governance::read_only::on_xact_end);
+        // the database name choosing the world: `dbname=app/agent_7` (route/connect_name.rs)
+        route::connect_name::install();
+        storage::callbacks::at_xact_end(route::connect_name::on_xact_end);
         time::expiry::register_launcher();
         governance::reads::shmem::register();
         governance::readers::clients_shmem::register();
@@ -177,6 +180,16 @@ mod tests {
         assert!(unsafe { (*std::ptr::addr_of!(pg_sys::post_parse_analyze_hook)).is_some() });
         assert!(unsafe { (*std::ptr::addr_of!(pg_sys::ExecutorStart_hook)).is_some() });
         assert!(unsafe { (*std::ptr::addr_of!(pg_sys::ProcessUtility_hook)).is_some() });
+    }
+
+    /// route/connect_name.rs reads PostgreSQL 15's `Port` by offset: in this backend its database, user
+    /// and pg_hba.conf line read as Postgres has them.
+    #[pg_test]
+    fn port_fields_read_as_postgres_has_them() {
+        let (database, user, line) = crate::route::connect_name::port_fields().expect("a client backend has a Port");
+        assert_eq!(Some(database), Spi::get_one::<String>("SELECT current_database()::text").unwrap());
+        assert_eq!(Some(user), Spi::get_one::<String>("SELECT session_user::text").unwrap());
+        assert!(line > 0, "the pg_hba.conf line that matched: {line}");
     }
 
     #[pg_test]

@@ -1,5 +1,6 @@
 //! Routing: hooks that send the session's queries into its world. In main they do nothing but chain.
 pub mod scans;
+pub mod connect_name;
 mod hooks;
 mod merge_command;
 mod row_locks;
