@@ -223,10 +223,9 @@ fn check(chosen: &Chosen) {
     let name = world.split_once('@').map_or(world.as_str(), |(name, _)| name);
     let live = name == "main"
         || crate::storage::as_internal(|| {
+            // (the resolver's own query: by name, or by ID for a text of an ID's form)
             crate::spi_calls::get_one_with_args::<bool>(
-                // (two lookups by the live names' and the IDs' indexes, as the resolver makes: world.rs)
-                "SELECT EXISTS (SELECT 1 FROM worlds.world WHERE dropped IS NULL AND name = $1)
-                     OR EXISTS (SELECT 1 FROM worlds.world WHERE dropped IS NULL AND id = $1)",
+                &format!("SELECT EXISTS ({})", crate::storage::overlay::live_world_query(name)),
                 &[name.into()],
             )
         })
