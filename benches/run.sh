@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p15,p16
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p15,p16]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -39,11 +39,13 @@ done
 if [ $MODE = smoke ]; then
   SCALE=1 INSTR_TX=50 INSTR_SCANS=2 T_WRITE=2 T_SELECT=2 T_READ=1 T_BUSY=2 READ_ROWS=10000 FORK_SMALL=100 BIG_ROWS=10000 CHANGES=100 DDL_TABLES=20 REPS=${REPS:-1}
   SIM_ROWS=2000 SIM_WORLDS=10 SIM_FEW=10 SIM_MANY=100
+  SB_ROWS=1000 T_SB=1 MANY_WORLDS=20 MANY_ROWS=10
 else
   SCALE=10 INSTR_TX=2000 INSTR_SCANS=3 T_WRITE=15 T_SELECT=10 T_READ=5 T_BUSY=20 READ_ROWS=1000000 FORK_SMALL=1000 BIG_ROWS=1000000 CHANGES=10000 DDL_TABLES=500 REPS=${REPS:-3}
   SIM_ROWS=100000 SIM_WORLDS=200 SIM_FEW=100 SIM_MANY=10000
+  SB_ROWS=100000 T_SB=5 MANY_WORLDS=1000 MANY_ROWS=100
 fi
-DBS="bench_p13 bench_p13f bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
+DBS="bench_sb_stock bench_sb bench_many bench_one bench_p13 bench_p13f bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -649,6 +651,119 @@ measure_p13() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P15
+# sysbench's OLTP suite (the one Dolt publishes its multiples with), 4 tables of SB_ROWS rows, 1 thread,
+# T_SB seconds per test, mean latency (1 / transactions per second), three sides in one cluster: a database without pg_worlds
+# (stock), a database with pg_worlds in main, the same database in a world forked just before the run.
+# The sides' order rotates per test and repetition. Per repetition also the geomean of each ratio.
+SB_TESTS="oltp_point_select oltp_read_only select_random_points select_random_ranges oltp_read_write oltp_write_only oltp_update_index oltp_update_non_index oltp_insert oltp_delete"
+sysbench_in() {  # sysbench_in DB TEST COMMAND [args]
+  local dir; dir=$(cluster_dir "$CLUSTER")
+  sysbench "$2" --db-driver=pgsql --pgsql-host="$dir/sock" --pgsql-port="$(cat "$dir/port")" --pgsql-user=postgres \
+    --pgsql-db="$1" --tables=4 --table-size=$SB_ROWS --threads=1 "${@:3}"
+}
+setup_p15() {
+  command -v sysbench >/dev/null || { echo "bench: sysbench is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
+  local db
+  for db in bench_sb_stock bench_sb; do
+    fresh_db $db
+    sysbench_in $db oltp_common prepare >"$WORK/sb_prepare.log" 2>&1 || { cat "$WORK/sb_prepare.log" >&2; exit 1; }
+    sql $db -c "vacuum analyze"
+  done
+  track bench_sb
+}
+sb_run() {  # sb_run WORLD DB TEST: the average latency (ms) of one run ("main" = no world option)
+  local opts=
+  [ "$1" = main ] || opts="-c worlds.world=$1"
+  (export PGOPTIONS="$opts"; sysbench_in "$2" "$3" run --time=$T_SB --report-interval=0) >"$WORK/sb.log" 2>&1 \
+    || { echo "bench: sysbench $3 on $2 (world $1) failed:" >&2; cat "$WORK/sb.log" >&2; return 1; }
+  # (the mean latency from the transaction rate: sysbench prints its own latencies to 0.01 ms)
+  sed -n 's/^ *transactions: *[0-9]* *(\([0-9.]*\) per sec.)/\1/p' "$WORK/sb.log" | awk '{ printf "%.6f\n", 1000 / $1 }'
+
+}
+measure_p15() {
+  local rep t n=0 side st ma wo
+  for rep in $(seq $REPS); do
+    local lw=0 lm=0 k=0
+    for t in $SB_TESTS; do
+      n=$((n + 1))
+      for side in $(python3 -c "s=['stock','main','world']; r=$n % 3; print(' '.join(s[r:] + s[:r]))"); do
+        case $side in
+          stock) st=$(sb_run main bench_sb_stock $t) ;;
+          main) ma=$(sb_run main bench_sb $t) ;;
+          world) sql bench_sb -c "select worlds.create_world('p15_$n')" >/dev/null
+                 wo=$(sb_run p15_$n bench_sb $t)
+                 sql bench_sb -c "select worlds.drop_world('p15_$n')" >/dev/null ;;
+        esac
+      done
+      sample "P15_$t" world "$wo"; sample "P15_$t" main "$ma"; sample "P15_$t" stock "$st"
+      sample "P15_$t" x "$(div "$wo" "$st")"
+      lw=$(awk -v a=$lw -v b="$(div "$wo" "$st")" 'BEGIN { print a + log(b) }')
+      lm=$(awk -v a=$lm -v b="$(div "$ma" "$st")" 'BEGIN { print a + log(b) }')
+      k=$((k + 1))
+    done
+    sample P15gw x "$(awk -v a=$lw -v k=$k 'BEGIN { printf "%.6f", exp(a / k) }')"
+    sample P15gm x "$(awk -v a=$lm -v k=$k 'BEGIN { printf "%.6f", exp(a / k) }')"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------- P16
+# Many worlds: two databases with the same pgbench data (scale SCALE), tracked. bench_many has
+# MANY_WORLDS live worlds, each having changed MANY_ROWS rows of pgbench_accounts (every world its own
+# rows, the same table); bench_one has one. Sides alternate:
+# - reads (select-only, 1 client, T_SELECT s) in a world of bench_many / in bench_one's one world;
+# - main's TPC-B (2 clients, T_WRITE s) beside those worlds / beside one;
+# - MERGE of a world that changed MANY_ROWS rows, among them / alone (each merged world forked anew).
+setup_p16() {
+  local db i
+  for db in bench_many bench_one; do
+    fresh_db $db
+    pgbench_in -i -q -s $SCALE $db >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+    track $db
+  done
+  {
+    echo "set client_min_messages = warning;"
+    for i in $(seq 1 $MANY_WORLDS); do
+      echo "select worlds.create_world('m$i');"
+      echo "set worlds.world = m$i;"
+      echo "update pgbench_accounts set abalance = abalance + 1 where aid > $(( (i * MANY_ROWS) % (SCALE * 100000 - MANY_ROWS) )) and aid <= $(( (i * MANY_ROWS) % (SCALE * 100000 - MANY_ROWS) + MANY_ROWS ));"
+      echo "reset worlds.world;"
+    done
+  } >"$WORK/p16_many.sql"
+  sql bench_many -f "$WORK/p16_many.sql" >/dev/null
+  sql bench_one -c "select worlds.create_world('m1')" >/dev/null
+  (export PGOPTIONS="-c worlds.world=m1"; sql bench_one -c "update pgbench_accounts set abalance = abalance + 1 where aid > $MANY_ROWS and aid <= $((2 * MANY_ROWS))") >/dev/null
+  for db in bench_many bench_one; do sql $db -c "vacuum analyze"; done
+  [ "$(sql bench_many -c "select count(*) from worlds.show_worlds() where name like 'm%'")" -ge $MANY_WORLDS ] \
+    || { echo "bench: bench_many has fewer than $MANY_WORLDS worlds" >&2; exit 1; }
+}
+p16_merge() {  # p16_merge DB N: ms of MERGE of a world forked now that changed MANY_ROWS rows
+  sql $1 -c "select worlds.create_world('mg$2')" >/dev/null
+  (export PGOPTIONS="-c worlds.world=mg$2"; sql $1 -c "update pgbench_accounts set abalance = abalance - 1 where aid > $((SCALE * 100000 - MANY_ROWS))") >/dev/null
+  timed $1 "select count(*) from worlds.sql('merge world mg$2')" | cut -d' ' -f1
+}
+measure_p16() {
+  local rep a b
+  for rep in $(seq $REPS); do
+    if [ $((rep % 2)) -eq 1 ]; then
+      bench m1 bench_many -S -T $T_SELECT; a=$(tps); bench m1 bench_one -S -T $T_SELECT; b=$(tps)
+    else
+      bench m1 bench_one -S -T $T_SELECT; b=$(tps); bench m1 bench_many -S -T $T_SELECT; a=$(tps)
+    fi
+    pair P16r one "$b" many "$a"
+    sql postgres -c checkpoint >/dev/null
+    if [ $((rep % 2)) -eq 1 ]; then
+      bench main bench_many -c 2 -j 2 -T $T_WRITE; a=$(tps); sql postgres -c checkpoint >/dev/null; bench main bench_one -c 2 -j 2 -T $T_WRITE; b=$(tps)
+    else
+      bench main bench_one -c 2 -j 2 -T $T_WRITE; b=$(tps); sql postgres -c checkpoint >/dev/null; bench main bench_many -c 2 -j 2 -T $T_WRITE; a=$(tps)
+    fi
+    pair P16w many "$a" one "$b"
+    if [ $((rep % 2)) -eq 1 ]; then a=$(p16_merge bench_many $rep); b=$(p16_merge bench_one $rep)
+    else b=$(p16_merge bench_one $rep); a=$(p16_merge bench_many $rep); fi
+    pair P16m many "$a" one "$b"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------- P3 fork
 # CREATE WORLD in a database of BIG_ROWS rows vs one of FORK_SMALL rows: per repetition the median of 9
 # CREATE WORLDs in one session (each dropped again, untimed).
@@ -782,6 +897,8 @@ if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p12; then group "P12S P12w P12r" setup_p12 measure_p12; fi
 if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
+if want p15; then group "P15gw P15gm $(for t in $SB_TESTS; do printf 'P15_%s ' $t; done)" setup_p15 measure_p15; fi
+if want p16; then group "P16r P16w P16m" setup_p16 measure_p16; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
   group "P1wn P1sn" measure_p1_nopreload
 fi

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what pg_worlds needs to build and test, idempotently and fast when already present:
-# Debian's PostgreSQL 15 server + headers, the MCP Python SDK (tests/sessions/33), pg_repack (the table-maintenance tests), clang/libclang, sudo, valgrind (the counted benchmarks), sqlsmith (scripts/sqlsmith-soak.sh), and cargo-pgrx of exactly the pinned version,
+# Debian's PostgreSQL 15 server + headers, the MCP Python SDK (tests/sessions/33), pg_repack (the table-maintenance tests), clang/libclang, sudo, valgrind (the counted benchmarks), sqlsmith (scripts/sqlsmith-soak.sh), sysbench (bench P15), and cargo-pgrx of exactly the pinned version,
 # initialised against the system pg_config (never a source download of Postgres).
 set -euo pipefail
 PGRX_VERSION=0.18.1
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 need_pkgs=()
-for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib postgresql-15-repack libclang-dev clang pkg-config sudo valgrind sqlsmith; do
+for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib postgresql-15-repack libclang-dev clang pkg-config sudo valgrind sqlsmith sysbench; do
   grep -q 'install ok installed' <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
