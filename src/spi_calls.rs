@@ -72,6 +72,49 @@ pub fn run_with_args(query: &str, args: &[DatumWithOid]) -> SpiResult<()> {
     })
 }
 
+/// A query whose rows are one jsonb each (worlds.sql's results), run as `run_with_args` runs one
+/// (read-write: a new snapshot, as `Fresh::fresh`), so that the planner may make it parallel: a prepared
+/// plan (`SPI_prepare`, which `fresh` uses) never is, and a SELECT reading a big table AS OF a moment
+/// through worlds.sql then ran on one core where the same SELECT of the table itself ran on all of them
+/// (bench P6).
+pub fn jsonb_rows(query: &str, args: &[DatumWithOid]) -> SpiResult<Vec<serde_json::Value>> {
+    if in_recovery() {
+        return rows(query, None, args, |t| t.filter_map(|r| r.get::<pgrx::JsonB>(1).ok().flatten().map(|j| j.0)).collect());
+    }
+    let cmd = std::ffi::CString::new(query).expect("query contained a null byte");
+    Spi::connect(|_c| {
+        let status = unsafe {
+            pg_sys::SPI_tuptable = std::ptr::null_mut();
+            if args.is_empty() {
+                pg_sys::SPI_execute(cmd.as_ptr(), false, 0)
+            } else {
+                let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+                let mut values: Vec<pg_sys::Datum> =
+                    args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()).unwrap_or(pg_sys::Datum::from(0usize))).collect();
+                let nulls: Vec<std::os::raw::c_char> =
+                    args.iter().map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::os::raw::c_char).collect();
+                pg_sys::SPI_execute_with_args(cmd.as_ptr(), args.len() as i32, types.as_mut_ptr(), values.as_mut_ptr(), nulls.as_ptr(), false, 0)
+            }
+        };
+        Spi::check_status(status)?;
+        let mut out = Vec::new();
+        unsafe {
+            let tt = pg_sys::SPI_tuptable;
+            if tt.is_null() {
+                return Ok(out);
+            }
+            for i in 0..pg_sys::SPI_processed as usize {
+                let mut isnull = false;
+                let d = pg_sys::SPI_getbinval(*(*tt).vals.add(i), (*tt).tupdesc, 1, &mut isnull);
+                if let Some(j) = <pgrx::JsonB as pgrx::FromDatum>::from_datum(d, isnull) {
+                    out.push(j.0);
+                }
+            }
+        }
+        Ok(out)
+    })
+}
+
 /// A query whose rows the caller reads, as `Fresh::fresh` runs it.
 pub fn rows<R>(query: &str, limit: Option<std::ffi::c_long>, args: &[DatumWithOid], f: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -> R) -> SpiResult<R> {
     Spi::connect(|c| c.fresh(query, limit, args).map(f))

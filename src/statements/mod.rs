@@ -141,8 +141,7 @@ fn rows(sql: &str, args: &[DatumWithOid]) -> Vec<serde_json::Value> {
     let wrapped = format!("SELECT to_jsonb(r.*) FROM ({sql}) r");
     // (its values as JSON read the same whatever the session set: DateStyle, IntervalStyle, ...)
     crate::storage::with_fixed_output(|| {
-        crate::spi_calls::rows(&wrapped, None, args, |t| t.filter_map(|r| r.get::<JsonB>(1).ok().flatten().map(|j| j.0)).collect())
-            .unwrap_or_else(|e| raise("XX000", format!("{e}")))
+        crate::spi_calls::jsonb_rows(&wrapped, args).unwrap_or_else(|e| raise("XX000", format!("{e}")))
     })
 }
 
