@@ -182,7 +182,7 @@ fn typed_queries_cast_each_column() {
         "case when jsonb_typeof(j->'reasons') = 'array' then array(select e::text from jsonb_array_elements_text(j->'reasons') e) end as \"reasons\""
     ));
     // a statement that doesn't parse: worlds.sql raises the grammar's error
-    assert_eq!(q("diff sideways"), "select j from worlds.sql($worlds$diff sideways$worlds$) j");
+    assert_eq!(q("merge world a sideways"), "select j from worlds.sql($worlds$merge world a sideways$worlds$) j");
     // the quote can't be closed from inside
     assert_eq!(dollar_quote("a $worlds$ b"), "$worlds1$a $worlds$ b$worlds1$");
 }
