@@ -336,7 +336,8 @@ fn column_expr(name: &str, ty: &str) -> String {
     let q = format!("\"{}\"", name.replace('"', "\"\""));
     let key = format!("'{}'", name.replace('\'', "''"));
     if ty == "jsonb" {
-        format!("j->{key} as {q}")
+        // (JSON's null is the function's SQL NULL)
+        format!("nullif(j->{key}, 'null') as {q}")
     } else if let Some(element) = ty.strip_suffix("[]") {
         format!(
             "case when jsonb_typeof(j->{key}) = 'array' then array(select e::{element} from jsonb_array_elements_text(j->{key}) e) end as {q}"

@@ -177,7 +177,7 @@ fn typed_queries_cast_each_column() {
         show,
         "select (j->>'name')::text as \"name\", (j->>'parent')::text as \"parent\", (j->>'changes')::bigint as \"changes\" from worlds.sql($worlds$show branches$worlds$) j"
     );
-    assert!(q("diff").contains("j->'before' as \"before\""));
+    assert!(q("diff").contains("nullif(j->'before', 'null') as \"before\""));
     assert!(q("show reviews").contains(
         "case when jsonb_typeof(j->'reasons') = 'array' then array(select e::text from jsonb_array_elements_text(j->'reasons') e) end as \"reasons\""
     ));
