@@ -106,6 +106,10 @@ async fn main() {
 mod tests {
     use super::*;
 
+    fn err(a: &[&str]) -> String {
+        parse_args(&args(a)).err().expect("refused")
+    }
+
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|a| a.to_string()).collect()
     }
@@ -114,10 +118,10 @@ mod tests {
     fn command_line() {
         let (listen, c) = parse_args(&args(&["--listen", "127.0.0.1:6432", "--upstream", "host=/tmp port=5 dbname=app"])).unwrap();
         assert_eq!((listen.as_str(), c.upstream.dbname.as_str(), c.max_message), ("127.0.0.1:6432", "app", 64 << 20));
-        assert!(parse_args(&args(&["--listen", "x"])).unwrap_err().contains("--upstream is required"));
-        assert!(parse_args(&args(&["--upstream", "dbname=a"])).unwrap_err().contains("--listen is required"));
-        assert!(parse_args(&args(&["--listen"])).unwrap_err().contains("needs a value"));
-        assert!(parse_args(&args(&["--listen", "x", "--upstream", "dbname=a", "--tls-cert", "c"])).unwrap_err().contains("go together"));
-        assert!(parse_args(&args(&["--bogus"])).unwrap_err().contains("unknown argument"));
+        assert!(err(&["--listen", "x"]).contains("--upstream is required"));
+        assert!(err(&["--upstream", "dbname=a"]).contains("--listen is required"));
+        assert!(err(&["--listen"]).contains("needs a value"));
+        assert!(err(&["--listen", "x", "--upstream", "dbname=a", "--tls-cert", "c"]).contains("go together"));
+        assert!(err(&["--bogus"]).contains("unknown argument"));
     }
 }
