@@ -1,5 +1,6 @@
-//! Cancel keys: each client gets the proxy's own BackendKeyData (a process number and a random key); a
-//! CancelRequest carrying them is sent on to the server with the real backend's.
+//! Cancel keys: each client gets a BackendKeyData of the proxy's own (the backend's real process number,
+//! so pg_backend_pid() and notifications' senders still match it, with a random key of the proxy's); a
+//! CancelRequest carrying them is sent on to the server with the real backend's key.
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -24,10 +25,9 @@ pub struct Registered {
 }
 
 pub fn register(real: (i32, i32)) -> Registered {
-    static NEXT: AtomicI32 = AtomicI32::new(0);
+    static SALT: AtomicI32 = AtomicI32::new(0);
     loop {
-        let pid = (NEXT.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff) + 1;
-        let key = (pid, random_key(pid));
+        let key = (real.0, random_key(SALT.fetch_add(1, Ordering::Relaxed)));
         let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
         if let std::collections::hash_map::Entry::Vacant(v) = r.entry(key) {
             v.insert(real);
@@ -56,6 +56,9 @@ mod tests {
         let a = register((100, 7));
         let b = register((101, 8));
         assert_ne!(a.key, b.key);
+        // the process number is the backend's; the key is the proxy's
+        assert_eq!(a.key.0, 100);
+        assert_ne!(a.key.1, 7);
         assert_eq!(lookup(a.key), Some((100, 7)));
         assert_eq!(lookup(b.key), Some((101, 8)));
         assert_eq!(lookup((a.key.0, a.key.1.wrapping_add(1))), None);
