@@ -347,6 +347,10 @@ where
             return Ok(());
         }
         let tag = buf[0];
+        // (as Postgres, a type it doesn't know is refused before its length is believed)
+        if !wire::FRONTEND_TYPES.contains(&tag) {
+            return Err(format!("bad input: invalid frontend message type {tag}"));
+        }
         let len = wire::check_length(u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]), max).map_err(|m| format!("bad input: {m}"))?;
         if tag == b'd' {
             // COPY data: streamed

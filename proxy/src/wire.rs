@@ -8,6 +8,9 @@ pub const SSL_REQUEST: u32 = 80877103;
 pub const GSSENC_REQUEST: u32 = 80877104;
 pub const CANCEL_REQUEST: u32 = 80877102;
 pub const PROTOCOL_3: u32 = 3 << 16;
+/// The message types a client sends once logged in (Query, Parse, Bind, Execute, Describe, Close, Sync,
+/// Flush, FunctionCall, Terminate, CopyData, CopyDone, CopyFail; p: a late authentication answer).
+pub const FRONTEND_TYPES: &[u8] = b"QPBEDCSHFXdcfp";
 
 /// A message's length field: at least 4 (itself), at most `max` (a client's bound; the server's are
 /// trusted up to Postgres's 1 GB).
