@@ -177,8 +177,11 @@ async fn authenticate(
         let Some(m) = read_message(server, sbuf, MAX_WHOLE_SERVER).await? else { return Ok(None) };
         match m[0] {
             b'R' => {
-                client.write_all(&m).await.map_err(io_err("write to the client"))?;
                 let code = if m.len() >= 9 { i32::from_be_bytes([m[5], m[6], m[7], m[8]]) } else { -1 };
+                // SASL's mechanisms without the channel-bound ones (-PLUS): a server reached over TLS offers
+                // them, but the client's TLS (if any) ends at the proxy, so its binding could never match
+                let m = if code == 10 { wire::sasl_without_plus(&m) } else { m };
+                client.write_all(&m).await.map_err(io_err("write to the client"))?;
                 // cleartext, md5, GSS, GSS continue, SSPI, SASL, SASL continue: the client answers
                 if matches!(code, 3 | 5 | 7 | 8 | 9 | 10 | 11) {
                     let Some(answer) = read_message(client, cbuf, config.max_message.min(1 << 20)).await? else { return Ok(None) };

@@ -157,6 +157,25 @@ pub fn tag_text(body: &[u8]) -> String {
     String::from_utf8_lossy(cstr(body).map(|(t, _)| t).unwrap_or(body)).into_owned()
 }
 
+/// An AuthenticationSASL message (code 10, then NUL-terminated mechanism names, then a NUL) without its
+/// channel-binding mechanisms (`SCRAM-SHA-256-PLUS`).
+pub fn sasl_without_plus(m: &Bytes) -> Bytes {
+    let mut body = 10i32.to_be_bytes().to_vec();
+    let mut rest = &m[9..];
+    while let Some((name, r)) = cstr(rest) {
+        if name.is_empty() {
+            break;
+        }
+        if !name.ends_with(b"-PLUS") {
+            body.extend_from_slice(name);
+            body.push(0);
+        }
+        rest = r;
+    }
+    body.push(0);
+    message(b'R', &body)
+}
+
 /// Escapes a word of the startup `options` (Postgres splits them at white space; a backslash keeps the
 /// next character in the word).
 pub fn escape_option(word: &str) -> String {
@@ -209,6 +228,12 @@ mod tests {
         assert_eq!(first_column(b"\0\x01\0\0\0\x09short"), None);
         let p = parse_message(b"s1", "select 1", b"\0\0");
         assert_eq!(parse_body(&p[5..]), Some((&b"s1"[..], &b"select 1"[..], &b"\0\0"[..])));
+    }
+
+    #[test]
+    fn sasl_mechanisms_lose_channel_binding() {
+        let m = message(b'R', b"\0\0\0\x0aSCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0");
+        assert_eq!(&sasl_without_plus(&m)[..], &message(b'R', b"\0\0\0\x0aSCRAM-SHA-256\0\0")[..]);
     }
 
     #[test]
