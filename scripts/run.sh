@@ -27,7 +27,7 @@ The cluster is running. Connect:
 Start a session inside a world from any libpq client:
   psql "$(conninfo demo demo) options='-c worlds.world=agent_7'"
 Or through worlds-proxy (README: "worlds-proxy"): the database name is the world, the spec's statements run typed
-  psql postgres://postgres@127.0.0.1:$PROXY_PORT/demo        # main: try  show worlds;  diff world agent_7;
+  psql postgres://postgres@127.0.0.1:$PROXY_PORT/demo        # main: try  show worlds;  show branches;
   psql "postgres://postgres@127.0.0.1:$PROXY_PORT/<a world>"  # in that world; 'main@-1 hour' reads the past
 Give an MCP client (Claude, Cursor, the MCP SDKs) the database as an agent (README: "Connecting an MCP client"):
   PGHOST=$(cluster_dir demo)/sock PGPORT=$(cat "$(cluster_dir demo)/port") PGDATABASE=demo PGUSER=postgres \\

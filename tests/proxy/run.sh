@@ -3,7 +3,7 @@
 # tests/proxy/expected/*.out (times, IDs and tokens masked); tokio-postgres through it (extended
 # protocol, binary rows, pipelining, cancel: proxy/examples/driver_check.rs); hostile input (hostile.py).
 #   bash tests/proxy/run.sh            (PROXY_TESTS="spec_worlds" runs one file; PROXY_ACCEPT=1 rewrites expected)
-# Uses the cluster $PROXY_CLUSTER (default proxy), started if needed, and ports from $PROXY_PORT (default 57710).
+# Uses the cluster $PROXY_CLUSTER (default proxy), started if needed, and a port from $PROXY_PORT (default $PORT + 10).
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 set +e
 CL=${PROXY_CLUSTER:-proxy}
@@ -14,7 +14,7 @@ SPORT=$(cat "$(cluster_dir "$CL")/port")
 (cd "$ROOT" && cargo build -q -p worlds-proxy && cargo build -q -p worlds-proxy --example driver_check) || exit 1
 PROXY="$ROOT/target/debug/worlds-proxy"
 failures=0
-PPORT=$(free_port "${PROXY_PORT:-57710}")
+PPORT=$(free_port "${PROXY_PORT:-$((${PORT:-56422} + 10))}")
 PID=
 start_proxy() { # start_proxy DB
   "$PROXY" --listen "127.0.0.1:$PPORT" --upstream "host=127.0.0.1 port=$SPORT dbname=$1" >>"$OUT/proxy.log" 2>&1 &
