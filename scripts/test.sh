@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Command (2): install what is missing, then run every suite and print each runner's summary line.
-#   unit        cargo test -p worlds_core -p worlds-mcp (grammar, names, merge decision, safe mode; the MCP server's own)
+#   unit        cargo test -p worlds_core -p worlds-mcp -p worlds-proxy (grammar, names, merge decision, safe mode; the
+#               MCP server's own; the proxy's recognition, framing and rewriting)
 #   pg_test     cargo pgrx test pg15                 (Rust tests inside a real cluster)
 #   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
 #   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
+#   proxy       tests/proxy/run.sh                   (worlds-proxy: the spec's examples in psql, tokio-postgres, hostile input)
 #   fuzz        scripts/fuzz-soak.sh                 (20,000 generated inputs inside the server, 2 backends: no XX000, no crash)
 #   smith       scripts/sqlsmith-soak.sh             (random SQL, 2,000 statements on each of four sides)
 #   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
 #   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds,
 #                                                     and again entirely inside a world: CORE_REGRESS=world)
-# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, fuzz, smith, bench, core) runs one suite;
+# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, proxy, fuzz, smith, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh"
@@ -20,9 +22,9 @@ want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
 record() { summary+=("$1"); [ "$2" -eq 0 ] || failed=1; }
 
 if want unit; then
-  echo "== unit: cargo test -p worlds_core -p worlds-mcp"
+  echo "== unit: cargo test -p worlds_core -p worlds-mcp -p worlds-proxy"
   set +e
-  (cd "$ROOT" && cargo test -q -p worlds_core -p worlds-mcp 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
+  (cd "$ROOT" && cargo test -q -p worlds_core -p worlds-mcp -p worlds-proxy 2>&1 | tee "$RUN_DIR/unit.log" | grep -E "^test result|FAILED|panicked")
   rc=${PIPESTATUS[0]}; set -e
   passed=$(grep -E '^test result' "$RUN_DIR/unit.log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s += $1} END {print s}')
   record "unit:     $passed passed ($(grep -cE '^test result: ok' "$RUN_DIR/unit.log") test binaries ok)" $rc
@@ -47,7 +49,7 @@ if want pg_test; then
   record "pg_test:  $(grep -E '^test result' "$RUN_DIR/pg_test.log" | grep -v ' 0 passed' | tail -1)" $rc
 fi
 
-if want regress || want sessions || want fuzz || want smith || want bench; then
+if want regress || want sessions || want proxy || want fuzz || want smith || want bench; then
   echo "== installing pg_worlds and starting the test cluster"
   stop_cluster test
   install_extension
@@ -89,6 +91,16 @@ if want sessions; then
     fi
   done
   record "sessions: $pass passed, $fail failed ${failed_tests[*]:-}" $fail
+fi
+
+if want proxy; then
+  echo "== proxy: tests/proxy/run.sh (worlds-proxy)"
+  set +e
+  PROXY_CLUSTER=test bash "$ROOT/tests/proxy/run.sh" >"$RUN_DIR/proxy.log" 2>&1
+  rc=$?; set -e
+  grep -E "^(ok|FAIL) " "$RUN_DIR/proxy.log"
+  [ $rc -eq 0 ] || tail -40 "$RUN_DIR/proxy.log"
+  record "proxy:    $(tail -1 "$RUN_DIR/proxy.log")" $rc
 fi
 
 if want fuzz; then

@@ -11,4 +11,5 @@ pub mod rules;
 pub mod safe_mode;
 pub mod reads;
 pub mod scope;
+pub mod recognise;
 pub mod snapshot;

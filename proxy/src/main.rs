@@ -1,0 +1,127 @@
+//! worlds-proxy: a PostgreSQL wire proxy for pg_worlds (proxy/README.md). The database name a client
+//! connects to chooses its world; the spec's statements run typed; everything else passes through.
+mod cancel;
+mod intercept;
+mod session;
+mod tls;
+mod upstream;
+mod wire;
+
+use std::sync::Arc;
+
+pub struct Config {
+    pub upstream: upstream::Upstream,
+    pub max_message: usize,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub upstream_tls: Option<tokio_rustls::TlsConnector>,
+}
+
+const USAGE: &str = "usage: worlds-proxy --listen HOST:PORT --upstream 'host=... port=... dbname=...' \
+[--tls-cert FILE --tls-key FILE] [--max-message-bytes N]";
+
+fn parse_args(args: &[String]) -> Result<(String, Config), String> {
+    let (mut listen, mut up, mut cert, mut key, mut max) = (None, None, None, None, 64usize << 20);
+    let mut i = 0;
+    while i < args.len() {
+        let value = || args.get(i + 1).cloned().ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]));
+        match args[i].as_str() {
+            "--listen" => listen = Some(value()?),
+            "--upstream" => up = Some(value()?),
+            "--tls-cert" => cert = Some(value()?),
+            "--tls-key" => key = Some(value()?),
+            "--max-message-bytes" => max = value()?.parse().map_err(|_| format!("--max-message-bytes takes a number\n{USAGE}"))?,
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+        i += 2;
+    }
+    let listen = listen.ok_or_else(|| format!("--listen is required\n{USAGE}"))?;
+    let upstream = upstream::parse_conninfo(&up.ok_or_else(|| format!("--upstream is required\n{USAGE}"))?)?;
+    let tls = match (cert, key) {
+        (Some(c), Some(k)) => Some(tls::acceptor(&c, &k)?),
+        (None, None) => None,
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    };
+    if max < 1024 {
+        return Err("--max-message-bytes must be at least 1024".into());
+    }
+    let upstream_tls = (upstream.sslmode != upstream::SslMode::Disable).then(tls::connector).transpose()?;
+    Ok((listen, Config { upstream, max_message: max, tls, upstream_tls }))
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (listen, config) = match parse_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("worlds-proxy: {e}");
+            std::process::exit(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(&listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("worlds-proxy: cannot listen on {listen}: {e}");
+            std::process::exit(1);
+        }
+    };
+    eprintln!(
+        "worlds-proxy: listening on {listen}, upstream {}:{} database {}",
+        config.upstream.host, config.upstream.port, config.upstream.dbname
+    );
+    let config = Arc::new(config);
+    let accept = async {
+        let mut next_id: u64 = 0;
+        loop {
+            match listener.accept().await {
+                Ok((socket, peer)) => {
+                    next_id += 1;
+                    let config = config.clone();
+                    let id = next_id;
+                    tokio::spawn(async move {
+                        if let Err(e) = session::serve(socket, &config).await {
+                            eprintln!("worlds-proxy: connection {id} from {peer}: {e}");
+                        }
+                    });
+                }
+                // (out of file descriptors and the like: wait a moment, never exit)
+                Err(e) => {
+                    eprintln!("worlds-proxy: accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = accept => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("worlds-proxy: stopping");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(a: &[&str]) -> String {
+        parse_args(&args(a)).err().expect("refused")
+    }
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn command_line() {
+        let (listen, c) = parse_args(&args(&["--listen", "127.0.0.1:6432", "--upstream", "host=/tmp port=5 dbname=app"])).unwrap();
+        assert_eq!((listen.as_str(), c.upstream.dbname.as_str(), c.max_message), ("127.0.0.1:6432", "app", 64 << 20));
+        assert!(err(&["--listen", "x"]).contains("--upstream is required"));
+        assert!(err(&["--upstream", "dbname=a"]).contains("--listen is required"));
+        assert!(err(&["--listen"]).contains("needs a value"));
+        assert!(err(&["--listen", "x", "--upstream", "dbname=a", "--tls-cert", "c"]).contains("go together"));
+        assert!(err(&["--bogus"]).contains("unknown argument"));
+    }
+}
