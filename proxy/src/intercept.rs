@@ -24,10 +24,12 @@ pub enum Rule {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Pending {
-    /// a simple Query: a rule per statement (none: all SQL), and which statement's result comes next
-    Query { rules: Vec<Option<Rule>>, at: usize },
+    /// a simple Query: a rule per statement (none: all SQL), and which statement's result comes next;
+    /// per statement, where a spec statement starts in the client's text (characters before it)
+    Query { rules: Vec<Option<Rule>>, at: usize, starts: Vec<Option<usize>> },
     Describe(Option<Rule>),
-    Execute(Option<Rule>),
+    /// a portal's rule, and where its spec statement starts in the client's text
+    Execute(Option<Rule>, Option<usize>),
     Sync,
 }
 
@@ -48,6 +50,10 @@ pub struct Tracker {
     /// prepared statements / portals that are spec statements (others aren't kept)
     statements: HashMap<Vec<u8>, Rule>,
     portals: HashMap<Vec<u8>, Rule>,
+    /// prepared statements / portals that are spec statements (parsed or not): where each starts in the
+    /// Parse's text, for an error's position
+    spec_statements: HashMap<Vec<u8>, usize>,
+    spec_portals: HashMap<Vec<u8>, usize>,
     /// the tag a Tag statement's row gave
     tag: Option<String>,
 }
@@ -61,8 +67,17 @@ fn rule_of(parsed: &Result<worlds_core::grammar::Statement, worlds_core::grammar
     }
 }
 
-/// A query's text as the server gets it, and a rule per statement; None when it goes as written.
-pub fn plan_query(text: &str) -> Option<(String, Vec<Option<Rule>>)> {
+/// Characters of `text` before `piece` (a slice of it) and its leading white space: where the statement
+/// starts, as Postgres counts an error's position.
+fn start_of(text: &str, piece: &str) -> usize {
+    let at = (piece.as_ptr() as usize).saturating_sub(text.as_ptr() as usize).min(text.len());
+    let lead = piece.len() - piece.trim_start().len();
+    text.get(..at + lead).map_or(0, |t| t.chars().count())
+}
+
+/// A query's text as the server gets it, a rule per statement and where each spec statement starts;
+/// None when it goes as written.
+pub fn plan_query(text: &str) -> Option<(String, Vec<Option<Rule>>, Vec<Option<usize>>)> {
     // the common case: one statement of SQL, no AS OF (checked without splitting)
     let lower_has_as_of = || {
         let l = text.to_ascii_lowercase();
@@ -75,27 +90,31 @@ pub fn plan_query(text: &str) -> Option<(String, Vec<Option<Rule>>)> {
     let pieces = recognise::split_statements(text);
     let mut changed = false;
     let mut rules = Vec::with_capacity(pieces.len());
+    let mut starts = Vec::with_capacity(pieces.len());
     let mut out: Vec<String> = Vec::with_capacity(pieces.len());
     for piece in &pieces {
         match recognise::recognise(piece) {
             Recognised::Sql => {
                 rules.push(None);
+                starts.push(None);
                 out.push(piece.to_string());
             }
             Recognised::AsOf(q) => {
                 changed = true;
                 rules.push(None);
+                starts.push(None);
                 out.push(q);
             }
             Recognised::Spec(parsed) => {
                 changed = true;
                 rules.push(rule_of(&parsed));
+                starts.push(Some(start_of(text, piece)));
                 out.push(recognise::typed_query(piece.trim(), &parsed));
             }
         }
     }
     // (a newline first, so a piece ending in a -- comment doesn't swallow the ;)
-    changed.then(|| (out.join("\n;"), rules))
+    changed.then(|| (out.join("\n;"), rules, starts))
 }
 
 impl Tracker {
@@ -107,11 +126,11 @@ impl Tracker {
                 let planned = std::str::from_utf8(text).ok().and_then(plan_query);
                 match planned {
                     None => {
-                        self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0 });
+                        self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0, starts: Vec::new() });
                         Out::Same
                     }
-                    Some((query, rules)) => {
-                        self.pending.push_back(Pending::Query { rules, at: 0 });
+                    Some((query, rules, starts)) => {
+                        self.pending.push_back(Pending::Query { rules, at: 0, starts });
                         Out::Replace(wire::query_message(&query))
                     }
                 }
@@ -122,16 +141,19 @@ impl Tracker {
                 let recognised = if recognise::split_statements(text).len() > 1 { Recognised::Sql } else { recognise::recognise(text) };
                 match recognised {
                     Recognised::Sql => {
-                        if !self.statements.is_empty() {
+                        if !self.statements.is_empty() || !self.spec_statements.is_empty() {
                             self.statements.remove(name);
+                            self.spec_statements.remove(name);
                         }
                         Out::Same
                     }
                     Recognised::AsOf(q) => {
                         self.statements.remove(name);
+                        self.spec_statements.remove(name);
                         Out::Replace(wire::parse_message(name, &q, rest))
                     }
                     Recognised::Spec(parsed) => {
+                        self.spec_statements.insert(name.to_vec(), start_of(text, text));
                         match rule_of(&parsed) {
                             Some(rule) => self.statements.insert(name.to_vec(), rule),
                             None => self.statements.remove(name),
@@ -141,12 +163,16 @@ impl Tracker {
                 }
             }
             b'B' => {
-                if !self.statements.is_empty() || !self.portals.is_empty() {
+                if !self.statements.is_empty() || !self.portals.is_empty() || !self.spec_statements.is_empty() || !self.spec_portals.is_empty() {
                     if let Some((portal, rest)) = wire::cstr(body) {
                         let statement = wire::cstr(rest).map(|(s, _)| s).unwrap_or_default();
                         match self.statements.get(statement) {
                             Some(&rule) => self.portals.insert(portal.to_vec(), rule),
                             None => self.portals.remove(portal),
+                        };
+                        match self.spec_statements.get(statement) {
+                            Some(&start) => self.spec_portals.insert(portal.to_vec(), start),
+                            None => self.spec_portals.remove(portal),
                         };
                     }
                 }
@@ -164,13 +190,22 @@ impl Tracker {
             b'E' => {
                 let portal = wire::cstr(body).map(|(n, _)| n).unwrap_or_default();
                 let rule = if self.portals.is_empty() { None } else { self.portals.get(portal).copied() };
-                self.pending.push_back(Pending::Execute(rule));
+                let start = if self.spec_portals.is_empty() { None } else { self.spec_portals.get(portal).copied() };
+                self.pending.push_back(Pending::Execute(rule, start));
                 Out::Same
             }
             b'C' => {
                 match body.split_first() {
-                    Some((b'S', name)) => self.statements.remove(wire::cstr(name).map(|(n, _)| n).unwrap_or_default()),
-                    Some((b'P', name)) => self.portals.remove(wire::cstr(name).map(|(n, _)| n).unwrap_or_default()),
+                    Some((b'S', name)) => {
+                        let name = wire::cstr(name).map(|(n, _)| n).unwrap_or_default();
+                        self.spec_statements.remove(name);
+                        self.statements.remove(name)
+                    }
+                    Some((b'P', name)) => {
+                        let name = wire::cstr(name).map(|(n, _)| n).unwrap_or_default();
+                        self.spec_portals.remove(name);
+                        self.portals.remove(name)
+                    }
                     _ => None,
                 };
                 Out::Same
@@ -180,7 +215,7 @@ impl Tracker {
                 Out::Same
             }
             b'F' => {
-                self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0 });
+                self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0, starts: Vec::new() });
                 Out::Same
             }
             _ => Out::Same,
@@ -192,6 +227,7 @@ impl Tracker {
         match tag {
             b'C' => true,
             b'D' => self.current_rule() == Some(Rule::Tag),
+            b'E' => self.current_start().is_some(),
             _ => false,
         }
     }
@@ -199,9 +235,18 @@ impl Tracker {
     /// The rule of the result the server sends next.
     fn current_rule(&self) -> Option<Rule> {
         match self.pending.front()? {
-            Pending::Query { rules, at } => rules.get(*at).copied().flatten(),
-            Pending::Describe(r) | Pending::Execute(r) => *r,
+            Pending::Query { rules, at, .. } => rules.get(*at).copied().flatten(),
+            Pending::Describe(r) | Pending::Execute(r, _) => *r,
             Pending::Sync => None,
+        }
+    }
+
+    /// Where the spec statement whose result comes next starts in the client's text (None: SQL).
+    fn current_start(&self) -> Option<usize> {
+        match self.pending.front()? {
+            Pending::Query { starts, at, .. } => starts.get(*at).copied().flatten(),
+            Pending::Execute(_, start) => *start,
+            Pending::Describe(_) | Pending::Sync => None,
         }
     }
 
@@ -238,7 +283,7 @@ impl Tracker {
                 let rule = self.current_rule();
                 match self.pending.front_mut() {
                     Some(Pending::Query { at, .. }) => *at += 1,
-                    Some(Pending::Execute(_)) => {
+                    Some(Pending::Execute(..)) => {
                         self.pending.pop_front();
                     }
                     _ => {}
@@ -257,20 +302,23 @@ impl Tracker {
                 }
             }
             b'I' | b's' => {
-                if let Some(Pending::Execute(_)) = self.pending.front() {
+                if let Some(Pending::Execute(..)) = self.pending.front() {
                     self.pending.pop_front();
                 }
                 Out::Same
             }
             b'E' => {
-                if matches!(self.pending.front(), Some(Pending::Describe(_) | Pending::Execute(_))) {
+                // a spec statement's syntax error: the grammar's position (worlds.sql gives it in the
+                // DETAIL) as the error's position in the client's text, as Postgres reports one
+                let moved = self.current_start().and_then(|start| wire::with_statement_position(body, start));
+                if matches!(self.pending.front(), Some(Pending::Describe(_) | Pending::Execute(..))) {
                     // the server skips the rest until Sync
                     while matches!(self.pending.front(), Some(p) if *p != Pending::Sync) {
                         self.pending.pop_front();
                     }
                 }
                 self.tag = None;
-                Out::Same
+                moved.map_or(Out::Same, Out::Replace)
             }
             b'Z' => {
                 while let Some(p) = self.pending.pop_front() {

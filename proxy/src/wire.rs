@@ -115,6 +115,27 @@ pub fn error_fields(body: &[u8]) -> Vec<(u8, String)> {
     out
 }
 
+/// An ErrorResponse body whose DETAIL is the grammar's `at character N of the statement`: the same error
+/// with that DETAIL taken off and the position `start + N` (characters of the client's text) given as
+/// Postgres gives a syntax error's, so psql shows the statement and a caret. None for any other error.
+pub fn with_statement_position(body: &[u8], start: usize) -> Option<Bytes> {
+    let fields = error_fields(body);
+    let n: usize = fields.iter().find(|(c, _)| *c == b'D')?.1.strip_prefix("at character ")?.strip_suffix(" of the statement")?.parse().ok()?;
+    let mut out = Vec::with_capacity(body.len());
+    for (code, value) in fields.iter().filter(|(c, _)| *c != b'D' && *c != b'P') {
+        out.push(*code);
+        out.extend_from_slice(value.as_bytes());
+        out.push(0);
+        if *code == b'M' {
+            out.push(b'P');
+            out.extend_from_slice((start + n).to_string().as_bytes());
+            out.push(0);
+        }
+    }
+    out.push(0);
+    Some(message(b'E', &out))
+}
+
 /// The first column of a DataRow body, as text (None for NULL or a malformed row).
 pub fn first_column(body: &[u8]) -> Option<String> {
     if body.len() < 6 || u16::from_be_bytes([body[0], body[1]]) == 0 {

@@ -193,3 +193,57 @@ fn as_of_is_rewritten_in_both_protocols() {
     assert_eq!(wire::parse_body(&m[5..]).unwrap().1, b"select id from worlds.as_of(NULL::orders, $1) AS o");
     let _ = message(b'Z', b"I");
 }
+
+fn error_body(detail: &str) -> Vec<u8> {
+    body(&crate::wire::error_response("ERROR", "42601", "syntax error at or near \"frob\"", Some(detail))).to_vec()
+}
+
+fn fields_of(out: Out) -> Vec<(u8, String)> {
+    match out {
+        Out::Replace(m) => crate::wire::error_fields(&m[5..]),
+        other => panic!("expected a replacement, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_spec_statements_syntax_error_gets_its_position_in_the_clients_text() {
+    // the second statement of a simple Query, after SQL: the grammar's position counts from its start
+    let mut t = Tracker::default();
+    t.client(b'Q', &q("select 1;  diff world a frob"));
+    assert_eq!(t.server(b'T', b""), Out::Same);
+    assert_eq!(t.server(b'C', body(&command_complete("SELECT 1"))), Out::Same);
+    assert!(t.wants_body(b'E'));
+    let f = fields_of(t.server(b'E', &error_body("at character 14 of the statement")));
+    assert!(f.iter().all(|(c, _)| *c != b'D'), "the DETAIL is gone: {f:?}");
+    // "select 1;  " is 11 characters: the statement's 14th is the text's 25th ("frob" at 25)
+    assert_eq!(f.iter().find(|(c, _)| *c == b'P').map(|(_, v)| v.as_str()), Some("25"));
+    assert_eq!(&"select 1;  diff world a frob"[24..28], "frob");
+    assert_eq!(f.iter().find(|(c, _)| *c == b'C').map(|(_, v)| v.as_str()), Some("42601"));
+    assert_eq!(t.server(b'Z', b"I"), Out::Same);
+    // another DETAIL, or an error of SQL, passes as it came
+    let mut t = Tracker::default();
+    t.client(b'Q', &q("merge world nope"));
+    assert_eq!(t.server(b'E', &error_body("world nope has no rows")), Out::Same);
+    let mut t = Tracker::default();
+    t.client(b'Q', &q("select 1 +"));
+    assert!(!t.wants_body(b'E'));
+    assert_eq!(t.server(b'E', &error_body("at character 3 of the statement")), Out::Same);
+}
+
+#[test]
+fn a_spec_statements_syntax_error_in_the_extended_protocol() {
+    let mut t = Tracker::default();
+    let mut parse = b"s1\0".to_vec();
+    parse.extend_from_slice(b"  create world 12abc\0\0\0");
+    assert!(matches!(t.client(b'P', &parse), Out::Replace(_)));
+    t.client(b'B', b"p1\0s1\0\0\0\0\0\0\0");
+    t.client(b'E', b"p1\0\0\0\0\0");
+    t.client(b'S', b"");
+    assert_eq!(t.server(b'1', b""), Out::Same);
+    assert_eq!(t.server(b'2', b""), Out::Same);
+    let f = fields_of(t.server(b'E', &error_body("at character 14 of the statement")));
+    // two spaces before the statement
+    assert_eq!(f.iter().find(|(c, _)| *c == b'P').map(|(_, v)| v.as_str()), Some("16"));
+    assert_eq!(t.server(b'Z', b"I"), Out::Same);
+    assert!(t.pending.is_empty());
+}
