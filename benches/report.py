@@ -87,6 +87,22 @@ FIGURES = [
      [("client", "client", "ms"), ("simulate", "SIMULATE", "ms")]),
     ("P13f", "P13 SIMULATE's time per world: many worlds (KEEP 10) / few", ("<=", 1.3), "x",
      [("many", "many", "ms"), ("few", "few", "ms")]),
+    ("P14S", "P14 select-only (-S) tps, 2 clients: through worlds-proxy / through pgbouncer (session mode)", (">=", 1.0), "x",
+     [("proxy", "proxy", "tps"), ("pgbouncer", "pgbouncer", "tps")]),
+    ("P14Sd", "P14 select-only (-S) tps, 2 clients: through worlds-proxy / direct", (">=", 0.9), "x",
+     [("proxy", "proxy", "tps"), ("direct", "direct", "tps")]),
+    ("P14W", "P14 TPC-B tps, 2 clients: through worlds-proxy / through pgbouncer", (">=", 1.0), "x",
+     [("proxy", "proxy", "tps"), ("pgbouncer", "pgbouncer", "tps")]),
+    ("P14Wd", "P14 TPC-B tps, 2 clients: through worlds-proxy / direct", (">=", 0.9), "x",
+     [("proxy", "proxy", "tps"), ("direct", "direct", "tps")]),
+    ("P14P", "P14 select-only, extended protocol (-M prepared), 2 clients: worlds-proxy / pgbouncer", None, "x",
+     [("proxy", "proxy", "tps"), ("pgbouncer", "pgbouncer", "tps")]),
+    ("P14Pd", "P14 select-only, extended protocol (-M prepared), 2 clients: worlds-proxy / direct", None, "x",
+     [("proxy", "proxy", "tps"), ("direct", "direct", "tps")]),
+    ("P14lat", "P14 latency worlds-proxy adds per round trip: 1/tps through it - 1/tps direct, select-only, 1 client", None, "µs",
+     [("proxy", "proxy", "tps"), ("direct", "direct", "tps")]),
+    ("P14latb", "P14 latency pgbouncer adds per round trip, the same way", None, "µs",
+     [("pgbouncer", "pgbouncer", "tps"), ("direct", "direct", "tps")]),
 ]
 
 
