@@ -57,7 +57,7 @@ if [ "$VIA" = proxy ]; then
     (cd "$ROOT" && cargo build -q -p worlds-proxy) || { echo "drivers: cargo build -p worlds-proxy failed" >&2; exit 1; }
     BIN=$ROOT/target/debug/worlds-proxy
   fi
-  PORT_USED=$(free_port $((PG_PORT + 100)))
+  PORT_USED=$(free_port $((PG_PORT + 1)))
   "$BIN" --listen "$HOST:$PORT_USED" --upstream "host=$HOST port=$PG_PORT dbname=$DB" >"$RUN_DIR/drivers-proxy.log" 2>&1 &
   PROXY_PID=$!
   for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/$HOST/$PORT_USED") 2>/dev/null && break; sleep 0.1; done
