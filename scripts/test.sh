@@ -4,14 +4,14 @@
 #   pg_test     cargo pgrx test pg15                 (Rust tests inside a real cluster)
 #   regress     pg_regress over sql/ and expected/   (what a user types, one file per feature)
 #   sessions    tests/sessions/*.sh                  (several sessions, clusters without the preload, pgbench)
-#   drivers     tests/drivers/run.sh                 (psycopg 3 and node-postgres through worlds-proxy)
 #   fuzz        scripts/fuzz-soak.sh                 (20,000 generated inputs inside the server, 2 backends: no XX000, no crash)
 #   smith       scripts/sqlsmith-soak.sh             (random SQL, 2,000 statements on each of four sides)
 #   bench smoke benches/run.sh --smoke               (the benchmark suite at tiny sizes, no goals enforced)
 #   core        scripts/pg-core-regress.sh           (PostgreSQL's own regression suite in main, with pg_worlds,
 #                                                     and again entirely inside a world: CORE_REGRESS=world)
-# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, drivers, fuzz, smith, bench, core) runs one suite;
+# Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, fuzz, smith, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
+# ONLY=drivers runs tests/drivers/run.sh (psycopg 3 and node-postgres through worlds-proxy) alone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh"
 mkdir -p "$RUN_DIR"
@@ -48,7 +48,7 @@ if want pg_test; then
   record "pg_test:  $(grep -E '^test result' "$RUN_DIR/pg_test.log" | grep -v ' 0 passed' | tail -1)" $rc
 fi
 
-if want regress || want sessions || want drivers || want fuzz || want smith || want bench; then
+if want regress || want sessions || want fuzz || want smith || want bench; then
   echo "== installing pg_worlds and starting the test cluster"
   stop_cluster test
   install_extension
@@ -92,16 +92,6 @@ if want sessions; then
   record "sessions: $pass passed, $fail failed ${failed_tests[*]:-}" $fail
 fi
 
-if want drivers; then
-  echo "== drivers: tests/drivers/run.sh (psycopg 3, node-postgres)"
-  set +e
-  DRIVERS_CLUSTER=test bash "$ROOT/tests/drivers/run.sh" >"$RUN_DIR/drivers.log" 2>&1
-  rc=$?; set -e
-  grep -E "^(ok|FAIL) |^✔|^✖|^drivers" "$RUN_DIR/drivers.log" || true
-  [ $rc -eq 0 ] || tail -40 "$RUN_DIR/drivers.log"
-  record "drivers:  $(grep -m1 '^drivers ([a-z]*):' "$RUN_DIR/drivers.log" || echo "no summary (see $RUN_DIR/drivers.log)")" $rc
-fi
-
 if want fuzz; then
   # the short in-database fuzz (the grammar's own fuzz runs in unit: core/tests/fuzz_grammar.rs), on a
   # cluster of its own. FUZZ_SUITE_INPUTS sets its size (FUZZ_INPUTS is the core fuzz's).
@@ -132,6 +122,18 @@ if want bench; then
   rc=$?; set -e
   tail -20 "$RUN_DIR/bench_smoke.log"
   record "bench:    smoke $( [ $rc -eq 0 ] && echo ok || echo FAILED)" $rc
+fi
+
+if want drivers; then
+  # real drivers nobody here wrote, through worlds-proxy, on the test cluster (alone, install first)
+  echo "== drivers: tests/drivers/run.sh (psycopg 3, node-postgres)"
+  [ -z "${ONLY:-}" ] || { stop_cluster test; install_extension; }
+  set +e
+  DRIVERS_CLUSTER=test bash "$ROOT/tests/drivers/run.sh" >"$RUN_DIR/drivers.log" 2>&1
+  rc=$?; set -e
+  grep -E "^(ok|FAIL) |^✔|^✖|^drivers" "$RUN_DIR/drivers.log" || true
+  [ $rc -eq 0 ] || tail -40 "$RUN_DIR/drivers.log"
+  record "drivers:  $(grep -m1 '^drivers ([a-z]*):' "$RUN_DIR/drivers.log" || echo "no summary (see $RUN_DIR/drivers.log)")" $rc
 fi
 
 stop_cluster test
