@@ -107,6 +107,10 @@ FIGURES = [
      [("proxy", "proxy", "tps"), ("direct", "direct", "tps")]),
     ("P14latb", "P14 latency pgbouncer adds per round trip, the same way", None, "µs",
      [("pgbouncer", "pgbouncer", "tps"), ("direct", "direct", "tps")]),
+    ("P14cS", "P14 CPU per transaction in the proxy's process / in pgbouncer's (user + system), select-only, 2 clients", None, "x",
+     [("proxy", "proxy", "µs"), ("pgbouncer", "pgbouncer", "µs")]),
+    ("P14cW", "P14 the same for TPC-B (7 statements a transaction)", None, "x",
+     [("proxy", "proxy", "µs"), ("pgbouncer", "pgbouncer", "µs")]),
 ]
 
 

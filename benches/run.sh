@@ -734,7 +734,10 @@ measure_p6() {
 # the proxy and pgbouncer reach the server over its Unix socket. Select-only (-S) and TPC-B at 2 clients,
 # select-only with the extended protocol (-M prepared), and select-only at 1 client for the latency each
 # adds per round trip (one -S transaction is one statement, one round trip): 1/tps(side) - 1/tps(direct).
-# The three sides run in an order that rotates with each repetition. bench_p14 is a plain pgbench database
+# The three sides run in an order that rotates with each repetition. On a machine whose cores the client,
+# the backends and the proxy share, tps follows the CPU each spends per transaction: P14cS / P14cW give the
+# proxy's process's CPU per transaction (/proc utime + stime over a run) against pgbouncer's, a figure the
+# machine's other work moves less than tps. bench_p14 is a plain pgbench database
 # (no CREATE EXTENSION: the capture triggers would slow every side alike and hide what the proxy costs);
 # its main world is what the proxy serves under the database's own name.
 # WORLDS_PROXY_BIN: a worlds-proxy binary to use instead of building the workspace's (cargo build -p
@@ -786,7 +789,7 @@ INI
   echo $! >"$P14_DIR/proxy.pid"
   local i
   for i in $(seq 1 100); do
-    { (exec 3<>/dev/tcp/127.0.0.1/$P14_PROXY) && (exec 3<>/dev/tcp/127.0.0.1/$P14_PGB); } 2>/dev/null && break
+    { (exec 3<>/dev/tcp/127.0.0.1/$P14_PROXY) && (exec 3<>/dev/tcp/127.0.0.1/$P14_PGB) && [ -s "$P14_DIR/pgbouncer.pid" ]; } 2>/dev/null && break
     sleep 0.1
   done
   p14_bench proxy -S -t 10 && p14_bench pgbouncer -S -t 10 \
@@ -799,13 +802,23 @@ stop_p14() {  # stops what setup_p14 started, by its pid (also called by cleanup
   [ -f "$dir/pgbouncer.pid" ] && { kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true; }
   return 0
 }
-p14_bench() {  # p14_bench proxy|pgbouncer|direct [pgbench args]: one run over TCP, output kept for tps
-  local side=$1 port; shift
+proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }  # a process's user + system CPU, in clock ticks
+p14_bench() {  # p14_bench proxy|pgbouncer|direct [pgbench args]: one run over TCP, output kept for tps; for the
+               # proxy and pgbouncer, P14_CPU: the CPU their process spent per transaction (µs)
+  local side=$1 port pid= t0 t1 n; shift
   case $side in
-    proxy) port=$P14_PROXY ;; pgbouncer) port=$P14_PGB ;; direct) port=$(cat "$(cluster_dir "$CLUSTER")/port") ;;
+    proxy) port=$P14_PROXY pid=$(cat "$P14_DIR/proxy.pid") ;;
+    pgbouncer) port=$P14_PGB pid=$(cat "$P14_DIR/pgbouncer.pid") ;;
+    direct) port=$(cat "$(cluster_dir "$CLUSTER")/port") ;;
   esac
+  [ -z "$pid" ] || t0=$(proc_ticks "$pid")
   if ! $PGBIN/pgbench -h 127.0.0.1 -p "$port" -U postgres -n "$@" bench_p14 >"$WORK/pgbench.log" 2>&1; then
     echo "bench: pgbench $* through $side (port $port) failed:" >&2; cat "$WORK/pgbench.log" >&2; return 1
+  fi
+  P14_CPU=
+  if [ -n "$pid" ]; then
+    t1=$(proc_ticks "$pid"); n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.log")
+    P14_CPU=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN { printf "%.3f", t / hz * 1000000 / n }')
   fi
 }
 p14_sides() {  # p14_sides REP [pgbench args]: the three sides in an order rotating with REP; sets P14_TPS_<side>
@@ -815,6 +828,7 @@ p14_sides() {  # p14_sides REP [pgbench args]: the three sides in an order rotat
     [[ " $* " == *" -S "* ]] || sql postgres -c checkpoint >/dev/null
     p14_bench $side "$@"
     printf -v "P14_TPS_$side" '%s' "$(tps)"
+    printf -v "P14_CPU_$side" '%s' "$P14_CPU"
   done
 }
 latency_added() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (1 / a - 1 / b) * 1000000 }'; }  # µs from two tps
@@ -824,9 +838,11 @@ measure_p14() {
     p14_sides $rep -S -c 2 -j 2 -T $T_SELECT
     pair P14S proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Sd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
     pair P14Sb pgbouncer "$P14_TPS_pgbouncer" direct "$P14_TPS_direct"
+    pair P14cS proxy "$P14_CPU_proxy" pgbouncer "$P14_CPU_pgbouncer"
     p14_sides $rep -c 2 -j 2 -T $T_WRITE
     pair P14W proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Wd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
     pair P14Wb pgbouncer "$P14_TPS_pgbouncer" direct "$P14_TPS_direct"
+    pair P14cW proxy "$P14_CPU_proxy" pgbouncer "$P14_CPU_pgbouncer"
     p14_sides $rep -S -M prepared -c 2 -j 2 -T $T_SELECT
     pair P14P proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Pd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
     p14_sides $rep -S -c 1 -T $T_SELECT
@@ -895,7 +911,7 @@ if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p12; then group "P12S P12w P12r" setup_p12 measure_p12; fi
 if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
 if want p14; then
-  P14_FIGS="P14S P14Sd P14Sb P14W P14Wd P14Wb P14P P14Pd P14lat P14latb"
+  P14_FIGS="P14S P14Sd P14Sb P14W P14Wd P14Wb P14P P14Pd P14lat P14latb P14cS P14cW"
   if [ -n "${WORLDS_PROXY_BIN:-}" ] || [ -f "$ROOT/proxy/Cargo.toml" ]; then group "$P14_FIGS" setup_p14 measure_p14
   else for f in $P14_FIGS; do note $f "not yet: no worlds-proxy in this tree (proxy/; or set WORLDS_PROXY_BIN)"; done; fi
 fi
