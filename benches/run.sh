@@ -12,7 +12,8 @@
 #   --reps N                             repetitions (default 3, smoke 1)
 #   --only p1,...,p10,p11 run only those groups of figures (p1c, p2c = P1, P2 counted in
 #                                        instructions; p3 = P3, P4 and P5; p9 = main writing while worlds
-#                                        merge; p10 = CREATE TABLE tracked vs plain; p11 = merge checks; default all)
+#                                        merge; p10 = CREATE TABLE tracked vs plain; p11 = merge checks; p14 = pgbench
+#                                        through worlds-proxy vs pgbouncer vs direct; default all)
 #   BENCH_BUILD=debug|release            names the installed build in docs/benchmarks.md
 #
 # A missed goal is reported in the table, not an error. When something fails to run, its figures say
@@ -21,7 +22,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 shopt -s inherit_errexit  # a failing psql inside $(...) stops the run too
 
-ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p15,p16
+ALL_FIGURES=p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p14,p15,p16
 MODE=full CLUSTER=bench OWN_CLUSTER=yes REPS= ONLY=$ALL_FIGURES
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --cluster) CLUSTER=$2 OWN_CLUSTER=no; shift ;;
     --reps) REPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p15,p16]" >&2; exit 2 ;;
+    *) echo "usage: benches/run.sh [--smoke] [--cluster NAME] [--reps N] [--only p1,p1c,p2,p2c,p3,p6,p7,p8,p9,p10,p11,p12,p13,p14,p15,p16]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -45,7 +46,7 @@ else
   SIM_ROWS=100000 SIM_WORLDS=200 SIM_FEW=100 SIM_MANY=10000
   SB_ROWS=100000 T_SB=5 MANY_WORLDS=1000 MANY_ROWS=100
 fi
-DBS="bench_sb_stock bench_sb bench_many bench_one bench_p13 bench_p13f bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
+DBS="bench_p14 bench_sb_stock bench_sb bench_many bench_one bench_p13 bench_p13f bench_p12 bench_tpcb_tracked bench_tpcb_plain bench_reads bench_small bench_big bench_mid bench_old bench_ddl_tracked bench_ddl_plain bench_ddl_eager"
 WORK=$(mktemp -d)
 SAMPLES=$WORK/samples.tsv EXPLAIN=$WORK/explain
 mkdir -p "$EXPLAIN"; : >"$SAMPLES"
@@ -131,6 +132,7 @@ group() {
 
 cleanup() {
   local rc=$?
+  stop_p14; rm -rf "$(cluster_dir "$CLUSTER")/p14"
   if [ $OWN_CLUSTER = yes ]; then
     [ $rc -eq 0 ] || tail -30 "$(cluster_dir "$CLUSTER")/server.log" 2>/dev/null || true
     stop_cluster "$CLUSTER"; rm -rf "$(cluster_dir "$CLUSTER")"
@@ -851,6 +853,132 @@ measure_p6() {
   done
 }
 
+# ---------------------------------------------------------------------------------------------- P14 proxy
+# pgbench through worlds-proxy vs through pgbouncer (Debian's package, session mode) vs straight to the
+# server, same server, same database, same run; pgbench connects over TCP to 127.0.0.1 on every side, and
+# the proxy and pgbouncer reach the server over its Unix socket. Select-only (-S) and TPC-B at 2 clients,
+# select-only with the extended protocol (-M prepared), and select-only at 1 client for the latency each
+# adds per round trip (one -S transaction is one statement, one round trip): 1/tps(side) - 1/tps(direct).
+# The three sides run in an order that rotates with each repetition. On a machine whose cores the client,
+# the backends and the proxy share, tps follows the CPU each spends per transaction: P14cS / P14cW give the
+# proxy's process's CPU per transaction (/proc utime + stime over a run) against pgbouncer's, a figure the
+# machine's other work moves less than tps. bench_p14 is a plain pgbench database
+# (no CREATE EXTENSION: the capture triggers would slow every side alike and hide what the proxy costs);
+# its main world is what the proxy serves under the database's own name.
+# WORLDS_PROXY_BIN: a worlds-proxy binary to use instead of building the workspace's (cargo build -p
+# worlds-proxy, --release in full mode).
+P14_DIR= P14_PROXY= P14_PGB=
+setup_p14() {
+  local bin=${WORLDS_PROXY_BIN:-}
+  if [ -z "$bin" ]; then
+    local profile=release flag=--release
+    [ $MODE = smoke ] && { profile=debug flag=; }
+    (cd "$ROOT" && cargo build -q $flag -p worlds-proxy) >"$WORK/proxy-build.log" 2>&1 \
+      || { tail -20 "$WORK/proxy-build.log" >&2; echo "bench: cargo build -p worlds-proxy failed" >&2; exit 1; }
+    bin=$ROOT/target/$profile/worlds-proxy
+  fi
+  if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "bench: installing pgbouncer (apt)" >&2
+    local sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  fi
+  fresh_db bench_p14
+  pgbench_in -i -q -s $SCALE bench_p14 >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
+  sql bench_p14 -c "vacuum analyze" >/dev/null
+  local cdir pgport; cdir=$(cluster_dir "$CLUSTER"); pgport=$(cat "$cdir/port")
+  # pgbouncer refuses to run as root: its files in a directory of the cluster's owner
+  P14_DIR=$cdir/p14; rm -rf "$P14_DIR"; mkdir -p "$P14_DIR"
+  P14_PGB=$(free_port $((pgport + 20))); P14_PROXY=$(free_port $((P14_PGB + 1)))
+  # the server trusts local connections (initdb -A trust), so pgbouncer does too; its auth_file lists the
+  # role. Session mode: one server connection per client for the client's whole session, as the proxy.
+  echo '"postgres" ""' >"$P14_DIR/userlist.txt"
+  cat >"$P14_DIR/pgbouncer.ini" <<INI
+[databases]
+bench_p14 = host=$cdir/sock port=$pgport dbname=bench_p14
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $P14_PGB
+unix_socket_dir =
+auth_type = trust
+auth_file = $P14_DIR/userlist.txt
+pool_mode = session
+max_client_conn = 100
+default_pool_size = 10
+logfile = $P14_DIR/pgbouncer.log
+pidfile = $P14_DIR/pgbouncer.pid
+INI
+  [ "$(id -u)" -eq 0 ] && chown -R postgres "$P14_DIR"
+  as_pg /usr/sbin/pgbouncer -d -q "$P14_DIR/pgbouncer.ini" || { cat "$P14_DIR/pgbouncer.log" >&2; exit 1; }
+  "$bin" --listen "127.0.0.1:$P14_PROXY" --upstream "host=$cdir/sock port=$pgport dbname=bench_p14" >"$P14_DIR/proxy.log" 2>&1 &
+  echo $! >"$P14_DIR/proxy.pid"
+  local i
+  for i in $(seq 1 100); do
+    { (exec 3<>/dev/tcp/127.0.0.1/$P14_PROXY) && (exec 3<>/dev/tcp/127.0.0.1/$P14_PGB) && [ -s "$P14_DIR/pgbouncer.pid" ]; } 2>/dev/null && break
+    sleep 0.1
+  done
+  p14_bench proxy -S -t 10 && p14_bench pgbouncer -S -t 10 \
+    || { tail -5 "$P14_DIR/proxy.log" "$P14_DIR/pgbouncer.log" >&2; exit 1; }
+  echo "-- P14: worlds-proxy $bin on $P14_PROXY, pgbouncer $(/usr/sbin/pgbouncer --version | head -1) on $P14_PGB, server on $pgport" >&2
+}
+stop_p14() {  # stops what setup_p14 started, by its pid (also called by cleanup)
+  local dir=${P14_DIR:-$(cluster_dir "$CLUSTER")/p14}
+  [ -f "$dir/proxy.pid" ] && { kill "$(cat "$dir/proxy.pid")" 2>/dev/null || true; rm -f "$dir/proxy.pid"; }
+  [ -f "$dir/pgbouncer.pid" ] && { kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true; }
+  return 0
+}
+proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }  # a process's user + system CPU, in clock ticks
+p14_bench() {  # p14_bench proxy|pgbouncer|direct [pgbench args]: one run over TCP, output kept for tps; for the
+               # proxy and pgbouncer, P14_CPU: the CPU their process spent per transaction (µs)
+  local side=$1 port pid= t0 t1 n; shift
+  case $side in
+    proxy) port=$P14_PROXY pid=$(cat "$P14_DIR/proxy.pid") ;;
+    pgbouncer) port=$P14_PGB pid=$(cat "$P14_DIR/pgbouncer.pid") ;;
+    direct) port=$(cat "$(cluster_dir "$CLUSTER")/port") ;;
+  esac
+  [ -z "$pid" ] || t0=$(proc_ticks "$pid")
+  if ! $PGBIN/pgbench -h 127.0.0.1 -p "$port" -U postgres -n "$@" bench_p14 >"$WORK/pgbench.log" 2>&1; then
+    echo "bench: pgbench $* through $side (port $port) failed:" >&2; cat "$WORK/pgbench.log" >&2; return 1
+  fi
+  P14_CPU=
+  if [ -n "$pid" ]; then
+    t1=$(proc_ticks "$pid"); n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.log")
+    P14_CPU=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN { printf "%.3f", t / hz * 1000000 / n }')
+  fi
+}
+p14_sides() {  # p14_sides REP [pgbench args]: the three sides in an order rotating with REP; sets P14_TPS_<side>
+  local rep=$1 side order; shift
+  case $((rep % 3)) in 1) order="proxy pgbouncer direct" ;; 2) order="pgbouncer direct proxy" ;; *) order="direct proxy pgbouncer" ;; esac
+  for side in $order; do
+    [[ " $* " == *" -S "* ]] || sql postgres -c checkpoint >/dev/null
+    p14_bench $side "$@"
+    printf -v "P14_TPS_$side" '%s' "$(tps)"
+    printf -v "P14_CPU_$side" '%s' "$P14_CPU"
+  done
+}
+latency_added() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (1 / a - 1 / b) * 1000000 }'; }  # µs from two tps
+measure_p14() {
+  local rep
+  for rep in $(seq $REPS); do
+    p14_sides $rep -S -c 2 -j 2 -T $T_SELECT
+    pair P14S proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Sd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
+    pair P14Sb pgbouncer "$P14_TPS_pgbouncer" direct "$P14_TPS_direct"
+    pair P14cS proxy "$P14_CPU_proxy" pgbouncer "$P14_CPU_pgbouncer"
+    p14_sides $rep -c 2 -j 2 -T $T_WRITE
+    pair P14W proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Wd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
+    pair P14Wb pgbouncer "$P14_TPS_pgbouncer" direct "$P14_TPS_direct"
+    pair P14cW proxy "$P14_CPU_proxy" pgbouncer "$P14_CPU_pgbouncer"
+    p14_sides $rep -S -M prepared -c 2 -j 2 -T $T_SELECT
+    pair P14P proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Pd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
+    p14_sides $rep -S -c 1 -T $T_SELECT
+    sample P14lat proxy "$P14_TPS_proxy"; sample P14lat direct "$P14_TPS_direct"
+    sample P14lat x "$(latency_added "$P14_TPS_proxy" "$P14_TPS_direct")"
+    sample P14latb pgbouncer "$P14_TPS_pgbouncer"; sample P14latb direct "$P14_TPS_direct"
+    sample P14latb x "$(latency_added "$P14_TPS_pgbouncer" "$P14_TPS_direct")"
+  done
+  stop_p14
+}
+
 # ---------------------------------------------------------------------------------------------- report
 commit_id() {  # the checked-out commit, read from .git (no git binary needed)
   local head ref
@@ -872,8 +1000,8 @@ write_meta() {
       "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
       "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$(uname -r)"
     printf 'postgres\t%s; fsync=off, max_wal_size=8GB (own cluster), other settings default\n' "$($PGBIN/postgres --version)"
-    printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run (select-only in one cluster: twice as many pairs, half as long); P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows\n' \
-      $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES
+    printf 'sizes\tP1 pgbench scale %s, 2 clients, writes %ss and select-only %ss per run (select-only in one cluster: twice as many pairs, half as long); P2 items and orders %s rows each, 1%% of both changed in the world, 1 client, %ss per run (simple protocol); P3 %s vs %s rows; P4/P5 %s changed rows into %s vs %s rows; P14 pgbench scale %s over TCP, %ss per run (2 clients, and 1 for the latency)\n' \
+      $SCALE $T_WRITE $T_SELECT $READ_ROWS $T_READ $BIG_ROWS $FORK_SMALL $CHANGES $BIG_ROWS $CHANGES $SCALE "$T_SELECT/$T_WRITE"
     printf 'repetitions\t%s\n' $REPS
     printf 'load\tload average %s at the start, %s at the end (1 minute; other work on the machine adds noise)\n' "$LOAD_START" "$(cut -d' ' -f1 /proc/loadavg)"
     printf 'duration\t%s s for the whole run, loading included\n' $((SECONDS - START))
@@ -907,6 +1035,11 @@ if want p10; then group "P10" setup_ddl measure_p10; fi
 if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p12; then group "P12S P12w P12r" setup_p12 measure_p12; fi
 if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
+if want p14; then
+  P14_FIGS="P14S P14Sd P14Sb P14W P14Wd P14Wb P14P P14Pd P14lat P14latb P14cS P14cW"
+  if [ -n "${WORLDS_PROXY_BIN:-}" ] || [ -f "$ROOT/proxy/Cargo.toml" ]; then group "$P14_FIGS" setup_p14 measure_p14
+  else for f in $P14_FIGS; do note $f "not yet: no worlds-proxy in this tree (proxy/; or set WORLDS_PROXY_BIN)"; done; fi
+fi
 if want p15; then group "P15gw P15gm $(for t in $SB_TESTS; do printf 'P15_%s ' $t; done)" setup_p15 measure_p15; fi
 if want p16; then group "P16r P16w P16m" setup_p16 measure_p16; fi
 if want p1 && [ $OWN_CLUSTER = yes ] && [ "$P1_OK" = yes ]; then  # last: it restarts the cluster
@@ -926,7 +1059,7 @@ if [ $MODE = full ] && [ "$ONLY" = "$ALL_FIGURES" ]; then
   echo; echo "bench: wrote docs/benchmarks.md"
 else
   python3 "$ROOT/benches/report.py" "$SAMPLES"
-  [ $FAILED -ne 0 ] || echo "bench: smoke run ok (goals are not enforced in smoke mode)"
+  [ $FAILED -ne 0 ] || [ $MODE != smoke ] || echo "bench: smoke run ok (goals are not enforced in smoke mode)"
 fi
 [ $FAILED -eq 0 ] || echo "bench: FAILED: some figures could not be measured (the table says which)" >&2
 exit $FAILED

@@ -13,6 +13,7 @@
 #                                                     and again entirely inside a world: CORE_REGRESS=world)
 # Exits non-zero if any suite fails. ONLY=regress (or unit, pg_test, sessions, proxy, fuzz, smith, bench, core) runs one suite;
 # ONLY=regress TESTS="create_world" runs one regress file.
+# ONLY=drivers runs tests/drivers/run.sh (psycopg 3 and node-postgres through worlds-proxy) alone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/setup.sh"
 mkdir -p "$RUN_DIR"
@@ -133,6 +134,18 @@ if want bench; then
   rc=$?; set -e
   tail -20 "$RUN_DIR/bench_smoke.log"
   record "bench:    smoke $( [ $rc -eq 0 ] && echo ok || echo FAILED)" $rc
+fi
+
+if want drivers; then
+  # real drivers nobody here wrote, through worlds-proxy, on the test cluster (alone, install first)
+  echo "== drivers: tests/drivers/run.sh (psycopg 3, node-postgres)"
+  [ -z "${ONLY:-}" ] || { stop_cluster test; install_extension; }
+  set +e
+  DRIVERS_CLUSTER=test bash "$ROOT/tests/drivers/run.sh" >"$RUN_DIR/drivers.log" 2>&1
+  rc=$?; set -e
+  grep -E "^(ok|FAIL) |^✔|^✖|^drivers" "$RUN_DIR/drivers.log" || true
+  [ $rc -eq 0 ] || tail -40 "$RUN_DIR/drivers.log"
+  record "drivers:  $(grep -m1 '^drivers ([a-z]*):' "$RUN_DIR/drivers.log" || echo "no summary (see $RUN_DIR/drivers.log)")" $rc
 fi
 
 stop_cluster test
