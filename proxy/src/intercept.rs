@@ -84,7 +84,9 @@ pub fn plan_query(text: &str) -> Option<(String, Vec<Option<Rule>>, Vec<Option<u
         l.contains(" of") && (l.contains("as") || l.contains("system_time"))
     };
     let words = recognise::leading_words(text, 4);
-    if !recognise::is_spec(&words) && !text.contains(';') && !lower_has_as_of() {
+    // (one statement: no `;` but the one that may end it)
+    let one = !text.trim_end().trim_end_matches(';').contains(';');
+    if !recognise::is_spec(&words) && one && !lower_has_as_of() {
         return None;
     }
     let pieces = recognise::split_statements(text);
