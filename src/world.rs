@@ -58,9 +58,9 @@ pub fn resolve_live(name: &str) -> World {
 /// The live world of that name, else of that ID: two lookups by the live names' and the IDs' indexes
 /// (an OR of the two scans an index whole: see storage/overlay/worlds.rs).
 fn live_named(name: &str) -> Option<World> {
-    // by name or by ID as the text's form says (storage::overlay::live_world_query: never both)
+    // by name or by ID as the text's form says (sql_text::live_world_query: never both)
     let num = crate::spi_calls::rows(
-        &format!("SELECT num FROM ({}) w LIMIT 1", crate::storage::overlay::live_world_query(name)),
+        &format!("SELECT num FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(name)),
         Some(1),
         &[name.into()],
         |mut t| t.next().and_then(|r| r.get::<i32>(1).ok().flatten()),

@@ -225,7 +225,7 @@ fn check(chosen: &Chosen) {
         || crate::storage::as_internal(|| {
             // (the resolver's own query: by name, or by ID for a text of an ID's form)
             crate::spi_calls::get_one_with_args::<bool>(
-                &format!("SELECT EXISTS ({})", crate::storage::overlay::live_world_query(name)),
+                &format!("SELECT EXISTS ({})", crate::sql_text::live_world_query(name)),
                 &[name.into()],
             )
         })

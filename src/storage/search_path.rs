@@ -283,7 +283,7 @@ fn chain_of(name: &str) -> Vec<i32> {
                                  UNION ALL
                                  SELECT p.num, p.parent, c.lvl + 1 FROM worlds.world p JOIN c ON p.num = c.parent)
              SELECT coalesce(array_agg(num ORDER BY lvl) FILTER (WHERE num <> 0), '{{}}') FROM c",
-            crate::storage::overlay::live_world_query(name)
+            crate::sql_text::live_world_query(name)
         ),
         &[name.into()],
     )

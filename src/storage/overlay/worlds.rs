@@ -352,22 +352,6 @@ pub(super) fn snapshot_signature() -> u64 {
     }
 }
 
-/// The query finding the live world a setting names (`$1`): `num, false` (not dropped). A text of an
-/// ID's form (worlds_core::names::looks_like_id; no name has it) is looked up by ID, any other by name:
-/// never both (issue 44: `name = $1 OR id = $1`, or a UNION of the two, was answered by scanning
-/// world_live_name whole with the ID as a filter, the planner misled by a partial index that a long
-/// transaction, such as SIMULATE's, fills with the dropped worlds it keeps from VACUUM while statistics
-/// say it holds the few live ones: SIMULATE's time per world grew fourfold over a bench run). The ID's
-/// lookup reads the ID's unique index alone (the fence keeps `dropped IS NULL` from making the partial
-/// index of names a candidate). Also the search path's (search_path.rs chain_of).
-pub(crate) fn live_world_query(setting: &str) -> &'static str {
-    if worlds_core::names::looks_like_id(setting) {
-        "SELECT num, false FROM (SELECT num, dropped FROM worlds.world WHERE id = $1 OFFSET 0) w WHERE dropped IS NULL"
-    } else {
-        "SELECT num, false FROM worlds.world WHERE dropped IS NULL AND name = $1"
-    }
-}
-
 pub(super) fn resolve(setting: &str) -> Option<World> {
     Spi::connect(|client| {
         let installed = client
@@ -383,7 +367,7 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         // the live world of that name, or of that ID (through the live names' or the IDs' index); only
         // then the dropped ones (worlds.world keeps a row for every world ever made)
         let live = client
-            .fresh(&format!("{} LIMIT 1", live_world_query(setting)), None, &[setting.into()])
+            .fresh(&format!("{} LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let row = if !live.is_empty() {
             live
