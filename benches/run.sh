@@ -722,6 +722,8 @@ setup_p16() {
     fresh_db $db
     pgbench_in -i -q -s $SCALE $db >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; exit 1; }
     track $db
+    # (worlds.max_worlds, 1,000 by default, counts the merged world too)
+    sql postgres -c "alter database $db set worlds.max_worlds = 0"
   done
   {
     echo "set client_min_messages = warning;"
