@@ -36,6 +36,10 @@ CREATE UNIQUE INDEX world_live_name ON worlds.world (name) WHERE dropped IS NULL
 -- is as small as the live worlds; the planner then scanned it whole to find a world by name (measured:
 -- SIMULATE's per-world time tripled after a VACUUM ANALYZE; issue 44)
 CREATE INDEX world_parent ON worlds.world (parent);
+-- the expiry's candidates (catalog/lifecycle.sql, worlds._expire_worlds): worlds with a TTL, and the worlds a
+-- SIMULATE forked; both few, so every lifecycle statement's sweep reads a few index entries, not every world
+CREATE INDEX world_expires ON worlds.world (expires) WHERE dropped IS NULL AND expires IS NOT NULL;
+CREATE INDEX world_simulated ON worlds.world (num) WHERE dropped IS NULL AND meta ? '_worlds_sim';
 CREATE SEQUENCE worlds.world_num_seq START 1 OWNED BY worlds.world.num;
 INSERT INTO worlds.world (num, id, name, parent, depth) VALUES (0, 'main', 'main', NULL, 0);
 

@@ -109,10 +109,17 @@ DECLARE
 BEGIN
     FOR r IN SELECT x AS w, worlds._due(x, idle) AS why FROM worlds.world x
              WHERE x.dropped IS NULL AND x.num <> 0
-               -- (what _due may say yes to, read without locks, so only these are asked)
-               AND ((x.expires IS NOT NULL AND x.expires <= clock_timestamp())
-                    OR x.meta ? '_worlds_sim'
-                    OR (idle > interval '0' AND NOT x.pinned AND coalesce(x.active, x.created) <= clock_timestamp() - idle))
+               -- (what _due may say yes to, read without locks, so only these are asked: found through the
+               -- two small partial indexes of worlds with a TTL and of a SIMULATE's, not by reading every
+               -- live world, which every lifecycle statement did (bench P16: a merge among 1,000 live worlds
+               -- 1.3x one alone); the idle rule reads them all, and only when it is on: a one-time filter)
+               AND x.num IN (SELECT e.num FROM worlds.world e WHERE e.dropped IS NULL AND e.expires IS NOT NULL
+                                                               AND e.expires <= clock_timestamp()
+                             UNION ALL
+                             SELECT s.num FROM worlds.world s WHERE s.dropped IS NULL AND s.meta ? '_worlds_sim'
+                             UNION ALL
+                             SELECT i.num FROM worlds.world i WHERE idle > interval '0' AND i.dropped IS NULL AND NOT i.pinned
+                                                               AND coalesce(i.active, i.created) <= clock_timestamp() - idle)
                AND NOT EXISTS (SELECT 1 FROM worlds.world c WHERE c.parent = x.num AND c.dropped IS NULL)
              ORDER BY x.depth DESC LOOP
         CONTINUE WHEN r.why IS NULL;
