@@ -53,23 +53,27 @@ pub fn run_with_args(query: &str, args: &[DatumWithOid]) -> SpiResult<()> {
         }
         return Spi::connect(|c| c.select(query, None, args).map(|_| ()));
     }
+    Spi::connect(|_c| execute(query, args))
+}
+
+/// `SPI_execute` / `SPI_execute_with_args`, read-write (a new snapshot for the command), no row limit;
+/// inside an open SPI connection. Its rows are left in `SPI_tuptable`.
+fn execute(query: &str, args: &[DatumWithOid]) -> SpiResult<()> {
     let cmd = std::ffi::CString::new(query).expect("query contained a null byte");
-    Spi::connect(|_c| {
-        let status = unsafe {
-            pg_sys::SPI_tuptable = std::ptr::null_mut();
-            if args.is_empty() {
-                pg_sys::SPI_execute(cmd.as_ptr(), false, 0)
-            } else {
-                let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
-                let mut values: Vec<pg_sys::Datum> =
-                    args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()).unwrap_or(pg_sys::Datum::from(0usize))).collect();
-                let nulls: Vec<std::os::raw::c_char> =
-                    args.iter().map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::os::raw::c_char).collect();
-                pg_sys::SPI_execute_with_args(cmd.as_ptr(), args.len() as i32, types.as_mut_ptr(), values.as_mut_ptr(), nulls.as_ptr(), false, 0)
-            }
-        };
-        Spi::check_status(status).map(|_| ())
-    })
+    let status = unsafe {
+        pg_sys::SPI_tuptable = std::ptr::null_mut();
+        if args.is_empty() {
+            pg_sys::SPI_execute(cmd.as_ptr(), false, 0)
+        } else {
+            let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+            let mut values: Vec<pg_sys::Datum> =
+                args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()).unwrap_or(pg_sys::Datum::from(0usize))).collect();
+            let nulls: Vec<std::os::raw::c_char> =
+                args.iter().map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::os::raw::c_char).collect();
+            pg_sys::SPI_execute_with_args(cmd.as_ptr(), args.len() as i32, types.as_mut_ptr(), values.as_mut_ptr(), nulls.as_ptr(), false, 0)
+        }
+    };
+    Spi::check_status(status).map(|_| ())
 }
 
 /// A query whose rows are one jsonb each (worlds.sql's results), run as `run_with_args` runs one
@@ -81,22 +85,8 @@ pub fn jsonb_rows(query: &str, args: &[DatumWithOid]) -> SpiResult<Vec<serde_jso
     if in_recovery() {
         return rows(query, None, args, |t| t.filter_map(|r| r.get::<pgrx::JsonB>(1).ok().flatten().map(|j| j.0)).collect());
     }
-    let cmd = std::ffi::CString::new(query).expect("query contained a null byte");
     Spi::connect(|_c| {
-        let status = unsafe {
-            pg_sys::SPI_tuptable = std::ptr::null_mut();
-            if args.is_empty() {
-                pg_sys::SPI_execute(cmd.as_ptr(), false, 0)
-            } else {
-                let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
-                let mut values: Vec<pg_sys::Datum> =
-                    args.iter().map(|a| a.datum().map(|d| d.sans_lifetime()).unwrap_or(pg_sys::Datum::from(0usize))).collect();
-                let nulls: Vec<std::os::raw::c_char> =
-                    args.iter().map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::os::raw::c_char).collect();
-                pg_sys::SPI_execute_with_args(cmd.as_ptr(), args.len() as i32, types.as_mut_ptr(), values.as_mut_ptr(), nulls.as_ptr(), false, 0)
-            }
-        };
-        Spi::check_status(status)?;
+        execute(query, args)?;
         let mut out = Vec::new();
         unsafe {
             let tt = pg_sys::SPI_tuptable;

@@ -175,7 +175,7 @@ fn quoted_by(text: &str, quote: impl FnOnce(*const std::ffi::c_char) -> *const s
     }
 }
 
-/// The query finding the live world a setting names (`$1`): `num, false` (not dropped). A text of an
+/// The query finding the live world a setting names (`$1`): its `num`. A text of an
 /// ID's form (worlds_core::names::looks_like_id; no name has it) is looked up by ID, any other by name:
 /// never both (issue 44: `name = $1 OR id = $1`, or a UNION of the two, was answered by scanning
 /// world_live_name whole with the ID as a filter, the planner misled by a partial index that a long
@@ -186,8 +186,8 @@ fn quoted_by(text: &str, quote: impl FnOnce(*const std::ffi::c_char) -> *const s
 /// search path's (storage/search_path.rs) and the connection's (route/connect_name.rs).
 pub fn live_world_query(setting: &str) -> &'static str {
     if worlds_core::names::looks_like_id(setting) {
-        "SELECT num, false FROM (SELECT num, dropped FROM worlds.world WHERE id = $1 OFFSET 0) w WHERE dropped IS NULL"
+        "SELECT num FROM (SELECT num, dropped FROM worlds.world WHERE id = $1 OFFSET 0) w WHERE dropped IS NULL"
     } else {
-        "SELECT num, false FROM worlds.world WHERE dropped IS NULL AND name = $1"
+        "SELECT num FROM worlds.world WHERE dropped IS NULL AND name = $1"
     }
 }

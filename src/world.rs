@@ -55,18 +55,10 @@ pub fn resolve_live(name: &str) -> World {
     live_named(name).unwrap_or_else(|| missing(name))
 }
 
-/// The live world of that name, else of that ID: two lookups by the live names' and the IDs' indexes
-/// (an OR of the two scans an index whole: see storage/overlay/worlds.rs).
+/// The live world of that name, or of that ID when the text has an ID's form (sql_text::live_world_query:
+/// never both; an OR of the two scans an index whole).
 fn live_named(name: &str) -> Option<World> {
-    // by name or by ID as the text's form says (sql_text::live_world_query: never both)
-    let num = crate::spi_calls::rows(
-        &format!("SELECT num FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(name)),
-        Some(1),
-        &[name.into()],
-        |mut t| t.next().and_then(|r| r.get::<i32>(1).ok().flatten()),
-    )
-    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))?;
-    world_row("num = $1", num.into())
+    world_row(&format!("num = ({} LIMIT 1)", crate::sql_text::live_world_query(name)), name.into())
 }
 
 /// The resolver's error for a name that finds no live world: 0A000 for a moment ('name@when'), else 3D000.

@@ -352,8 +352,10 @@ pub fn dollar_quote(text: &str) -> String {
     let mut n = 0u32;
     loop {
         let tag = if n == 0 { "$worlds$".to_string() } else { format!("$worlds{n}$") };
-        if !text.contains(&tag) {
-            return format!("{tag}{text}{tag}");
+        // (nor may the text's end and the closing tag make the tag early: `a$worlds` + `$worlds$`)
+        let quoted = format!("{tag}{text}{tag}");
+        if quoted[tag.len()..].find(&tag) == Some(text.len()) {
+            return quoted;
         }
         n += 1;
     }

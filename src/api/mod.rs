@@ -9,6 +9,11 @@ pub fn raise(sqlstate: &str, message: impl Into<String>) -> ! {
 }
 
 pub fn raise_with(sqlstate: &str, message: impl Into<String>, detail: Option<String>, hint: Option<String>) -> ! {
+    report(PgLogLevel::ERROR, sqlstate, message, detail, hint)
+}
+
+/// Reports at `level` (ERROR, or FATAL for a connection that can't go on), which doesn't return.
+pub fn report(level: PgLogLevel, sqlstate: &str, message: impl Into<String>, detail: Option<String>, hint: Option<String>) -> ! {
     let mut r = ErrorReport::new(code_of(sqlstate), message.into(), "pg_worlds");
     if let Some(d) = detail {
         r = r.set_detail(d);
@@ -16,8 +21,8 @@ pub fn raise_with(sqlstate: &str, message: impl Into<String>, detail: Option<Str
     if let Some(h) = hint {
         r = r.set_hint(h);
     }
-    r.report(PgLogLevel::ERROR);
-    unreachable!("ERROR does not return")
+    r.report(level);
+    unreachable!("ERROR and FATAL do not return")
 }
 
 /// The PgSqlErrorCode of a five-character SQLSTATE.

@@ -246,15 +246,7 @@ fn check(chosen: &Chosen) {
 }
 
 fn fatal(sqlstate: &str, message: String, detail: Option<String>, hint: Option<String>) -> ! {
-    let mut r = ErrorReport::new(code_of(sqlstate), message, "pg_worlds");
-    if let Some(d) = detail {
-        r = r.set_detail(d);
-    }
-    if let Some(h) = hint {
-        r = r.set_hint(h);
-    }
-    r.report(PgLogLevel::FATAL);
-    unreachable!("FATAL does not return")
+    crate::api::report(PgLogLevel::FATAL, sqlstate, message, detail, hint)
 }
 
 /// For the pg_test: this backend's `MyProcPort`, read through `PortPrefix`: (database, user, hba line).

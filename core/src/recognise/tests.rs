@@ -185,4 +185,7 @@ fn typed_queries_cast_each_column() {
     assert_eq!(q("merge world a sideways"), "select j from worlds.sql($worlds$merge world a sideways$worlds$) j");
     // the quote can't be closed from inside
     assert_eq!(dollar_quote("a $worlds$ b"), "$worlds1$a $worlds$ b$worlds1$");
+    // a text ending in the tag's start would close the quote early with the closing tag's last `$`
+    assert_eq!(dollar_quote("diff world \"a$worlds"), "$worlds1$diff world \"a$worlds$worlds1$");
+    assert_eq!(dollar_quote("x$worlds1"), "$worlds$x$worlds1$worlds$");
 }

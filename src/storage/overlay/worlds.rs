@@ -367,7 +367,7 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         // the live world of that name, or of that ID (through the live names' or the IDs' index); only
         // then the dropped ones (worlds.world keeps a row for every world ever made)
         let live = client
-            .fresh(&format!("{} LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
+            .fresh(&format!("SELECT num, false FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
         let row = if !live.is_empty() {
             live
