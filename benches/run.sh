@@ -859,7 +859,8 @@ measure_p6() {
 # pgbench through worlds-proxy vs through pgbouncer (Debian's package, session mode) vs straight to the
 # server, same server, same database, same run; pgbench connects over TCP to 127.0.0.1 on every side, and
 # the proxy and pgbouncer reach the server over its Unix socket. Select-only (-S) and TPC-B at 2 clients,
-# select-only with the extended protocol (-M prepared), and select-only at 1 client for the latency each
+# select-only with the extended protocol (-M prepared), select-only at 8 clients (more than cores: where
+# one thread serving several connections gains), and select-only at 1 client for the latency each
 # adds per round trip (one -S transaction is one statement, one round trip): 1/tps(side) - 1/tps(direct).
 # The three sides run in an order that rotates with each repetition. On a machine whose cores the client,
 # the backends and the proxy share, tps follows the CPU each spends per transaction: P14cS / P14cW give the
@@ -972,6 +973,8 @@ measure_p14() {
     pair P14cW proxy "$P14_CPU_proxy" pgbouncer "$P14_CPU_pgbouncer"
     p14_sides $rep -S -M prepared -c 2 -j 2 -T $T_SELECT
     pair P14P proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Pd proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
+    p14_sides $rep -S -c 8 -j 2 -T $T_SELECT
+    pair P14M proxy "$P14_TPS_proxy" pgbouncer "$P14_TPS_pgbouncer"; pair P14Md proxy "$P14_TPS_proxy" direct "$P14_TPS_direct"
     p14_sides $rep -S -c 1 -T $T_SELECT
     sample P14lat proxy "$P14_TPS_proxy"; sample P14lat direct "$P14_TPS_direct"
     sample P14lat x "$(latency_added "$P14_TPS_proxy" "$P14_TPS_direct")"
@@ -1038,7 +1041,7 @@ if want p11; then group "P11" setup_p11 measure_p11; fi
 if want p12; then group "P12S P12w P12r" setup_p12 measure_p12; fi
 if want p13; then group "P13 P13f" setup_p13 measure_p13; fi
 if want p14; then
-  P14_FIGS="P14S P14Sd P14Sb P14W P14Wd P14Wb P14P P14Pd P14lat P14latb P14cS P14cW"
+  P14_FIGS="P14S P14Sd P14Sb P14W P14Wd P14Wb P14P P14Pd P14M P14Md P14lat P14latb P14cS P14cW"
   if [ -n "${WORLDS_PROXY_BIN:-}" ] || [ -f "$ROOT/proxy/Cargo.toml" ]; then group "$P14_FIGS" setup_p14 measure_p14
   else for f in $P14_FIGS; do note $f "not yet: no worlds-proxy in this tree (proxy/; or set WORLDS_PROXY_BIN)"; done; fi
 fi
