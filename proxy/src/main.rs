@@ -160,14 +160,21 @@ impl Workers {
             Ok(s) => s,
             Err(e) => return report(format!("cannot hand the connection to its thread: {e}")),
         };
+        /// The thread's count of connections, less one when the connection ends however it ends.
+        struct Serving(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Serving {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
+        }
         live.fetch_add(1, Relaxed);
-        let live = live.clone();
+        let serving = Serving(live.clone());
         handle.spawn(async move {
+            let _serving = serving;
             let served = match tokio::net::TcpStream::from_std(socket) {
                 Ok(socket) => session::serve(socket, &config).await,
                 Err(e) => Err(format!("cannot register the connection: {e}")),
             };
-            live.fetch_sub(1, Relaxed);
             if let Err(e) = served {
                 report(e);
             }
