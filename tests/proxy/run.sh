@@ -63,5 +63,47 @@ if [ -z "${PROXY_TESTS:-}" ]; then
     echo "FAIL hostile input"; cat "$OUT/hostile.log"; failures=$((failures + 1))
   fi
   stop_proxy
+  # many clients at once across the proxy's threads: transfers in world w (chosen by the database name)
+  # and in main, with a spec statement typed between them; every total kept, in the world, in main and
+  # after the merge, and nothing left running
+  db=proxy_money
+  fresh_db "$db"
+  psql_in "$CL" -d "$db" -q -c "create extension pg_worlds" \
+    -c "create table acct (id int primary key, bal int not null)" \
+    -c "insert into acct select g, 1000 from generate_series(1, 100) g" \
+    -c "select worlds.create_world('w')"
+  start_proxy "$db" || exit 1
+  cat >"$OUT/money_world.sql" <<'SQL'
+\set a random(51, 100)
+\set b random(51, 100)
+\set x random(1, 50)
+begin;
+update acct set bal = bal - :x where id = :a;
+update acct set bal = bal + :x where id = :b;
+commit;
+show worlds;
+SQL
+  sed -e 's/random(51, 100)/random(1, 50)/' -e '/show worlds/d' "$OUT/money_world.sql" >"$OUT/money_main.sql"
+  PGOPTIONS= $PGBIN/pgbench -h 127.0.0.1 -p "$PPORT" -U postgres -n -c 6 -j 2 -T 6 --max-tries=50 -f "$OUT/money_world.sql" w >"$OUT/money_world.log" 2>&1 &
+  wpid=$!
+  PGOPTIONS= $PGBIN/pgbench -h 127.0.0.1 -p "$PPORT" -U postgres -n -c 3 -j 1 -T 6 --max-tries=50 -f "$OUT/money_main.sql" "$db" >"$OUT/money_main.log" 2>&1
+  mrc=$?; wait $wpid; wrc=$?
+  through() { PGOPTIONS= $PGBIN/psql "host=127.0.0.1 port=$PPORT user=postgres dbname=$1" -XAtc "$2" 2>&1; }
+  wsum=$(through w "select sum(bal) from acct")
+  msum=$(through "$db" "select sum(bal) from acct")
+  wtx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/money_world.log")
+  mtx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/money_main.log")
+  wfail=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/money_world.log")
+  merged=$(through "$db" "merge world w;" | head -1)
+  after=$(through "$db" "select sum(bal) from acct")
+  threads=$(ls "/proc/$PID/task" 2>/dev/null | wc -l)
+  stop_proxy
+  if [ $mrc -eq 0 ] && [ $wrc -eq 0 ] && [ "$wsum" = 100000 ] && [ "$msum" = 100000 ] && [ "$after" = 100000 ] \
+     && [ "${wtx:-0}" -gt 0 ] && [ "${mtx:-0}" -gt 0 ] && [ "${wfail:-1}" = 0 ] && [[ $merged == *"MERGE"* || $merged == *"merge"* ]]; then
+    echo "ok   many clients across $threads threads: $wtx transfers in w, $mtx in main, totals kept (merge: $merged)"
+  else
+    echo "FAIL many clients: pgbench rc main $mrc world $wrc; world total '$wsum', main '$msum', after merge '$after' ($merged); transfers $wtx / $mtx, failed $wfail"
+    tail -5 "$OUT/money_world.log" "$OUT/money_main.log"; failures=$((failures + 1))
+  fi
 fi
 [ $failures -eq 0 ] && echo "proxy: ok" || { echo "proxy: $failures failed"; exit 1; }
