@@ -12,9 +12,21 @@ pub const MAX_DISCARDS_PER_ROUND: usize = 100;
 /// Rows per kind and table that one purge transaction deletes (`worlds.purge_history(batch_size)`).
 pub const PURGE_BATCH: i32 = 1000;
 
+/// Tracked tables one transaction of the worker's purge takes a batch of each of (four locks a table:
+/// its history, its inserts and their indexes, so a step holds about as many as a transaction writing
+/// 32 tables would).
+pub const PURGE_TABLES: usize = 32;
+
 /// How long one database's purge may go on in one round: another database, or a DROP DATABASE that waits
 /// for the worker to leave, doesn't wait longer than this (and a DROP DATABASE is seen between batches).
 pub const PURGE_BUDGET_MS: u64 = 2000;
+
+/// Where a purge round starts in its database's list of `groups` groups of tracked tables: at a place the
+/// clock (`seconds`) moves on, so that when one round's budget reaches only some of the tables, the rounds
+/// after it start elsewhere and every table's history is purged in turn.
+pub fn purge_start(groups: usize, seconds: u64) -> usize {
+    if groups == 0 { 0 } else { (seconds % groups as u64) as usize }
+}
 
 /// A database as pg_database lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +99,16 @@ mod tests {
         assert!(!purge_goes_on(0, 0));
         assert!(!purge_goes_on(-1, 0));
         assert!(!purge_goes_on(1000, PURGE_BUDGET_MS));
+    }
+
+    #[test]
+    fn purge_rounds_start_everywhere_in_turn() {
+        assert_eq!(purge_start(0, 12345), 0);
+        assert_eq!(purge_start(1, 12345), 0);
+        // over as many seconds as there are groups, every group is a round's first
+        let starts: std::collections::BTreeSet<usize> = (1000..1007).map(|s| purge_start(7, s)).collect();
+        assert_eq!(starts.len(), 7);
+        assert!((0..10_000).all(|s| purge_start(3000, s) < 3000));
     }
 
     #[test]

@@ -15,12 +15,7 @@ fn registry() -> &'static Mutex<HashMap<(i32, i32), (i32, i32)>> {
 fn random_key(salt: i32) -> i32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_i32(salt);
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     h.finish() as i32
 }
 
@@ -43,20 +38,13 @@ pub fn register(real: (i32, i32)) -> Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.key);
+        registry().lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
     }
 }
 
 /// The real backend's (pid, key) for the proxy's.
 pub fn lookup(key: (i32, i32)) -> Option<(i32, i32)> {
-    registry()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .copied()
+    registry().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied()
 }
 
 #[cfg(test)]

@@ -26,11 +26,7 @@ pub enum Rule {
 enum Pending {
     /// a simple Query: a rule per statement (none: all SQL), and which statement's result comes next;
     /// per statement, where a spec statement starts in the client's text (characters before it)
-    Query {
-        rules: Vec<Option<Rule>>,
-        at: usize,
-        starts: Vec<Option<usize>>,
-    },
+    Query { rules: Vec<Option<Rule>>, at: usize, starts: Vec<Option<usize>> },
     Describe(Option<Rule>),
     /// a portal's rule, and where its spec statement starts in the client's text
     Execute(Option<Rule>, Option<usize>),
@@ -63,9 +59,7 @@ pub struct Tracker {
 }
 
 /// A spec statement's rule, from its parse (an unparsable one is sent as worlds.sql(text), which fails).
-fn rule_of(
-    parsed: &Result<worlds_core::grammar::Statement, worlds_core::grammar::ParseError>,
-) -> Option<Rule> {
+fn rule_of(parsed: &Result<worlds_core::grammar::Statement, worlds_core::grammar::ParseError>) -> Option<Rule> {
     match parsed.as_ref().map(recognise::shape) {
         Ok(Shape::Tag) => Some(Rule::Tag),
         Ok(Shape::Rows { tag, counted, .. }) => Some(Rule::Rows { tag, counted }),
@@ -76,9 +70,7 @@ fn rule_of(
 /// Characters of `text` before `piece` (a slice of it) and its leading white space: where the statement
 /// starts, as Postgres counts an error's position.
 fn start_of(text: &str, piece: &str) -> usize {
-    let at = (piece.as_ptr() as usize)
-        .saturating_sub(text.as_ptr() as usize)
-        .min(text.len());
+    let at = (piece.as_ptr() as usize).saturating_sub(text.as_ptr() as usize).min(text.len());
     let lead = piece.len() - piece.trim_start().len();
     text.get(..at + lead).map_or(0, |t| t.chars().count())
 }
@@ -136,35 +128,19 @@ impl Tracker {
                 let planned = std::str::from_utf8(text).ok().and_then(plan_query);
                 match planned {
                     None => {
-                        self.pending.push_back(Pending::Query {
-                            rules: Vec::new(),
-                            at: 0,
-                            starts: Vec::new(),
-                        });
+                        self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0, starts: Vec::new() });
                         Out::Same
                     }
                     Some((query, rules, starts)) => {
-                        self.pending.push_back(Pending::Query {
-                            rules,
-                            at: 0,
-                            starts,
-                        });
+                        self.pending.push_back(Pending::Query { rules, at: 0, starts });
                         Out::Replace(wire::query_message(&query))
                     }
                 }
             }
             b'P' => {
-                let Some((name, query, rest)) = wire::parse_body(body) else {
-                    return Out::Same;
-                };
-                let Ok(text) = std::str::from_utf8(query) else {
-                    return Out::Same;
-                };
-                let recognised = if recognise::split_statements(text).len() > 1 {
-                    Recognised::Sql
-                } else {
-                    recognise::recognise(text)
-                };
+                let Some((name, query, rest)) = wire::parse_body(body) else { return Out::Same };
+                let Ok(text) = std::str::from_utf8(query) else { return Out::Same };
+                let recognised = if recognise::split_statements(text).len() > 1 { Recognised::Sql } else { recognise::recognise(text) };
                 match recognised {
                     Recognised::Sql => {
                         if !self.statements.is_empty() || !self.spec_statements.is_empty() {
@@ -179,26 +155,17 @@ impl Tracker {
                         Out::Replace(wire::parse_message(name, &q, rest))
                     }
                     Recognised::Spec(parsed) => {
-                        self.spec_statements
-                            .insert(name.to_vec(), start_of(text, text));
+                        self.spec_statements.insert(name.to_vec(), start_of(text, text));
                         match rule_of(&parsed) {
                             Some(rule) => self.statements.insert(name.to_vec(), rule),
                             None => self.statements.remove(name),
                         };
-                        Out::Replace(wire::parse_message(
-                            name,
-                            &recognise::typed_query(text.trim(), &parsed),
-                            rest,
-                        ))
+                        Out::Replace(wire::parse_message(name, &recognise::typed_query(text.trim(), &parsed), rest))
                     }
                 }
             }
             b'B' => {
-                if !self.statements.is_empty()
-                    || !self.portals.is_empty()
-                    || !self.spec_statements.is_empty()
-                    || !self.spec_portals.is_empty()
-                {
+                if !self.statements.is_empty() || !self.portals.is_empty() || !self.spec_statements.is_empty() || !self.spec_portals.is_empty() {
                     if let Some((portal, rest)) = wire::cstr(body) {
                         let statement = wire::cstr(rest).map(|(s, _)| s).unwrap_or_default();
                         match self.statements.get(statement) {
@@ -215,14 +182,8 @@ impl Tracker {
             }
             b'D' => {
                 let rule = match body.split_first() {
-                    Some((b'S', name)) => self
-                        .statements
-                        .get(wire::cstr(name).map(|(n, _)| n).unwrap_or_default())
-                        .copied(),
-                    Some((b'P', name)) => self
-                        .portals
-                        .get(wire::cstr(name).map(|(n, _)| n).unwrap_or_default())
-                        .copied(),
+                    Some((b'S', name)) => self.statements.get(wire::cstr(name).map(|(n, _)| n).unwrap_or_default()).copied(),
+                    Some((b'P', name)) => self.portals.get(wire::cstr(name).map(|(n, _)| n).unwrap_or_default()).copied(),
                     _ => None,
                 };
                 self.pending.push_back(Pending::Describe(rule));
@@ -230,16 +191,8 @@ impl Tracker {
             }
             b'E' => {
                 let portal = wire::cstr(body).map(|(n, _)| n).unwrap_or_default();
-                let rule = if self.portals.is_empty() {
-                    None
-                } else {
-                    self.portals.get(portal).copied()
-                };
-                let start = if self.spec_portals.is_empty() {
-                    None
-                } else {
-                    self.spec_portals.get(portal).copied()
-                };
+                let rule = if self.portals.is_empty() { None } else { self.portals.get(portal).copied() };
+                let start = if self.spec_portals.is_empty() { None } else { self.spec_portals.get(portal).copied() };
                 self.pending.push_back(Pending::Execute(rule, start));
                 Out::Same
             }
@@ -264,11 +217,7 @@ impl Tracker {
                 Out::Same
             }
             b'F' => {
-                self.pending.push_back(Pending::Query {
-                    rules: Vec::new(),
-                    at: 0,
-                    starts: Vec::new(),
-                });
+                self.pending.push_back(Pending::Query { rules: Vec::new(), at: 0, starts: Vec::new() });
                 Out::Same
             }
             _ => Out::Same,
@@ -319,11 +268,7 @@ impl Tracker {
                         Out::Same
                     }
                 }
-                Some(Pending::Query { .. })
-                    if tag == b'T' && self.current_rule() == Some(Rule::Tag) =>
-                {
-                    Out::Drop
-                }
+                Some(Pending::Query { .. }) if tag == b'T' && self.current_rule() == Some(Rule::Tag) => Out::Drop,
                 _ => Out::Same,
             },
             b'D' => {
@@ -353,11 +298,7 @@ impl Tracker {
                     },
                     Some(Rule::Rows { tag, counted }) => {
                         let old = wire::tag_text(body);
-                        let new = if counted {
-                            format!("{tag} {}", old.rsplit(' ').next().unwrap_or("0"))
-                        } else {
-                            tag.to_string()
-                        };
+                        let new = if counted { format!("{tag} {}", old.rsplit(' ').next().unwrap_or("0")) } else { tag.to_string() };
                         Out::Replace(wire::command_complete(&new))
                     }
                 }
@@ -371,13 +312,8 @@ impl Tracker {
             b'E' => {
                 // a spec statement's syntax error: the grammar's position (worlds.sql gives it in the
                 // DETAIL) as the error's position in the client's text, as Postgres reports one
-                let moved = self
-                    .current_start()
-                    .and_then(|start| wire::with_statement_position(body, start));
-                if matches!(
-                    self.pending.front(),
-                    Some(Pending::Describe(_) | Pending::Execute(..))
-                ) {
+                let moved = self.current_start().and_then(|start| wire::with_statement_position(body, start));
+                if matches!(self.pending.front(), Some(Pending::Describe(_) | Pending::Execute(..))) {
                     // the server skips the rest until Sync
                     while matches!(self.pending.front(), Some(p) if *p != Pending::Sync) {
                         self.pending.pop_front();

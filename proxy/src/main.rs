@@ -7,6 +7,7 @@ mod tls;
 mod upstream;
 mod wire;
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub struct Config {
@@ -18,45 +19,28 @@ pub struct Config {
     pub threads: usize,
 }
 
-const USAGE: &str =
-    "usage: worlds-proxy --listen HOST:PORT --upstream 'host=... port=... dbname=...' \
+const USAGE: &str = "usage: worlds-proxy --listen HOST:PORT --upstream 'host=... port=... dbname=...' \
 [--tls-cert FILE --tls-key FILE] [--max-message-bytes N] [--threads N]";
 
 fn parse_args(args: &[String]) -> Result<(String, Config), String> {
-    let (mut listen, mut up, mut cert, mut key, mut max, mut threads) =
-        (None, None, None, None, 64usize << 20, 0usize);
+    let (mut listen, mut up, mut cert, mut key, mut max, mut threads) = (None, None, None, None, 64usize << 20, 0usize);
     let mut i = 0;
     while i < args.len() {
-        let value = || {
-            args.get(i + 1)
-                .cloned()
-                .ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]))
-        };
+        let value = || args.get(i + 1).cloned().ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]));
         match args[i].as_str() {
             "--listen" => listen = Some(value()?),
             "--upstream" => up = Some(value()?),
             "--tls-cert" => cert = Some(value()?),
             "--tls-key" => key = Some(value()?),
-            "--max-message-bytes" => {
-                max = value()?
-                    .parse()
-                    .map_err(|_| format!("--max-message-bytes takes a number\n{USAGE}"))?
-            }
-            "--threads" => {
-                threads = value()?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=256).contains(n))
-                    .ok_or_else(|| format!("--threads takes a number from 1 to 256\n{USAGE}"))?
-            }
+            "--max-message-bytes" => max = value()?.parse().map_err(|_| format!("--max-message-bytes takes a number\n{USAGE}"))?,
+            "--threads" => threads = value()?.parse().ok().filter(|n| (1..=256).contains(n)).ok_or_else(|| format!("--threads takes a number from 1 to 256\n{USAGE}"))?,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
         i += 2;
     }
     let listen = listen.ok_or_else(|| format!("--listen is required\n{USAGE}"))?;
-    let upstream =
-        upstream::parse_conninfo(&up.ok_or_else(|| format!("--upstream is required\n{USAGE}"))?)?;
+    let upstream = upstream::parse_conninfo(&up.ok_or_else(|| format!("--upstream is required\n{USAGE}"))?)?;
     let tls = match (cert, key) {
         (Some(c), Some(k)) => Some(tls::acceptor(&c, &k)?),
         (None, None) => None,
@@ -65,22 +49,11 @@ fn parse_args(args: &[String]) -> Result<(String, Config), String> {
     if max < 1024 {
         return Err("--max-message-bytes must be at least 1024".into());
     }
-    let upstream_tls = (upstream.sslmode != upstream::SslMode::Disable)
-        .then(tls::connector)
-        .transpose()?;
+    let upstream_tls = (upstream.sslmode != upstream::SslMode::Disable).then(tls::connector).transpose()?;
     if threads == 0 {
         threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(256));
     }
-    Ok((
-        listen,
-        Config {
-            upstream,
-            max_message: max,
-            tls,
-            upstream_tls,
-            threads,
-        },
-    ))
+    Ok((listen, Config { upstream, max_message: max, tls, upstream_tls, threads }))
 }
 
 fn main() {
@@ -93,9 +66,7 @@ fn main() {
         }
     };
     // The accepting thread's runtime; the connections are served by `Workers`.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
     match runtime {
         Ok(rt) => rt.block_on(serve(listen, config)),
         Err(e) => {
@@ -118,50 +89,33 @@ fn main() {
 /// the messages one wake-up finds (8 clients on 2 cores: 14.5k tps a thread each, 19.8k pgbouncer). A
 /// thread per core, each connection staying on its thread, is both.
 struct Workers {
-    threads: Vec<(tokio::runtime::Handle, Arc<std::sync::atomic::AtomicUsize>)>,
+    threads: Vec<(tokio::runtime::Handle, Arc<AtomicUsize>)>,
 }
 
 impl Workers {
     fn start(n: usize) -> std::io::Result<Workers> {
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let handle = runtime.handle().clone();
             // (the runtime runs its connections for as long as the process lives)
-            std::thread::Builder::new()
-                .name(format!("worker-{i}"))
-                .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
-            threads.push((handle, Arc::new(std::sync::atomic::AtomicUsize::new(0))));
+            std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+            threads.push((handle, Arc::new(AtomicUsize::new(0))));
         }
         Ok(Workers { threads })
     }
 
     /// Serves the connection on the thread with the fewest, until it ends.
-    fn serve(
-        &self,
-        socket: tokio::net::TcpStream,
-        config: Arc<Config>,
-        id: u64,
-        peer: std::net::SocketAddr,
-    ) {
-        use std::sync::atomic::Ordering::Relaxed;
+    fn serve(&self, socket: tokio::net::TcpStream, config: Arc<Config>, id: u64, peer: std::net::SocketAddr) {
         let report = move |e: String| eprintln!("worlds-proxy: connection {id} from {peer}: {e}");
-        let Some((handle, live)) = self
-            .threads
-            .iter()
-            .min_by_key(|(_, live)| live.load(Relaxed))
-        else {
-            return;
-        };
+        let Some((handle, live)) = self.threads.iter().min_by_key(|(_, live)| live.load(Relaxed)) else { return };
         // the socket leaves this thread's reactor for the worker's
         let socket = match socket.into_std() {
             Ok(s) => s,
             Err(e) => return report(format!("cannot hand the connection to its thread: {e}")),
         };
         /// The thread's count of connections, less one when the connection ends however it ends.
-        struct Serving(Arc<std::sync::atomic::AtomicUsize>);
+        struct Serving(Arc<AtomicUsize>);
         impl Drop for Serving {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, Relaxed);
@@ -220,8 +174,7 @@ async fn serve(listen: String, config: Config) {
             }
         }
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = accept => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -244,42 +197,16 @@ mod tests {
 
     #[test]
     fn command_line() {
-        let (listen, c) = parse_args(&args(&[
-            "--listen",
-            "127.0.0.1:6432",
-            "--upstream",
-            "host=/tmp port=5 dbname=app",
-        ]))
-        .unwrap();
-        assert_eq!(
-            (listen.as_str(), c.upstream.dbname.as_str(), c.max_message),
-            ("127.0.0.1:6432", "app", 64 << 20)
-        );
+        let (listen, c) = parse_args(&args(&["--listen", "127.0.0.1:6432", "--upstream", "host=/tmp port=5 dbname=app"])).unwrap();
+        assert_eq!((listen.as_str(), c.upstream.dbname.as_str(), c.max_message), ("127.0.0.1:6432", "app", 64 << 20));
         assert!(err(&["--listen", "x"]).contains("--upstream is required"));
         assert!(err(&["--upstream", "dbname=a"]).contains("--listen is required"));
         assert!(err(&["--listen"]).contains("needs a value"));
-        assert!(
-            err(&["--listen", "x", "--upstream", "dbname=a", "--tls-cert", "c"])
-                .contains("go together")
-        );
+        assert!(err(&["--listen", "x", "--upstream", "dbname=a", "--tls-cert", "c"]).contains("go together"));
         assert!(err(&["--bogus"]).contains("unknown argument"));
-        assert_eq!(
-            c.threads,
-            std::thread::available_parallelism().unwrap().get()
-        );
-        let (_, c) = parse_args(&args(&[
-            "--listen",
-            "x",
-            "--upstream",
-            "dbname=a",
-            "--threads",
-            "4",
-        ]))
-        .unwrap();
+        assert_eq!(c.threads, std::thread::available_parallelism().unwrap().get());
+        let (_, c) = parse_args(&args(&["--listen", "x", "--upstream", "dbname=a", "--threads", "4"])).unwrap();
         assert_eq!(c.threads, 4);
-        assert!(
-            err(&["--listen", "x", "--upstream", "dbname=a", "--threads", "0"])
-                .contains("from 1 to 256")
-        );
+        assert!(err(&["--listen", "x", "--upstream", "dbname=a", "--threads", "0"]).contains("from 1 to 256"));
     }
 }

@@ -37,8 +37,7 @@ pub fn connector() -> Result<tokio_rustls::TlsConnector, String> {
 }
 
 pub fn server_name(host: &str) -> ServerName<'static> {
-    ServerName::try_from(host.to_string())
-        .unwrap_or_else(|_| ServerName::try_from("localhost").expect("a valid name"))
+    ServerName::try_from(host.to_string()).unwrap_or_else(|_| ServerName::try_from("localhost").expect("a valid name"))
 }
 
 /// sslmode=require: the channel is encrypted, the server's certificate isn't checked (its signatures on
@@ -64,12 +63,7 @@ impl ServerCertVerifier for NotVerified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -78,12 +72,7 @@ impl ServerCertVerifier for NotVerified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

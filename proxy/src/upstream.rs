@@ -21,21 +21,14 @@ pub struct Upstream {
 impl Upstream {
     /// The address to connect to: `host:port`, or the socket file in the directory.
     pub fn unix_path(&self) -> Option<String> {
-        self.host
-            .starts_with('/')
-            .then(|| format!("{}/.s.PGSQL.{}", self.host.trim_end_matches('/'), self.port))
+        self.host.starts_with('/').then(|| format!("{}/.s.PGSQL.{}", self.host.trim_end_matches('/'), self.port))
     }
 }
 
 /// Parses `host=... port=... dbname=... [sslmode=...]` as libpq does (values may be 'quoted', with \'
 /// and \\ inside). user and password are refused: each client logs in as itself.
 pub fn parse_conninfo(s: &str) -> Result<Upstream, String> {
-    let mut up = Upstream {
-        host: "localhost".into(),
-        port: 5432,
-        dbname: String::new(),
-        sslmode: SslMode::Disable,
-    };
+    let mut up = Upstream { host: "localhost".into(), port: 5432, dbname: String::new(), sslmode: SslMode::Disable };
     let mut chars = s.chars().peekable();
     loop {
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
@@ -56,9 +49,7 @@ pub fn parse_conninfo(s: &str) -> Result<Upstream, String> {
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(format!(
-                "missing \"=\" after \"{key}\" in the upstream connection string"
-            ));
+            return Err(format!("missing \"=\" after \"{key}\" in the upstream connection string"));
         }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
@@ -68,11 +59,7 @@ pub fn parse_conninfo(s: &str) -> Result<Upstream, String> {
             chars.next();
             loop {
                 match chars.next() {
-                    None => {
-                        return Err(
-                            "unterminated quoted string in the upstream connection string".into(),
-                        )
-                    }
+                    None => return Err("unterminated quoted string in the upstream connection string".into()),
                     Some('\\') => value.extend(chars.next()),
                     Some('\'') => break,
                     Some(c) => value.push(c),
@@ -135,11 +122,7 @@ pub fn target(database: &str, upstream_db: &str) -> Target {
 
 /// The client's startup parameters as the upstream gets them: its database replaced by the upstream's, and
 /// for a world `-c worlds.world=<name>` after the client's own options.
-pub fn upstream_params(
-    client: &[(String, String)],
-    upstream_db: &str,
-    target: &Target,
-) -> Vec<(String, String)> {
+pub fn upstream_params(client: &[(String, String)], upstream_db: &str, target: &Target) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::with_capacity(client.len() + 2);
     let mut have_db = false;
     let mut have_options = false;
@@ -181,39 +164,18 @@ mod tests {
     use super::*;
 
     fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn conninfo() {
         let u = parse_conninfo("host=127.0.0.1 port=5433 dbname=app").unwrap();
-        assert_eq!(
-            u,
-            Upstream {
-                host: "127.0.0.1".into(),
-                port: 5433,
-                dbname: "app".into(),
-                sslmode: SslMode::Disable
-            }
-        );
+        assert_eq!(u, Upstream { host: "127.0.0.1".into(), port: 5433, dbname: "app".into(), sslmode: SslMode::Disable });
         let u = parse_conninfo(" host = '/tmp/my dir' dbname='it\\'s' sslmode=require").unwrap();
-        assert_eq!(
-            (
-                u.host.as_str(),
-                u.dbname.as_str(),
-                u.sslmode.clone(),
-                u.port
-            ),
-            ("/tmp/my dir", "it's", SslMode::Require, 5432)
-        );
+        assert_eq!((u.host.as_str(), u.dbname.as_str(), u.sslmode.clone(), u.port), ("/tmp/my dir", "it's", SslMode::Require, 5432));
         assert_eq!(u.unix_path().unwrap(), "/tmp/my dir/.s.PGSQL.5432");
         assert!(parse_conninfo("host=x").unwrap_err().contains("dbname"));
-        assert!(parse_conninfo("dbname=app user=bob")
-            .unwrap_err()
-            .contains("logs in as itself"));
+        assert!(parse_conninfo("dbname=app user=bob").unwrap_err().contains("logs in as itself"));
         assert!(parse_conninfo("dbname=app port=x").is_err());
         assert!(parse_conninfo("dbname").is_err());
         assert!(parse_conninfo("dbname='app").is_err());
@@ -224,53 +186,26 @@ mod tests {
         assert_eq!(target("app", "app"), Target::Main);
         assert_eq!(target("main", "app"), Target::Main);
         assert_eq!(target("agent_7", "app"), Target::World("agent_7".into()));
-        assert_eq!(
-            target("main@-1 hour", "app"),
-            Target::World("main@-1 hour".into())
-        );
+        assert_eq!(target("main@-1 hour", "app"), Target::World("main@-1 hour".into()));
     }
 
     #[test]
     fn startup_parameters_for_the_upstream() {
-        let client = p(&[
-            ("user", "bob"),
-            ("database", "agent_7"),
-            ("application_name", "psql"),
-        ]);
+        let client = p(&[("user", "bob"), ("database", "agent_7"), ("application_name", "psql")]);
         assert_eq!(
             upstream_params(&client, "app", &target("agent_7", "app")),
-            p(&[
-                ("user", "bob"),
-                ("database", "app"),
-                ("application_name", "psql"),
-                ("options", "-c worlds.world=agent_7")
-            ])
+            p(&[("user", "bob"), ("database", "app"), ("application_name", "psql"), ("options", "-c worlds.world=agent_7")])
         );
         // the client's own options are kept, the world's come after them (a later -c wins)
-        let client = p(&[
-            ("user", "bob"),
-            ("database", "main@-1 hour"),
-            ("options", "-c work_mem=8MB"),
-        ]);
+        let client = p(&[("user", "bob"), ("database", "main@-1 hour"), ("options", "-c work_mem=8MB")]);
         assert_eq!(
             upstream_params(&client, "app", &target("main@-1 hour", "app")),
-            p(&[
-                ("user", "bob"),
-                ("database", "app"),
-                ("options", "-c work_mem=8MB -c worlds.world=main@-1\\ hour")
-            ])
+            p(&[("user", "bob"), ("database", "app"), ("options", "-c work_mem=8MB -c worlds.world=main@-1\\ hour")])
         );
         // main: the client's options=-c worlds.world=... untouched
-        let client = p(&[
-            ("user", "bob"),
-            ("database", "app"),
-            ("options", "-c worlds.world=w1"),
-        ]);
+        let client = p(&[("user", "bob"), ("database", "app"), ("options", "-c worlds.world=w1")]);
         assert_eq!(upstream_params(&client, "app", &Target::Main), client);
         // no database given (libpq always gives one): the upstream's
-        assert_eq!(
-            upstream_params(&p(&[("user", "bob")]), "app", &Target::Main),
-            p(&[("user", "bob"), ("database", "app")])
-        );
+        assert_eq!(upstream_params(&p(&[("user", "bob")]), "app", &Target::Main), p(&[("user", "bob"), ("database", "app")]));
     }
 }

@@ -20,9 +20,7 @@ pub fn check_length(len: u32, max: usize) -> Result<usize, String> {
         return Err(format!("invalid message length {len}"));
     }
     if len > max {
-        return Err(format!(
-            "message of {len} bytes is longer than the proxy's limit of {max} bytes"
-        ));
+        return Err(format!("message of {len} bytes is longer than the proxy's limit of {max} bytes"));
     }
     Ok(len)
 }
@@ -44,10 +42,7 @@ pub fn startup_params(body: &[u8]) -> Option<Vec<(String, String)>> {
             return Some(out);
         }
         let (value, r) = cstr(r)?;
-        out.push((
-            String::from_utf8_lossy(name).into_owned(),
-            String::from_utf8_lossy(value).into_owned(),
-        ));
+        out.push((String::from_utf8_lossy(name).into_owned(), String::from_utf8_lossy(value).into_owned()));
         rest = r;
     }
 }
@@ -91,12 +86,7 @@ pub fn no_data() -> Bytes {
 /// An ErrorResponse: severity, SQLSTATE, message and, when given, detail.
 pub fn error_response(severity: &str, code: &str, msg: &str, detail: Option<&str>) -> Bytes {
     let mut body = Vec::new();
-    for (f, v) in [
-        (b'S', severity),
-        (b'V', severity),
-        (b'C', code),
-        (b'M', msg),
-    ] {
+    for (f, v) in [(b'S', severity), (b'V', severity), (b'C', code), (b'M', msg)] {
         body.push(f);
         body.extend_from_slice(v.as_bytes());
         body.push(0);
@@ -130,14 +120,7 @@ pub fn error_fields(body: &[u8]) -> Vec<(u8, String)> {
 /// Postgres gives a syntax error's, so psql shows the statement and a caret. None for any other error.
 pub fn with_statement_position(body: &[u8], start: usize) -> Option<Bytes> {
     let fields = error_fields(body);
-    let n: usize = fields
-        .iter()
-        .find(|(c, _)| *c == b'D')?
-        .1
-        .strip_prefix("at character ")?
-        .strip_suffix(" of the statement")?
-        .parse()
-        .ok()?;
+    let n: usize = fields.iter().find(|(c, _)| *c == b'D')?.1.strip_prefix("at character ")?.strip_suffix(" of the statement")?.parse().ok()?;
     let mut out = Vec::with_capacity(body.len());
     for (code, value) in fields.iter().filter(|(c, _)| *c != b'D' && *c != b'P') {
         out.push(*code);
@@ -235,22 +218,14 @@ mod tests {
     fn lengths_are_bounded() {
         assert!(check_length(3, 100).is_err());
         assert_eq!(check_length(4, 100), Ok(4));
-        assert!(check_length(1 << 30, 64 << 20)
-            .unwrap_err()
-            .contains("limit"));
+        assert!(check_length(1 << 30, 64 << 20).unwrap_err().contains("limit"));
     }
 
     #[test]
     fn startup_packets_round_trip() {
-        let params = vec![
-            ("user".to_string(), "bob".to_string()),
-            ("database".to_string(), "main@-1 hour".to_string()),
-        ];
+        let params = vec![("user".to_string(), "bob".to_string()), ("database".to_string(), "main@-1 hour".to_string())];
         let p = startup_packet(PROTOCOL_3, &params);
-        assert_eq!(
-            u32::from_be_bytes(p[..4].try_into().unwrap()) as usize,
-            p.len()
-        );
+        assert_eq!(u32::from_be_bytes(p[..4].try_into().unwrap()) as usize, p.len());
         assert_eq!(u32::from_be_bytes(p[4..8].try_into().unwrap()), PROTOCOL_3);
         assert_eq!(startup_params(&p[8..]), Some(params));
         assert_eq!(startup_params(b"user\0bob"), None);
@@ -259,12 +234,7 @@ mod tests {
 
     #[test]
     fn messages_and_fields() {
-        let e = error_response(
-            "FATAL",
-            "3D000",
-            "database \"x\" does not exist",
-            Some("world \"x\" does not exist"),
-        );
+        let e = error_response("FATAL", "3D000", "database \"x\" does not exist", Some("world \"x\" does not exist"));
         assert_eq!(e[0], b'E');
         let f = error_fields(&e[5..]);
         assert!(f.contains(&(b'C', "3D000".into())));
@@ -274,34 +244,22 @@ mod tests {
         assert_eq!(tag_text(&c[5..]), "MERGE 3");
         assert_eq!(&no_data()[..], b"n\0\0\0\x04");
         // a DataRow of one text column, and of a NULL
-        assert_eq!(
-            first_column(b"\0\x01\0\0\0\x0cCREATE WORLD").as_deref(),
-            Some("CREATE WORLD")
-        );
+        assert_eq!(first_column(b"\0\x01\0\0\0\x0cCREATE WORLD").as_deref(), Some("CREATE WORLD"));
         assert_eq!(first_column(b"\0\x01\xff\xff\xff\xff"), None);
         assert_eq!(first_column(b"\0\x01\0\0\0\x09short"), None);
         let p = parse_message(b"s1", "select 1", b"\0\0");
-        assert_eq!(
-            parse_body(&p[5..]),
-            Some((&b"s1"[..], &b"select 1"[..], &b"\0\0"[..]))
-        );
+        assert_eq!(parse_body(&p[5..]), Some((&b"s1"[..], &b"select 1"[..], &b"\0\0"[..])));
     }
 
     #[test]
     fn sasl_mechanisms_lose_channel_binding() {
         let m = message(b'R', b"\0\0\0\x0aSCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0");
-        assert_eq!(
-            &sasl_without_plus(&m)[..],
-            &message(b'R', b"\0\0\0\x0aSCRAM-SHA-256\0\0")[..]
-        );
+        assert_eq!(&sasl_without_plus(&m)[..], &message(b'R', b"\0\0\0\x0aSCRAM-SHA-256\0\0")[..]);
     }
 
     #[test]
     fn options_escape_spaces_and_backslashes() {
-        assert_eq!(
-            escape_option("worlds.world=main@-1 hour"),
-            "worlds.world=main@-1\\ hour"
-        );
+        assert_eq!(escape_option("worlds.world=main@-1 hour"), "worlds.world=main@-1\\ hour");
         assert_eq!(escape_option("a\\b"), "a\\\\b");
     }
 }

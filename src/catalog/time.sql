@@ -340,21 +340,24 @@ END $$;
 CREATE FUNCTION worlds.purge_history(batch_size integer DEFAULT 1000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    t worlds.tables;
-    gone worlds.dropped_table;
-    rel regclass;
+    tab integer;
     n bigint := 0;
-    c bigint;
-    cutoff timestamptz := now() - worlds.history_retention();
-    snaps pg_snapshot[];
-    fork_ats timestamptz[];
 BEGIN
-    -- worlds of main (the roots of every chain) see main through their fork points
-    SELECT coalesce(array_agg(fork_snapshot) FILTER (WHERE fork_snapshot IS NOT NULL), '{}'),
-           coalesce(array_agg(fork_at) FILTER (WHERE fork_at IS NOT NULL), '{}')
-    INTO snaps, fork_ats
-    FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
-    -- tables dropped longer ago than the window: AS OF can't reach them any more
+    PERFORM worlds._purge_dropped();
+    FOR tab IN SELECT tabno FROM worlds.tables WHERE history IS NOT NULL ORDER BY tabno LOOP
+        n := n + worlds._purge_table(tab, batch_size);
+    END LOOP;
+    RETURN n;
+END $$;
+
+-- The purge's part that isn't a tracked table's history: the storage of tables dropped longer ago than
+-- the window (AS OF can't reach them any more), the column log's old entries, and old AS OF copies.
+CREATE FUNCTION worlds._purge_dropped() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    gone worlds.dropped_table;
+    cutoff timestamptz := now() - worlds.history_retention();
+BEGIN
     FOR gone IN SELECT * FROM worlds.dropped_table WHERE dropped < cutoff LOOP
         PERFORM worlds._drop_relation(gone.changes);
         PERFORM worlds._drop_relation(gone.history);
@@ -364,32 +367,76 @@ BEGIN
     END LOOP;
     DELETE FROM worlds.column_log l WHERE l.dropped < cutoff;
     PERFORM worlds._purge_as_of_cache(cutoff);
-    FOR t IN SELECT * FROM worlds.tables WHERE history IS NOT NULL LOOP
-        FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
-            EXECUTE format($q$
-                DELETE FROM %1$s WHERE ctid = ANY (ARRAY(
-                    SELECT h.ctid FROM %1$s h
-                    WHERE h._w_at < $1
-                      AND NOT EXISTS (SELECT 1 FROM unnest($2::pg_snapshot[]) s WHERE NOT pg_visible_in_snapshot(h._w_xid, s))
-                      AND NOT EXISTS (SELECT 1 FROM unnest($3::timestamptz[]) a WHERE h._w_at > a)
-                    LIMIT $4))
-                $q$, rel) USING cutoff, snaps, fork_ats, batch_size;
-            GET DIAGNOSTICS c = ROW_COUNT;
-            n := n + c;
-        END LOOP;
+END $$;
+
+-- One tracked table's history and inserts older than the window, at most batch_size rows of each, kept
+-- where a live world of main still sees main through them (its fork snapshot, or its fork time for a
+-- world of the past). 0 for a table that is no longer tracked.
+CREATE FUNCTION worlds._purge_table(tab integer, batch_size integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    t worlds.tables;
+    rel regclass;
+    n bigint := 0;
+    c bigint;
+    cutoff timestamptz := now() - worlds.history_retention();
+    snaps pg_snapshot[];
+    fork_ats timestamptz[];
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE tabno = tab AND history IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    -- worlds of main (the roots of every chain) see main through their fork points
+    SELECT coalesce(array_agg(fork_snapshot) FILTER (WHERE fork_snapshot IS NOT NULL), '{}'),
+           coalesce(array_agg(fork_at) FILTER (WHERE fork_at IS NOT NULL), '{}')
+    INTO snaps, fork_ats
+    FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
+    FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
+        EXECUTE format($q$
+            DELETE FROM %1$s WHERE ctid = ANY (ARRAY(
+                SELECT h.ctid FROM %1$s h
+                WHERE h._w_at < $1
+                  AND NOT EXISTS (SELECT 1 FROM unnest($2::pg_snapshot[]) s WHERE NOT pg_visible_in_snapshot(h._w_xid, s))
+                  AND NOT EXISTS (SELECT 1 FROM unnest($3::timestamptz[]) a WHERE h._w_at > a)
+                LIMIT $4))
+            $q$, rel) USING cutoff, snaps, fork_ats, batch_size;
+        GET DIAGNOSTICS c = ROW_COUNT;
+        n := n + c;
     END LOOP;
     RETURN n;
 END $$;
 
--- One batch of the expiry worker's purge (time/expiry.rs): worlds.purge_history(batch_size), or -1 when it
--- met a lock held elsewhere for longer than the worker's lock_timeout (a table being altered, a dropped
--- table's storage still read): nothing of the batch is kept, and the next round tries again.
-CREATE FUNCTION worlds._purge_batch(batch_size integer) RETURNS bigint
+-- The expiry worker's purge (time/expiry.rs), a step per transaction: the dropped tables' part (tabs
+-- NULL), or a batch of each of a few tables (the worker passes 32 at a time). A purge of every table in
+-- one transaction took four locks a tracked table at once (its history, its inserts and their indexes),
+-- and with a few thousand tracked tables filled the shared lock table, so that a migration running beside
+-- it failed with "out of shared memory"; a step holds a few tables' locks. A table whose lock is held
+-- elsewhere for longer than the worker's lock_timeout (a table being altered, a dropped table's storage
+-- still read) keeps its batch for the next round, and the others go on; -1 when the dropped tables' part
+-- met such a lock.
+CREATE FUNCTION worlds._purge_batch(tabs integer[], batch_size integer) RETURNS bigint
 LANGUAGE plpgsql AS $$
+DECLARE
+    tab integer;
+    n bigint := 0;
 BEGIN
-    RETURN worlds.purge_history(batch_size);
-EXCEPTION WHEN lock_not_available THEN
-    RETURN -1;
+    IF tabs IS NULL THEN
+        BEGIN
+            PERFORM worlds._purge_dropped();
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN -1;
+        END;
+        RETURN 0;
+    END IF;
+    FOREACH tab IN ARRAY tabs LOOP
+        BEGIN
+            n := n + worlds._purge_table(tab, batch_size);
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN n;
 END $$;
 
 -- AS OF a fixed time: "rebuilt from history once, then cached" (the spec). A past moment never changes

@@ -10,7 +10,7 @@
 //!   that worker to end;
 //! - **the round** (that worker) connects to its database, leaves at once when pg_worlds isn't installed,
 //!   discards what is due (`worlds._expire_worlds`: one world per transaction, try-locks only), purges
-//!   history in batches (`worlds._purge_batch`) for at most a couple of seconds, and exits: no connection
+//!   history in batches (`worlds._purge_batch`, a few tables a transaction) for at most a couple of seconds, and exits: no connection
 //!   is held between rounds, so DROP DATABASE finds none, and one that starts during a round is seen
 //!   between two steps (its lock on the database), where the worker leaves.
 //!
@@ -201,7 +201,7 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
         let ready = crate::spi_calls::get_one::<bool>(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_worlds')
                     AND pg_catalog.to_regprocedure('worlds._expire_worlds(interval,integer,boolean)') IS NOT NULL
-                    AND pg_catalog.to_regprocedure('worlds._purge_batch(integer)') IS NOT NULL",
+                    AND pg_catalog.to_regprocedure('worlds._purge_batch(integer[],integer)') IS NOT NULL",
         )
         .ok()
         .flatten()
@@ -245,16 +245,42 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     }
     // (SHOW METRICS' "worlds expired" is counted by worlds._expire_worlds, for the worker and the sweeps alike)
 
-    // history past history_retention, in batches, for at most the purge's budget
+    // history past history_retention, for at most the purge's budget: the dropped tables' part, then a
+    // batch of each tracked table, `PURGE_TABLES` tables a transaction (a few tables' locks at a time,
+    // never every table's at once: see worlds._purge_batch), over the tables again while one had rows to
+    // purge. A round starts where the clock says (`purge_start`), so that when one budget reaches only
+    // some of the tables, every table is reached in turn.
     let started = Instant::now();
     let mut purged = 0i64;
-    loop {
-        let n = match step(|| crate::spi_calls::get_one_with_args::<i64>("SELECT worlds._purge_batch($1)", &[expiry::PURGE_BATCH.into()]).ok().flatten().unwrap_or(0)) {
-            Step::Dropping => -1,
-            Step::Done(n) => n,
-        };
-        purged += n.max(0);
-        if !expiry::purge_goes_on(n, started.elapsed().as_millis() as u64) {
+    let batch = |tabs: Option<Vec<i32>>| {
+        step(move || crate::spi_calls::get_one_with_args::<i64>("SELECT worlds._purge_batch($1, $2)", &[tabs.into(), expiry::PURGE_BATCH.into()]).ok().flatten().unwrap_or(0))
+    };
+    if let Step::Dropping = batch(None) {
+        return;
+    }
+    let tables = match step(|| {
+        crate::spi_calls::get_one::<Vec<i32>>("SELECT coalesce(array_agg(tabno ORDER BY tabno), '{}') FROM worlds.tables WHERE history IS NOT NULL").ok().flatten().unwrap_or_default()
+    }) {
+        Step::Dropping => return,
+        Step::Done(t) => t,
+    };
+    let chunks: Vec<Vec<i32>> = tables.chunks(expiry::PURGE_TABLES).map(|c| c.to_vec()).collect();
+    let start = expiry::purge_start(chunks.len(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+    'passes: loop {
+        let mut this_pass = 0i64;
+        for i in 0..chunks.len() {
+            let n = match batch(Some(chunks[(start + i) % chunks.len()].clone())) {
+                Step::Dropping => return,
+                Step::Done(n) => n,
+            };
+            this_pass += n.max(0);
+            if !expiry::purge_goes_on(1, started.elapsed().as_millis() as u64) {
+                purged += this_pass;
+                break 'passes;
+            }
+        }
+        purged += this_pass;
+        if !expiry::purge_goes_on(this_pass, started.elapsed().as_millis() as u64) {
             break;
         }
     }

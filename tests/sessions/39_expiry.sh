@@ -117,6 +117,32 @@ purged && echo "  ok   history older than history_retention is gone in both" || 
 expect "logged: purged in $DB" "$([ "$(log_lines "history rows\? older than history_retention in database \"$DB\"")" -ge 1 ] && echo yes)" "yes"
 expect "logged: purged in $DB2" "$([ "$(log_lines "history rows\? older than history_retention in database \"$DB2\"")" -ge 1 ] && echo yes)" "yes"
 
+echo "check: the purge of a database with 2,000 tracked tables, a migration running beside it"
+# A round once purged every table in one transaction: four locks a table (its history, its inserts and
+# their indexes) held at once, 8,000 here against a shared lock table of about 5,300 (the default
+# max_locks_per_transaction): the worker failed with "out of shared memory", and so did a migration beside
+# it. Now each table's batch is a transaction of its own.
+DB4=s39_many
+psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB4" -c "create database $DB4"
+q4() { psql_in $CL -d $DB4 -qAt "$@"; }
+q4 -c "create extension pg_worlds" >/dev/null
+# (autocommit: each table's first write in a transaction of its own, as an app's writes would be)
+seq 1 2000 | sed 's/.*/create table many_& (id int primary key, v int); insert into many_& values (1, 0); update many_& set v = 1;/' >"$OUT/many.sql"
+q4 -v ON_ERROR_STOP=1 -f "$OUT/many.sql" >"$OUT/many.log" 2>&1 || fail "making 2,000 tables: $(tail -3 "$OUT/many.log")"
+expect "tables with history" "$(q4 -c "select count(*) from worlds.tables where history is not null")" "2000"
+oom_before=$(log_lines "out of shared memory")
+q4 -c "select * from worlds.sql('alter system set history_retention = ''1 second''')" >/dev/null
+# a migration of 300 tables in one transaction while the worker purges (1,200 locks of its own)
+sleep 1
+{ echo "begin;"; seq 1 300 | sed 's/.*/create table mig_& (id int primary key, name text);/'; echo "commit;"; } >"$OUT/mig.sql"
+q4 -v ON_ERROR_STOP=1 -f "$OUT/mig.sql" >"$OUT/mig.log" 2>&1
+expect "the migration beside the purge: errors" "$(grep -c ERROR "$OUT/mig.log")" "0"
+left() { q4 -c "select coalesce(sum((xpath('/row/c/text()', query_to_xml(format('select count(*) as c from %s', history), false, true, '')))[1]::text::bigint), 0) from worlds.tables where history is not null"; }
+for _ in $(seq 1 120); do [ "$(left)" = 0 ] && break; sleep 0.5; done
+expect "history rows left in the 2,000 tables' histories" "$(left)" "0"
+expect "no 'out of shared memory' in the log" "$(log_lines "out of shared memory")" "$oom_before"
+psql_in $CL -q -c "drop database $DB4"
+
 echo "check: DROP DATABASE while the worker is in it"
 fatal_before=$(log_lines "FATAL:  database .* does not exist")
 DB3=s39_dropped
