@@ -90,7 +90,7 @@ BEGIN
     END LOOP;
     -- administration: tracking (which tables worlds cover), history purge, every world's rows for pg_dump
     REVOKE EXECUTE ON FUNCTION worlds.track(regclass), worlds.untrack(regclass), worlds.purge_history(integer),
-        worlds._purge_dropped(), worlds._purge_table(integer, integer), worlds._purge_batch(integer[], integer),
+        worlds._purge_dropped(), worlds._purge_table(integer, integer, boolean), worlds._purge_batch(integer[], integer),
         worlds._portable_rows(), worlds._portable_worlds() FROM PUBLIC;
     -- internal C functions that change the catalog (extension membership, dependencies, triggers), or take
     -- locks and caches: pg_worlds' own functions call them with its owner's rights, no role calls them

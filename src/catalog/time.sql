@@ -371,8 +371,11 @@ END $$;
 
 -- One tracked table's history and inserts older than the window, at most batch_size rows of each, kept
 -- where a live world of main still sees main through them (its fork snapshot, or its fork time for a
--- world of the past). 0 for a table that is no longer tracked.
-CREATE FUNCTION worlds._purge_table(tab integer, batch_size integer) RETURNS bigint
+-- world of the past). 0 for a table that is no longer tracked. With nowait (the expiry worker), their
+-- locks are taken NOWAIT first: lock_not_available at once when another session holds them (a DROP,
+-- an ALTER), so the worker never waits for a table while it holds another's, and is never one end of a
+-- deadlock (a DROP SCHEMA ... CASCADE beside it was once chosen as a deadlock's victim).
+CREATE FUNCTION worlds._purge_table(tab integer, batch_size integer, nowait boolean DEFAULT false) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     t worlds.tables;
@@ -392,6 +395,11 @@ BEGIN
            coalesce(array_agg(fork_at) FILTER (WHERE fork_at IS NOT NULL), '{}')
     INTO snaps, fork_ats
     FROM worlds.world WHERE dropped IS NULL AND num <> 0 AND parent = 0;
+    IF nowait THEN
+        FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
+            EXECUTE format('LOCK TABLE %s IN ROW EXCLUSIVE MODE NOWAIT', rel);
+        END LOOP;
+    END IF;
     FOREACH rel IN ARRAY ARRAY[t.history, t.inserts] LOOP
         EXECUTE format($q$
             DELETE FROM %1$s WHERE ctid = ANY (ARRAY(
@@ -411,10 +419,9 @@ END $$;
 -- NULL), or a batch of each of a few tables (the worker passes 32 at a time). A purge of every table in
 -- one transaction took four locks a tracked table at once (its history, its inserts and their indexes),
 -- and with a few thousand tracked tables filled the shared lock table, so that a migration running beside
--- it failed with "out of shared memory"; a step holds a few tables' locks. A table whose lock is held
--- elsewhere for longer than the worker's lock_timeout (a table being altered, a dropped table's storage
--- still read) keeps its batch for the next round, and the others go on; -1 when the dropped tables' part
--- met such a lock.
+-- it failed with "out of shared memory"; a step holds a few tables' locks. A table whose lock another
+-- session holds (taken NOWAIT: a table being dropped or altered) keeps its batch for the next round,
+-- and the others go on; -1 when the dropped tables' part met a lock held past the worker's lock_timeout.
 CREATE FUNCTION worlds._purge_batch(tabs integer[], batch_size integer) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -431,7 +438,7 @@ BEGIN
     END IF;
     FOREACH tab IN ARRAY tabs LOOP
         BEGIN
-            n := n + worlds._purge_table(tab, batch_size);
+            n := n + worlds._purge_table(tab, batch_size, true);
         EXCEPTION WHEN lock_not_available THEN
             NULL;
         END;
