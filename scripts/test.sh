@@ -15,12 +15,40 @@
 # ONLY=regress TESTS="create_world" runs one regress file.
 # ONLY=drivers runs tests/drivers/run.sh (psycopg 3 and node-postgres through worlds-proxy) alone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# A run is one build: cargo's incremental cache (5-6 GB under target/debug/incremental) buys it nothing, and
+# CI's disk is shared and sometimes nearly full (a run once died of "No space left on device" in its last
+# stage). CARGO_INCREMENTAL=1 keeps it for a developer who reruns the suite after small edits.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 "$ROOT/scripts/setup.sh"
 mkdir -p "$RUN_DIR"
 summary=()
 failed=0
 want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
-record() { summary+=("$1"); [ "$2" -eq 0 ] || failed=1; }
+record() { summary+=("$1"); if [ "$2" -eq 0 ]; then free_disk; else keep_disk; failed=1; fi; }
+disk_free() { df -Pm "$RUN_DIR" | awk 'NR == 2 {print $4}'; }
+rm -f "$RUN_DIR"/*/kept
+min_free=$(disk_free)
+echo "== disk: $min_free MB free where the clusters go ($RUN_DIR)"
+# free_disk: once a stage has passed, the data directories of its stopped clusters go (their logs stay; a
+# failed stage keeps its clusters to look at, marked by keep_disk; KEEP_DATA=1 keeps everything). A running
+# cluster is left alone.
+free_disk() {
+  local d f
+  if [ "${KEEP_DATA:-0}" != 1 ]; then
+    for d in "$RUN_DIR"/*/data; do
+      [ -f "$d/PG_VERSION" ] || continue
+      [ -f "$d/postmaster.pid" ] || [ -f "$d/../kept" ] && continue
+      rm -rf "$d"
+    done
+  fi
+  f=$(disk_free); [ "$f" -lt "$min_free" ] && min_free=$f
+  return 0
+}
+keep_disk() {
+  local d
+  for d in "$RUN_DIR"/*/data; do [ -f "$d/PG_VERSION" ] && touch "$d/../kept"; done
+  return 0
+}
 
 if want unit; then
   echo "== unit: cargo test -p worlds_core -p worlds-mcp -p worlds-proxy"
@@ -86,9 +114,9 @@ if want sessions; then
   for s in "$ROOT"/tests/sessions/[0-9]*.sh; do
     name=$(basename "$s" .sh)
     if bash "$s" >"$RUN_DIR/session_$name.log" 2>&1; then
-      pass=$((pass + 1)); echo "ok   $name"
+      pass=$((pass + 1)); echo "ok   $name"; free_disk
     else
-      fail=$((fail + 1)); failed_tests+=("$name"); echo "FAIL $name"; tail -30 "$RUN_DIR/session_$name.log"
+      fail=$((fail + 1)); failed_tests+=("$name"); echo "FAIL $name"; tail -30 "$RUN_DIR/session_$name.log"; keep_disk
     fi
   done
   record "sessions: $pass passed, $fail failed ${failed_tests[*]:-}" $fail
@@ -149,6 +177,7 @@ if want drivers; then
 fi
 
 stop_cluster test
+if [ $failed -eq 0 ]; then free_disk; fi
 
 if want core; then
   # PostgreSQL's own regression suite in main, with pg_worlds (the stock half's failures are committed in
@@ -158,6 +187,7 @@ if want core; then
   CORE_REGRESS=worlds-only CORE_KNOWN=1 bash "$ROOT/scripts/pg-core-regress.sh" >"$RUN_DIR/core.log" 2>&1
   rc=$?; set -e
   tail -6 "$RUN_DIR/core.log"
+  # (record frees core_worlds' data before the run in a world makes its own)
   record "core:     $(grep -m1 '^with pg_worlds' "$RUN_DIR/core.log" | sed 's/  */ /g')$( [ $rc -eq 0 ] || echo ' FAILED')" $rc
   # the same suite run entirely inside a world (the test database's default world); a test failing that
   # isn't listed in tests/pg-core/world-failures.txt fails the run
@@ -169,7 +199,9 @@ if want core; then
   record "core in a world: $(grep -m1 '^in a world' "$RUN_DIR/core-world.log" | sed 's/  */ /g')$( [ $rc -eq 0 ] || echo ' FAILED')" $rc
 fi
 
+if [ $failed -eq 0 ]; then free_disk; fi
 echo
 echo "== summary"
 printf '%s\n' "${summary[@]}"
+echo "disk:     $(disk_free) MB free at the end, $min_free MB at the least (between stages)"
 exit $failed
