@@ -234,6 +234,10 @@ BEGIN
     PERFORM worlds._require(CASE WHEN position('@' IN coalesce(source, '')) > 0 THEN 'fork_past' ELSE 'fork' END);
     -- past worlds.max_disk_bytes: 53100 (storage/disk_limit.rs)
     PERFORM worlds._check_disk_limit(name);
+    -- the database's first world, with many tracked tables: a worker gives them their delta ahead, a few
+    -- tables a transaction, before this one takes any lock a table's making could wait for
+    -- (storage/world_storage.rs)
+    PERFORM worlds._prepare_world_storage();
     -- one create at a time (two concurrent ones could both pass the name and max_worlds checks), and none
     -- while its source is being dropped
     PERFORM worlds._lock_worlds();

@@ -369,46 +369,92 @@ BEGIN
 END $$;
 
 -- Before the database's first world: every tracked table gets its delta (see storage/world_storage.rs).
+-- (With many tables, storage/world_storage.rs's worker has made most of them ahead, a few tables a
+-- transaction: here, in the first world's own transaction, are made only those it left.)
 CREATE FUNCTION worlds._ensure_world_storage() RETURNS void
 LANGUAGE plpgsql SET client_min_messages = warning AS $$
-DECLARE
-    n integer;
-    t worlds.tables;
 BEGIN
     IF worlds._world_storage_on() THEN
         RETURN;
     END IF;
-    -- waits for the tables being created to be committed (or not), so they are listed here
-    PERFORM worlds._lock_tracking(true);
+    PERFORM worlds._make_world_storage(0, NULL);
+END $$;
+
+-- Gives tracked tables without a delta theirs, in tabno order from after `after`, at most `most` of them,
+-- and returns the last tabno it went through (NULL: none was left).
+--   most NULL: every one, under the tracking lock (EXCLUSIVE until the transaction ends: it waits for the
+--     tables being created to be committed, or not, so they are listed here): the first world's own pass.
+--   most n: a worker's batch ahead of the first world (storage/maker.rs), without the tracking lock (the
+--     first world's pass lists what it missed); a table busy past lock_timeout is left to that pass.
+CREATE FUNCTION worlds._make_world_storage(after integer, most integer) RETURNS integer
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    n integer;
+    last integer;
+    done integer := 0;
+BEGIN
+    IF most IS NULL THEN
+        PERFORM worlds._lock_tracking(true);
+    END IF;
     FOREACH n IN ARRAY worlds._tables_without_delta() LOOP
-        SELECT * INTO t FROM worlds.tables WHERE tabno = n;
-        IF FOUND THEN
-            -- the table locked before its row here is written: DDL in main locks the table, then writes
-            -- the row (tracking's event trigger); the other order deadlocked with it
+        CONTINUE WHEN n <= after;
+        EXIT WHEN most IS NOT NULL AND done >= most;
+        done := done + 1;
+        last := n;
+        IF most IS NULL THEN
+            PERFORM worlds._make_table_world_storage(n);
+        ELSE
             BEGIN
-                EXECUTE format('LOCK TABLE ONLY %s IN ACCESS SHARE MODE', t.relid);
-            EXCEPTION WHEN undefined_table OR syntax_error THEN
-                CONTINUE;  -- (dropped meanwhile: its row went with it)
+                PERFORM worlds._make_table_world_storage(n);
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
             END;
-            SELECT * INTO t FROM worlds.tables WHERE tabno = n;
         END IF;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'could not serialize access due to a table tracked concurrently'
-                USING ERRCODE = 'serialization_failure';
-        END IF;
-        IF t.history IS NULL THEN
-            -- a table never written: its whole storage now; one whose storage can't be made is left out
-            -- (logged, its reason in unsupported), as a table that can't be tracked is, not the world
-            BEGIN
-                PERFORM worlds._add_delta(t);
-            EXCEPTION WHEN OTHERS THEN
-                RAISE LOG 'pg_worlds could not make the storage of table %: %', t.relid, sqlerrm;
-                UPDATE worlds.tables SET unsupported = 'its storage could not be made: ' || sqlerrm WHERE tabno = t.tabno;
-            END;
-            CONTINUE;
-        END IF;
-        PERFORM worlds._add_delta(t);
     END LOOP;
+    RETURN last;
+END $$;
+
+-- One tracked table's delta (and its history first, for a table never written), unless it has one. A
+-- table whose storage can't be made is left without (logged, its reason in unsupported), as a table that
+-- can't be tracked is: the world is made without it.
+CREATE FUNCTION worlds._make_table_world_storage(n integer) RETURNS void
+LANGUAGE plpgsql SET client_min_messages = warning AS $$
+DECLARE
+    t worlds.tables;
+BEGIN
+    SELECT * INTO t FROM worlds.tables WHERE tabno = n;
+    IF FOUND THEN
+        -- the table locked before its row here: DDL in main locks the table, then writes the row
+        -- (tracking's event trigger); the other order deadlocked with it
+        BEGIN
+            EXECUTE format('LOCK TABLE ONLY %s IN ACCESS SHARE MODE', t.relid);
+        EXCEPTION WHEN undefined_table OR syntax_error THEN
+            RETURN;  -- (dropped meanwhile: its row went with it)
+        END;
+        -- then its row, as every maker of a table's storage locks it (two first worlds' workers, a
+        -- first writer's maker): the delta is made once
+        SELECT * INTO t FROM worlds.tables WHERE tabno = n FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'could not serialize access due to a table tracked concurrently'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    IF t.delta IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF t.history IS NULL THEN
+        -- a table never written: its whole storage now
+        BEGIN
+            PERFORM worlds._add_delta(t);
+        EXCEPTION WHEN lock_not_available OR query_canceled THEN
+            RAISE;
+        WHEN OTHERS THEN
+            RAISE LOG 'pg_worlds could not make the storage of table %: %', t.relid, sqlerrm;
+            UPDATE worlds.tables SET unsupported = 'its storage could not be made: ' || sqlerrm WHERE tabno = t.tabno;
+        END;
+        RETURN;
+    END IF;
+    PERFORM worlds._add_delta(t);
 END $$;
 
 -- Starts tracking a table: its row in worlds.tables and the capture triggers; its storage (history and

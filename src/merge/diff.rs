@@ -237,10 +237,14 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         let worlds: Vec<i32> = a.iter().chain(b.iter()).flat_map(|w| w.chain.clone()).collect();
         let snapshots: Vec<String> = a.iter().chain(b.iter()).map(|w| w.main_snapshot.clone()).collect();
         let mut tables: Vec<DiffTable> = Vec::new();
-        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+        // (each table's locks kept only when it has rows to show: gather.rs)
+        tracked_layouts_where(|l| {
+            if l.key_kind == b'r' {
+                return false;
+            }
             let keys = candidate_keys(l, &worlds, &snapshots);
             if keys.is_empty() {
-                continue;
+                return false;
             }
             let before = with_world(a.clone(), || read_rows(l, &keys));
             let after = with_world(b.clone(), || read_rows(l, &keys));
@@ -258,16 +262,23 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                     let texts = key_texts(l, &rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>());
                     rows.into_iter().zip(texts).map(|((_, x, y), t)| (t, x, y)).collect()
                 };
-            if !rows.is_empty() {
-                tables.push((l.table_name.to_string(), l.clone(), rows));
+            if rows.is_empty() {
+                return false;
             }
-        }
-        for l in tracked_layouts().iter().filter(|l| l.key_kind == b'r') {
+            tables.push((l.table_name.to_string(), l.clone(), rows));
+            true
+        });
+        tracked_layouts_where(|l| {
+            if l.key_kind != b'r' {
+                return false;
+            }
             let rows = keyless_difference(l, &a, &b, &worlds);
-            if !rows.is_empty() {
-                tables.push((l.table_name.to_string(), l.clone(), rows));
+            if rows.is_empty() {
+                return false;
             }
-        }
+            tables.push((l.table_name.to_string(), l.clone(), rows));
+            true
+        });
         for t in &tables {
             require_read(&t.1);
         }

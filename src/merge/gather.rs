@@ -52,37 +52,49 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
     })
 }
 
-/// Every tracked table, with its layout.
-pub fn tracked_layouts() -> Vec<std::rc::Rc<Layout>> {
+/// The tracked tables a world wrote (its delta has rows of it), each locked until the transaction ends.
+pub fn touched_layouts(world: &World) -> Vec<std::rc::Rc<Layout>> {
+    tracked_layouts_where(|l| world_touched(l, world))
+}
+
+/// The tracked tables `keep` keeps, with their layouts, in relid order. Each table is locked (ACCESS
+/// SHARE) before its storage is read: a DROP TABLE in main then waits for this transaction, or committed
+/// first and the table is gone from the list (its storage went with it). `keep` runs in a subtransaction
+/// of the table's own: a table it keeps keeps its locks (the table's and those of the storage it read)
+/// until the transaction ends; one it doesn't has them released at once. So a statement about the tables
+/// one world wrote holds the locks of those, not of every tracked table: with 2,000 tracked tables, a
+/// MERGE that locked each table, delta and index overflowed the shared lock table ("out of shared memory",
+/// for every session of the cluster).
+pub fn tracked_layouts_where(mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
     let tables: Vec<(i32, pg_sys::Oid)> = Spi::connect(|c| {
         c.fresh("SELECT tabno, relid::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
             .map(|r| r.into_iter().filter_map(|r| Some((r.get::<i32>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?))).collect())
             .unwrap_or_default()
     });
-    // each table locked (ACCESS SHARE, in relid order) before its storage is read: a DROP TABLE in main
-    // then waits for this transaction, or committed first and the table is gone from the list (its
-    // storage went with it): the list read again once, after the locks
-    for &(_, relid) in &tables {
-        unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    let still_tracked = |tabno: i32| {
+        crate::spi_calls::get_one_with_args::<bool>("SELECT history IS NOT NULL FROM worlds.tables WHERE tabno = $1", &[tabno.into()])
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+    };
+    let mut kept = Vec::new();
+    for (tabno, relid) in tables {
+        let layout = crate::subxact::in_subtransaction_keep(
+            || unsafe {
+                pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+                // (dropped, or untracked, before the lock: its storage went with it)
+                let exists = pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid), 0.into(), 0.into(), 0.into());
+                if !exists || !still_tracked(tabno) {
+                    return None;
+                }
+                let layout = relation_layout(tabno);
+                keep(&layout).then_some(layout)
+            },
+            |l| l.is_some(),
+        );
+        kept.extend(layout);
     }
-    let tabnos: Vec<i32> = tables.iter().map(|t| t.0).collect();
-    let still: std::collections::HashSet<i32> = Spi::connect(|c| {
-        c.fresh("SELECT tabno FROM worlds.tables WHERE history IS NOT NULL AND tabno = ANY ($1)", None, &[tabnos.into()])
-            .map(|r| r.into_iter().filter_map(|r| r.get::<i32>(1).ok().flatten()).collect())
-            .unwrap_or_default()
-    });
-    tables
-        .into_iter()
-        .filter(|&(tabno, relid)| unsafe {
-            let tracked = still.contains(&tabno)
-                && pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid), 0.into(), 0.into(), 0.into());
-            if !tracked {
-                pg_sys::UnlockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            }
-            tracked
-        })
-        .map(|(tabno, _)| relation_layout(tabno))
-        .collect()
+    kept
 }
 
 /// The rows `world` changed in one table, with base, ours and theirs, in key order.
@@ -251,9 +263,8 @@ pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'st
 pub fn world_changes(world: &World) -> Vec<TableChanges> {
     // (main's tables it changed the shape of: their rows are its twins', merge/twins.rs)
     let twins = crate::storage::world_twins::twins_of(world.num);
-    tracked_layouts()
+    tracked_layouts_where(|l| !twins.contains_key(&l.relid) && world_touched(l, world))
         .iter()
-        .filter(|l| !twins.contains_key(&l.relid))
         .map(|l| gather(l, world))
         .filter(|t| !t.rows.is_empty())
         .collect()

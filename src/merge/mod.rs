@@ -159,17 +159,17 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         let only_keys: Option<Vec<(pg_sys::Oid, String)>> = req.only_keys.as_ref().map(|ks| ks.iter().map(|k| parse_row_ref(k)).collect());
         // main's tables it changed the shape of (merge/twins.rs): locked for its statements first, before
-        // any other table is (tracked_layouts below takes ACCESS SHARE on every tracked table)
+        // any other table is (tracked_layouts_where below takes ACCESS SHARE on each tracked table, and
+        // keeps it on those the world wrote)
         let all_twins = twins::of_world(world.num);
         if !req.dry_run && !all_twins.is_empty() {
             twins::lock(&all_twins);
         }
-        let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts()
-            .into_iter()
-            .filter(|l| only_tables.as_ref().map(|o| o.contains(&l.relid)).unwrap_or(true))
-            .filter(|l| only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true))
-            .collect();
-        layouts.retain(|l| world_touched(l, &world));
+        let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts_where(|l| {
+            only_tables.as_ref().map(|o| o.contains(&l.relid)).unwrap_or(true)
+                && only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true)
+                && world_touched(l, &world)
+        });
         // main's tables it changed the shape of (merge/twins.rs): their rows come with their statements,
         // never through the row merge; whole merges only
         layouts.retain(|l| !all_twins.iter().any(|t| t.tabno == l.tabno));
@@ -407,7 +407,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                     // in the world says nothing of this one. The whole world's plan (no ONLY), its apply tried
                     // and rolled back, as its dry run would try it
                     let whole_blocked = {
-                        let all: Vec<std::rc::Rc<Layout>> = tracked_layouts().into_iter().filter(|l| world_touched(l, &world)).collect();
+                        let all: Vec<std::rc::Rc<Layout>> = touched_layouts(&world);
                         let whole = MergeRequest { only_tables: None, only_keys: None, ..req.clone() };
                         let tried = in_subtransaction(|| {
                             let rows = plan_rows(&all, &world, target_world.as_ref(), &whole, &resolve, None);

@@ -122,7 +122,8 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 Some("Rename or drop one of them, then rebase again.".into()),
             );
         }
-        let layouts = tracked_layouts();
+        // (the tables it wrote, locked; not every tracked table: gather.rs)
+        let layouts = touched_layouts(&world);
         if world.parent == Some(0) {
             // main can't change the rows the world changed until the new fork point is set (FOR SHARE):
             // what the rebase takes in of them is what main has at that point
@@ -191,8 +192,9 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             );
         }
         // rows it takes in: the parent world's own changes since the old fork, or main's
+        // (counted over every tracked table, each one's locks released once counted: gather.rs)
         let mut taken: i64 = 0;
-        for l in &layouts {
+        tracked_layouts_where(|l| {
             let (sql, args): (String, Vec<DatumWithOid>) = if parent_world.is_some() {
                 (
                     format!(
@@ -214,7 +216,8 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
                 )
             };
             taken += crate::spi_calls::get_one_with_args::<i64>(&sql, &args).ok().flatten().unwrap_or(0);
-        }
+            false
+        });
         for (l, v, del) in &writes {
             let cols = table_columns(l.relid, true);
             let delta = &l.delta_name;

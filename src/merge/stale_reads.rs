@@ -107,21 +107,23 @@ pub fn stale(num: i32) -> Option<Stale> {
     let world = crate::storage::overlay::world_by_num(num)?;
     let mut held: Vec<String> = Vec::new();
     let all = shmem::TableReads { whole: true, ..Default::default() };
-    for l in super::tracked_layouts() {
-        let Some(tr) = tables.get(&l.relid.to_u32()).or(if full { Some(&all) } else { None }) else { continue };
+    // each table checked under its lock, released once checked (gather.rs): a world that read every table
+    // doesn't hold every tracked table's locks at once
+    super::tracked_layouts_where(|l| {
+        let Some(tr) = tables.get(&l.relid.to_u32()).or(if full { Some(&all) } else { None }) else { return false };
         let whole = full || tr.whole;
         let short = short_name(&l.table_name);
         if l.key_kind == b'r' {
             // a table without a key: any row its parent changed since the fork (no row to name)
             if !parent_changes_keyless(&l, &world) {
-                continue;
+                return false;
             }
             held.push(short);
-            continue;
+            return false;
         }
         let changes = parent_changes(&l, &world);
         if changes.is_empty() {
-            continue;
+            return false;
         }
         let names = attnums(l.relid);
         let by_num: HashMap<i32, String> = names.iter().map(|(k, v)| (*v, k.clone())).collect();
@@ -156,7 +158,8 @@ pub fn stale(num: i32) -> Option<Stale> {
             }
         }
         held.extend(changes.iter().zip(hit).filter(|(_, h)| *h).map(|((k, _, _), _)| format!("{short}/{k}")));
-    }
+    false
+    });
     (!held.is_empty()).then_some(Stale::Rows(held))
 }
 

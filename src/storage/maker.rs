@@ -35,7 +35,8 @@ pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic();
     let Ok(worker) = worker else { return false };
-    if !waited_out(worker) {
+    let limit = std::time::Duration::from_millis((unsafe { pg_sys::DeadlockTimeout }.max(1) as u64) * 4 + 10_000);
+    if !waited_out(worker, Some(limit)) {
         return false;
     }
     // what the worker committed: its relcache invalidations (the table's routing) read now
@@ -43,12 +44,11 @@ pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
     true
 }
 
-/// Waits for the worker to end (a cancel or statement_timeout of the writer ends the wait). Each of the
-/// worker's lock waits ends at deadlock_timeout; should it still run after the longest the making should
-/// take, it is stopped and the writer makes the storage itself. false: it didn't end normally.
-fn waited_out(worker: pgrx::bgworkers::DynamicBackgroundWorker) -> bool {
+/// Waits for the worker to end (a cancel or statement_timeout of the waiter ends the wait). Each of the
+/// worker's lock waits ends at deadlock_timeout; should it still run after `limit` (the longest the
+/// making should take), it is stopped and the waiter does the work itself. false: it didn't end normally.
+fn waited_out(worker: pgrx::bgworkers::DynamicBackgroundWorker, limit: Option<std::time::Duration>) -> bool {
     use pgrx::bgworkers::BackgroundWorkerStatus;
-    let limit = std::time::Duration::from_millis((unsafe { pg_sys::DeadlockTimeout }.max(1) as u64) * 4 + 10_000);
     let started = std::time::Instant::now();
     loop {
         match worker.pid() {
@@ -56,7 +56,7 @@ fn waited_out(worker: pgrx::bgworkers::DynamicBackgroundWorker) -> bool {
             Err(BackgroundWorkerStatus::PostmasterDied) => return false,
             _ => {}
         }
-        if started.elapsed() > limit {
+        if limit.is_some_and(|limit| started.elapsed() > limit) {
             let _ = worker.terminate().wait_for_shutdown();
             return false;
         }
@@ -73,17 +73,23 @@ fn waited_out(worker: pgrx::bgworkers::DynamicBackgroundWorker) -> bool {
     }
 }
 
+/// Could a worker run now, in a transaction of its own beside this one?
+fn worker_can_run() -> bool {
+    unsafe {
+        pg_sys::IsUnderPostmaster
+            && !pg_sys::IsBackgroundWorker
+            && !pg_sys::IsBinaryUpgrade
+            && !pg_sys::creating_extension
+            && !pg_sys::RecoveryInProgress()
+            && !pg_sys::IsInParallelMode()
+            && crate::fast_ffi::IsTransactionState()
+    }
+}
+
 /// Would a worker see the table as this transaction does, and get the locks the making takes on it?
 fn worker_can_make(relid: pg_sys::Oid) -> bool {
     unsafe {
-        if !pg_sys::IsUnderPostmaster
-            || pg_sys::IsBackgroundWorker
-            || pg_sys::IsBinaryUpgrade
-            || pg_sys::creating_extension
-            || pg_sys::RecoveryInProgress()
-            || pg_sys::IsInParallelMode()
-            || !crate::fast_ffi::IsTransactionState()
-        {
+        if !worker_can_run() {
             return false;
         }
         // created or altered (its pg_class row written) by this transaction: the worker can't see it as it is
@@ -150,4 +156,81 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
             pgrx::debug1!("pg_worlds: the storage of table {tabno} was left to its writer: {state} {message}");
         }
     });
+}
+
+/// Tracked tables a worker gives their delta in one of its transactions. Each takes about twenty locks
+/// until its transaction ends (the table, its history's views replaced: their relations, row types,
+/// rules and triggers), so the whole of 2,000 tables in one transaction was 44,000 locks, ten times the
+/// shared lock table of a default server (max_locks_per_transaction 64).
+pub const WORLD_STORAGE_BATCH: i32 = 32;
+
+/// Before the database's first world: asks a worker to give every tracked table without a delta its
+/// delta, `WORLD_STORAGE_BATCH` tables a transaction, and waits for it (as long as it takes; a cancel or
+/// statement_timeout of the caller ends the wait, not the worker's work). The caller's own transaction
+/// then makes whatever the worker left (worlds._ensure_world_storage, under the tracking lock): tables
+/// tracked meanwhile, or all of them when no worker could run. A delta made ahead of a world that then
+/// fails to be made stays: internal storage in worlds_data, as a later first world would make it.
+pub fn world_storage_made_ahead() -> bool {
+    if !worker_can_run() {
+        return false;
+    }
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let worker = BackgroundWorkerBuilder::new("pg_worlds storage of the first world")
+        .set_type("pg_worlds storage maker")
+        .set_library("pg_worlds")
+        .set_function("worlds_world_storage_main")
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(None)
+        .enable_spi_access()
+        .set_extra(&format!("{db}"))
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic();
+    let Ok(worker) = worker else { return false };
+    let ran = waited_out(worker, None);
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    ran
+}
+
+/// The worker of `world_storage_made_ahead`: batches of tables, each batch in a transaction of its own,
+/// until none is left (worlds._make_world_storage: each table locked, then its row, as every maker of a
+/// table's storage locks them). Every lock wait is bounded by deadlock_timeout: a wait the deadlock
+/// detector can't see (behind a session that waits for the caller) ends there. A table busy that long is
+/// skipped; any other failure stops the worker. Whatever it left, the caller makes where Postgres sees
+/// every wait.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn worlds_world_storage_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGTERM);
+    let Ok(db) = BackgroundWorker::get_extra().parse::<u32>() else { return };
+    let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
+    unsafe {
+        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), timeout.as_ptr(), pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_OVERRIDE);
+    }
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    let mut after = 0i32;
+    while !BackgroundWorker::sigterm_received() {
+        let step = BackgroundWorker::transaction(move || {
+            crate::subxact::in_subtransaction(|| {
+                super::as_internal(|| {
+                    crate::spi_calls::get_one_with_args::<i32>(
+                        "SELECT worlds._make_world_storage($1, $2)",
+                        &[after.into(), WORLD_STORAGE_BATCH.into()],
+                    )
+                })
+            })
+        });
+        match step {
+            Ok(Ok(Some(last))) => after = last,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                pgrx::debug1!("pg_worlds: the first world's storage was left to its maker after table {after}: {e}");
+                return;
+            }
+            Err(e) => {
+                let (state, message) = crate::subxact::state_and_message(&e);
+                pgrx::debug1!("pg_worlds: the first world's storage was left to its maker after table {after}: {state} {message}");
+                return;
+            }
+        }
+    }
 }

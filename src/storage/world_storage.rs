@@ -57,3 +57,17 @@ fn _tables_without_delta() -> Vec<i32> {
         .flatten()
         .collect()
 }
+
+/// Before the database's first world, with many tracked tables without a delta: a worker gives them
+/// theirs ahead, a few tables a transaction (storage/maker.rs), so the first world's own transaction
+/// doesn't take every table's locks at once (with 2,000 tables they overflowed the shared lock table: "out
+/// of shared memory"). With few, the first world's transaction makes them itself, as it always did.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _prepare_world_storage() {
+    if _world_storage_on() {
+        return;
+    }
+    if _tables_without_delta().len() > super::maker::WORLD_STORAGE_BATCH as usize {
+        super::maker::world_storage_made_ahead();
+    }
+}

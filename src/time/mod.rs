@@ -9,7 +9,7 @@ pub use undo_agent::undo_agent;
 use crate::spi_calls::Fresh;
 use crate::api::{raise, raise_with};
 use crate::sql_text::{json_object_expr, key_match};
-use crate::merge::{apply_plan, live_columns, short_name, tracked_layouts, Changed, Planned};
+use crate::merge::{apply_plan, live_columns, short_name, tracked_layouts_where, Changed, Planned};
 use crate::storage::overlay::{base_of, with_world, world_by_num};
 use crate::storage::{as_internal, Layout};
 use pgrx::prelude::*;
@@ -144,14 +144,20 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
             }
         }
         let mut plan = Vec::new();
-        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+        // (each table's locks kept only when the plan has rows of it: gather.rs)
+        tracked_layouts_where(|l| {
+            if l.key_kind == b'r' {
+                return false;
+            }
+            let planned_before = plan.len();
             let rows = if world.num == 0 { main_changes_since(l, &at) } else { world_changes_since(l, world.num, &at) };
             for (k, then, now) in rows {
                 if then != now {
                     plan.push(planned(l, key_text_of(&k, &l.key_columns), k, now, then));
                 }
             }
-        }
+            plan.len() > planned_before
+        });
         let n = if world.num == 0 {
             apply_plan(&plan, None)
         } else {
@@ -276,7 +282,12 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         }
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
-        for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+        // (each table's locks kept only when the plan has rows of it: gather.rs)
+        tracked_layouts_where(|l| {
+            if l.key_kind == b'r' {
+                return false;
+            }
+            let planned_before = plan.len();
             // the merge's own entries: the latest transaction that wrote main with this world as source
             let hist = &l.history_name;
             let rows = undo_rows(
@@ -294,7 +305,8 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                     plan.push(planned(l, key, k, now, before));
                 }
             }
-        }
+            plan.len() > planned_before
+        });
         if !skip_changed {
             refuse_changed_since(&wname, &changed_since);
         }
@@ -320,7 +332,12 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
     let beneath = target.at_fork(-2_000_000 - target.num);
     let mut plan = Vec::new();
     let mut changed_since = Vec::new();
-    for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+    // (each table's locks kept only when the plan has rows of it: gather.rs)
+    tracked_layouts_where(|l| {
+        if l.key_kind == b'r' {
+            return false;
+        }
+        let planned_before = plan.len();
         let cols = live_columns(l.relid);
         let kobj = json_object_expr("d", &l.key_columns);
         let sql = format!(
@@ -349,7 +366,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
                 .collect()
         });
         if rows.is_empty() {
-            continue;
+            return false;
         }
         let keys: Vec<Value> = rows.iter().map(|r| r.0.clone()).collect();
         let now = with_world(Some(target.clone()), || crate::merge::read_rows(l, &keys));
@@ -368,7 +385,8 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
                 plan.push(planned(l, key, k, current, before));
             }
         }
-    }
+        plan.len() > planned_before
+    });
     if !skip_changed {
         refuse_changed_since(&format!("{merged} into {target_name}"), &changed_since);
     }

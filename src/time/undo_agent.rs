@@ -8,7 +8,7 @@
 use super::{key_text_of, planned, world_changes_since};
 use crate::api::{raise, raise_with};
 use crate::sql_text::json_object_expr;
-use crate::merge::{apply_plan, short_name, tracked_layouts};
+use crate::merge::{apply_plan, short_name, tracked_layouts_where};
 use crate::storage::as_internal;
 use crate::storage::overlay::{with_world, world_by_num};
 use pgrx::prelude::*;
@@ -47,7 +47,12 @@ pub fn undo_agent(name: &str, since: String, skip_changed: bool, run_id: Option<
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
         if !xids.is_empty() {
-            for l in tracked_layouts().iter().filter(|l| l.key_kind != b'r') {
+            // (each table's locks kept only when the plan has rows of it: gather.rs)
+            tracked_layouts_where(|l| {
+                if l.key_kind == b'r' {
+                    return false;
+                }
+                let planned_before = plan.len();
                 let rows = if world == 0 { main_rows(l, &xids, &since) } else { world_rows(l, world, &xids, &since) };
                 for (k, then, now, again) in rows {
                     let key = key_text_of(&k, &l.key_columns);
@@ -59,7 +64,8 @@ pub fn undo_agent(name: &str, since: String, skip_changed: bool, run_id: Option<
                         plan.push(planned(l, key, k, now, then));
                     }
                 }
-            }
+                plan.len() > planned_before
+            });
         }
         if !skip_changed && !changed_since.is_empty() {
             let shown = changed_since.iter().take(10).cloned().collect::<Vec<_>>().join(", ");

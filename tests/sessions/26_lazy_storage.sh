@@ -24,10 +24,10 @@ DB=s26_lazy
 OUT=$RUN_DIR/s26_lazy; rm -rf "$OUT"; mkdir -p "$OUT"
 psql_in $CL -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
 M() { psql_in $CL -d $DB -qAt -v ON_ERROR_STOP=0 "$@" 2>&1; }
-# sleeping_pid N: waits (up to 5 s) for another session of $DB to be in pg_sleep(N); prints its pid
+# sleeping_pid N: waits (up to 20 s: a loaded machine) for another session of $DB to be in pg_sleep(N); prints its pid
 sleeping_pid() {
   local pid=
-  for _ in $(seq 1 50); do
+  for _ in $(seq 1 200); do
     pid=$(M -c "select pid from pg_stat_activity where datname = '$DB' and query like '%pg_sleep($1)%' and state = 'active' and pid <> pg_backend_pid() limit 1")
     [ -n "$pid" ] && break
     sleep 0.1
