@@ -97,7 +97,7 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'worlds' AND p.proname IN ('_add_member', '_drop_member', '_forget_reads_of',
                    '_create_capture_triggers', '_tracking_changed', '_capture_rows', '_release_made_now',
-                   '_forget_user_types', '_lock_tracking', '_prepare_world_storage', '_reads_begin', '_drop_world_schemas', '_free_world_rows') LOOP
+                   '_forget_user_types', '_lock_tracking', '_prepare_world_storage', '_main_writes_parts', '_reads_begin', '_drop_world_schemas', '_free_world_rows') LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END $$;

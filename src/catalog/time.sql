@@ -319,19 +319,12 @@ END $$;
 -- merge brought in are its `merged ...` event, not writes. O(history in the window). It reads history as
 -- its owner (any role may see when main was written and how much, as SHOW HISTORY shows for worlds).
 CREATE FUNCTION worlds._main_writes(since timestamptz) RETURNS SETOF worlds.history_row
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    parts text[];
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    SELECT array_agg(format('SELECT _w_xid, _w_at FROM %s WHERE _w_at >= $1 AND _w_src IS NULL', c))
-    INTO parts
-    FROM (SELECT changes AS c FROM worlds.tables WHERE changes IS NOT NULL UNION ALL SELECT changes FROM worlds.dropped_table) t;
-    IF parts IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE format(
-        'SELECT max(_w_at), ''main''::text, CASE WHEN count(DISTINCT _w_at) > 1 THEN ''commit'' ELSE ''write'' END, count(*)
-         FROM (%s) h GROUP BY _w_xid', array_to_string(parts, ' UNION ALL ')) USING since;
+    -- (each table read in a subtransaction of its own, its locks released once read: time/main_writes.rs)
+    RETURN QUERY
+    SELECT max(p.at), 'main'::text, CASE WHEN count(DISTINCT p.at) > 1 THEN 'commit' ELSE 'write' END, sum(p.rows)::bigint
+    FROM worlds._main_writes_parts(since) p GROUP BY p.xid;
 END $$;
 
 -- Deletes history older than history_retention that no live world still needs (entries before every

@@ -3,6 +3,7 @@
 //! history within history_retention and discards expired and idle worlds, in every database.
 pub mod past_schema;
 pub mod expiry;
+mod main_writes;
 mod undo_agent;
 pub use undo_agent::undo_agent;
 

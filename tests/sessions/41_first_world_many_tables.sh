@@ -6,8 +6,8 @@
 # first CREATE WORLD failed with "out of shared memory" (found by hand; this test fails on that code). Now
 # a worker makes them ahead, 32 tables a transaction (storage/maker.rs). Checked here, with the defaults:
 #   - 2,000 tables with storage: the first CREATE WORLD succeeds, every table has its delta, the world
-#     reads, writes, diffs, rebases and merges one of them, another world is dropped, and the server never
-#     ran out of shared memory;
+#     reads, writes, diffs, rebases and merges one of them, another world is dropped, SHOW HISTORY shows
+#     main's writes, and the server never ran out of shared memory;
 #   - a migration of 300 tables in one transaction beside the first CREATE WORLD: both succeed, and every
 #     table, the migration's too, has its delta once both are done;
 #   - kill -9 of the first CREATE WORLD in the middle of the worker's making: no world, every delta made
@@ -57,6 +57,10 @@ expect "a world dropped after writing two tables" \
   "$(psql_in $CL -d $DB -qAt -c "select count(*) from worlds.sql('create world w2')" -c "set worlds.world = w2" -c "update many_3 set v = 3" \
        -c "update many_1999 set v = 3" -c "reset worlds.world" -c "select count(*) from worlds.sql('drop world w2')" \
        -c "select count(*) from worlds.world where name = 'w2' and dropped is null" 2>&1 | tr '\n' ' ')" "1 1 0 "
+# (main's writes are read from every table's history, one table at a time: time/main_writes.rs)
+expect "SHOW HISTORY of main (its writes among 2,000 tables) and of w" \
+  "$(psql_in $CL -d $DB -qAt -c "select count(*) > 0 from worlds.sql('show history') j where j->>'event' = 'write'" \
+       -c "select count(*) > 0 from worlds.sql('show history for w')" 2>&1 | tr '\n' ' ')" "t t "
 expect "no 'out of shared memory' in the log" "$(log_lines "out of shared memory")" "$oom_before"
 
 echo "check: a migration of 300 tables in one transaction beside the first CREATE WORLD"
