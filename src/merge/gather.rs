@@ -53,8 +53,18 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
 }
 
 /// The tracked tables a world wrote (its delta has rows of it), each locked until the transaction ends.
+/// Each delta is first looked at through its index, without a query (storage/delta_probe.rs): a table
+/// the world didn't write costs a few index pages, not a subtransaction and two queries.
 pub fn touched_layouts(world: &World) -> Vec<std::rc::Rc<Layout>> {
-    tracked_layouts_where(|l| world_touched(l, world))
+    touched_layouts_where(world, |_| true)
+}
+
+/// `touched_layouts`, of the tables `keep` keeps.
+pub fn touched_layouts_where(world: &World, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
+    layouts_where(
+        |_, delta| delta.is_none_or(|d| crate::storage::delta_probe::world_has_rows(d, world.num).unwrap_or(true)),
+        |l| keep(l) && world_touched(l, world),
+    )
 }
 
 /// The tracked tables `keep` keeps, with their layouts, in relid order. Each table is locked (ACCESS
@@ -65,10 +75,20 @@ pub fn touched_layouts(world: &World) -> Vec<std::rc::Rc<Layout>> {
 /// one world wrote holds the locks of those, not of every tracked table: with 2,000 tracked tables, a
 /// MERGE that locked each table, delta and index overflowed the shared lock table ("out of shared memory",
 /// for every session of the cluster).
-pub fn tracked_layouts_where(mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
-    let tables: Vec<(i32, pg_sys::Oid)> = Spi::connect(|c| {
-        c.fresh("SELECT tabno, relid::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
-            .map(|r| r.into_iter().filter_map(|r| Some((r.get::<i32>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?))).collect())
+pub fn tracked_layouts_where(keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
+    layouts_where(|_, _| true, keep)
+}
+
+/// `tracked_layouts_where`, with a first look at each table (`look`, given the table's oid and its
+/// delta's, before any lock of the table is taken): a table it says no to is passed over at once.
+pub(crate) fn layouts_where(mut look: impl FnMut(pg_sys::Oid, Option<pg_sys::Oid>) -> bool, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
+    let tables: Vec<(i32, pg_sys::Oid, Option<pg_sys::Oid>)> = Spi::connect(|c| {
+        c.fresh("SELECT tabno, relid::oid, delta::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
+            .map(|r| {
+                r.into_iter()
+                    .filter_map(|r| Some((r.get::<i32>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?, r.get::<pg_sys::Oid>(3).ok().flatten())))
+                    .collect()
+            })
             .unwrap_or_default()
     });
     let still_tracked = |tabno: i32| {
@@ -78,7 +98,10 @@ pub fn tracked_layouts_where(mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool)
             .unwrap_or(false)
     };
     let mut kept = Vec::new();
-    for (tabno, relid) in tables {
+    for (tabno, relid, delta) in tables {
+        if !look(relid, delta) {
+            continue;
+        }
         let layout = crate::subxact::in_subtransaction_keep(
             || unsafe {
                 pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
@@ -263,7 +286,7 @@ pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'st
 pub fn world_changes(world: &World) -> Vec<TableChanges> {
     // (main's tables it changed the shape of: their rows are its twins', merge/twins.rs)
     let twins = crate::storage::world_twins::twins_of(world.num);
-    tracked_layouts_where(|l| !twins.contains_key(&l.relid) && world_touched(l, world))
+    touched_layouts_where(world, |l| !twins.contains_key(&l.relid))
         .iter()
         .map(|l| gather(l, world))
         .filter(|t| !t.rows.is_empty())

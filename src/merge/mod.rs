@@ -159,16 +159,15 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
         }
         let only_keys: Option<Vec<(pg_sys::Oid, String)>> = req.only_keys.as_ref().map(|ks| ks.iter().map(|k| parse_row_ref(k)).collect());
         // main's tables it changed the shape of (merge/twins.rs): locked for its statements first, before
-        // any other table is (tracked_layouts_where below takes ACCESS SHARE on each tracked table, and
-        // keeps it on those the world wrote)
+        // any other table is (touched_layouts_where below takes ACCESS SHARE on each table the world
+        // wrote, and keeps it)
         let all_twins = twins::of_world(world.num);
         if !req.dry_run && !all_twins.is_empty() {
             twins::lock(&all_twins);
         }
-        let mut layouts: Vec<std::rc::Rc<Layout>> = tracked_layouts_where(|l| {
+        let mut layouts: Vec<std::rc::Rc<Layout>> = touched_layouts_where(&world, |l| {
             only_tables.as_ref().map(|o| o.contains(&l.relid)).unwrap_or(true)
                 && only_keys.as_ref().map(|o| o.iter().any(|(r, _)| *r == l.relid)).unwrap_or(true)
-                && world_touched(l, &world)
         });
         // main's tables it changed the shape of (merge/twins.rs): their rows come with their statements,
         // never through the row merge; whole merges only
