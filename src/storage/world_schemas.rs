@@ -138,6 +138,10 @@ fn _free_world_rows(world: i32) {
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
     });
     for (relid, delta) in tables {
+        // (a first look through the delta's index: storage/delta_probe.rs)
+        if super::delta_probe::world_has_rows(delta, world) == Some(false) {
+            continue;
+        }
         let exists = |oid: pg_sys::Oid| unsafe {
             pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(oid), 0.into(), 0.into(), 0.into())
         };
