@@ -11,7 +11,9 @@
 #   - a migration of 300 tables in one transaction beside the first CREATE WORLD: both succeed, and every
 #     table, the migration's too, has its delta once both are done;
 #   - kill -9 of the first CREATE WORLD in the middle of the worker's making: no world, every delta made
-#     whole; the next CREATE WORLD makes the rest and works.
+#     whole; the next CREATE WORLD makes the rest and works;
+#   - four first CREATE WORLDs at once, with first writes and CREATE TABLEs beside them: all succeed, no
+#     deadlock, every table has its delta.
 source "$(dirname "$0")/common.sh"
 start_cluster $CL yes
 OUT=$RUN_DIR/s41_many; rm -rf "$OUT"; mkdir -p "$OUT"
@@ -106,6 +108,34 @@ expect "the world writes many_1000" \
   "$(psql_in $CL -d $DB3 -qAt -c "set worlds.world = k" -c "update many_1000 set v = 5" -c "select v from many_1000" -c "reset worlds.world" -c "select v from many_1000" 2>&1 | tr '\n' ' ')" "5 0 "
 expect "no 'out of shared memory' in the log" "$(log_lines "out of shared memory")" "$oom_before"
 
-psql_in $CL -q -c "drop database $DB" -c "drop database $DB2" -c "drop database $DB3"
+echo "check: four first CREATE WORLDs at once, beside writers and a migration"
+# (each launches its worker: the workers meet on the tables' row locks, and the four transactions on the
+# tracking lock; every one succeeds, and no deadlock)
+DB4=s41_four
+many_tables $DB4 300
+psql_in $CL -d $DB4 -q -c "alter database $DB4 set worlds.lazy_storage = on"
+before_dl=$(log_lines "deadlock detected")
+pids=()
+for i in 1 2 3 4; do
+  psql_in $CL -d $DB4 -qAt -v ON_ERROR_STOP=0 -c "select * from worlds.sql('create world f$i')" >"$OUT/four_$i.log" 2>&1 &
+  pids+=($!)
+done
+# first writes of tables without storage, and their creation, beside them
+{ seq 1 60 | sed 's/.*/create table late_\0 (id int primary key, v int); insert into late_\0 values (1, 1);/'; } >"$OUT/late.sql"
+psql_in $CL -d $DB4 -q -v ON_ERROR_STOP=1 -f "$OUT/late.sql" >"$OUT/late.log" 2>&1 &
+pids+=($!)
+for i in $(seq 1 40); do psql_in $CL -d $DB4 -qAt -c "update many_$((i * 7)) set v = v + 1" >/dev/null 2>&1; done
+rcs=""
+for p in "${pids[@]}"; do r=0; wait "$p" || r=$?; rcs="$rcs$r"; done
+expect "the four CREATE WORLDs and the migration (exit codes)" "$rcs" "00000"
+expect "errors in their output" "$(cat "$OUT"/four_*.log "$OUT/late.log" | grep -c ERROR)" "0"
+expect "worlds made" "$(psql_in $CL -d $DB4 -qAt -c "select count(*) from worlds.world where name like 'f_' and dropped is null")" "4"
+expect "tables without a delta" "$(without_delta $DB4)" "0"
+expect "deltas named but not there" "$(half_made $DB4)" "0"
+expect "no deadlock in the log" "$(log_lines "deadlock detected")" "$before_dl"
+expect "world f3 writes late_60 and many_300" \
+  "$(psql_in $CL -d $DB4 -qAt -c "set worlds.world = f3" -c "update late_60 set v = 9" -c "update many_300 set v = 9" -c "select v from late_60" -c "reset worlds.world" -c "select v from late_60" 2>&1 | tr '\n' ' ')" "9 1 "
+
+psql_in $CL -q -c "drop database $DB" -c "drop database $DB2" -c "drop database $DB3" -c "drop database $DB4"
 [ $failures -eq 0 ] || exit 1
 echo "41_first_world_many_tables: ok"
