@@ -171,7 +171,8 @@ pub const WORLD_STORAGE_BATCH: i32 = 32;
 /// tracked meanwhile, or all of them when no worker could run. A delta made ahead of a world that then
 /// fails to be made stays: internal storage in worlds_data, as a later first world would make it.
 pub fn world_storage_made_ahead() -> bool {
-    if !worker_can_run() {
+    // (a read-only transaction's CREATE WORLD fails with 25006: nothing is made ahead of it either)
+    if !worker_can_run() || unsafe { pg_sys::XactReadOnly } {
         return false;
     }
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
