@@ -53,7 +53,7 @@ pub(crate) fn table_columns(relid: pg_sys::Oid, insertable_only: bool) -> Vec<St
 }
 
 /// The tracked tables a world wrote (its delta has rows of it), each locked until the transaction ends.
-/// Each delta is first looked at through its index, without a query (storage/delta_probe.rs): a table
+/// Each delta is first looked at through its index, without a query (storage/index_probe.rs): a table
 /// the world didn't write costs a few index pages, not a subtransaction and two queries.
 pub fn touched_layouts(world: &World) -> Vec<std::rc::Rc<Layout>> {
     touched_layouts_where(world, |_| true)
@@ -62,7 +62,7 @@ pub fn touched_layouts(world: &World) -> Vec<std::rc::Rc<Layout>> {
 /// `touched_layouts`, of the tables `keep` keeps.
 pub fn touched_layouts_where(world: &World, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
     layouts_where(
-        |_, delta| delta.is_none_or(|d| crate::storage::delta_probe::world_has_rows(d, world.num).unwrap_or(true)),
+        |t| t.delta.is_none_or(|d| crate::storage::index_probe::world_has_rows(d, world.num).unwrap_or(true)),
         |l| keep(l) && world_touched(l, world),
     )
 }
@@ -76,17 +76,28 @@ pub fn touched_layouts_where(world: &World, mut keep: impl FnMut(&std::rc::Rc<La
 /// MERGE that locked each table, delta and index overflowed the shared lock table ("out of shared memory",
 /// for every session of the cluster).
 pub fn tracked_layouts_where(keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
-    layouts_where(|_, _| true, keep)
+    layouts_where(|_| true, keep)
 }
 
-/// `tracked_layouts_where`, with a first look at each table (`look`, given the table's oid and its
-/// delta's, before any lock of the table is taken): a table it says no to is passed over at once.
-pub(crate) fn layouts_where(mut look: impl FnMut(pg_sys::Oid, Option<pg_sys::Oid>) -> bool, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
-    let tables: Vec<(i32, pg_sys::Oid, Option<pg_sys::Oid>)> = Spi::connect(|c| {
-        c.fresh("SELECT tabno, relid::oid, delta::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
+/// A tracked table and its storage, by oid, as `layouts_where`'s first look gets them.
+pub(crate) struct TableOids {
+    pub relid: pg_sys::Oid,
+    pub delta: Option<pg_sys::Oid>,
+    pub history: pg_sys::Oid,
+    pub inserts: pg_sys::Oid,
+}
+
+/// `tracked_layouts_where`, with a first look at each table (`look`, before any lock of the table is
+/// taken): a table it says no to is passed over at once.
+pub(crate) fn layouts_where(mut look: impl FnMut(&TableOids) -> bool, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
+    let tables: Vec<(i32, TableOids)> = Spi::connect(|c| {
+        c.fresh("SELECT tabno, relid::oid, delta::oid, history::oid, inserts::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
             .map(|r| {
                 r.into_iter()
-                    .filter_map(|r| Some((r.get::<i32>(1).ok().flatten()?, r.get::<pg_sys::Oid>(2).ok().flatten()?, r.get::<pg_sys::Oid>(3).ok().flatten())))
+                    .filter_map(|r| {
+                        let oid = |i: usize| r.get::<pg_sys::Oid>(i).ok().flatten();
+                        Some((r.get::<i32>(1).ok().flatten()?, TableOids { relid: oid(2)?, delta: oid(3), history: oid(4)?, inserts: oid(5)? }))
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -98,10 +109,11 @@ pub(crate) fn layouts_where(mut look: impl FnMut(pg_sys::Oid, Option<pg_sys::Oid
             .unwrap_or(false)
     };
     let mut kept = Vec::new();
-    for (tabno, relid, delta) in tables {
-        if !look(relid, delta) {
+    for (tabno, oids) in tables {
+        if !look(&oids) {
             continue;
         }
+        let relid = oids.relid;
         let layout = crate::subxact::in_subtransaction_keep(
             || unsafe {
                 pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);

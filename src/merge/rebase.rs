@@ -192,9 +192,20 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             );
         }
         // rows it takes in: the parent world's own changes since the old fork, or main's
-        // (counted over every tracked table, each one's locks released once counted: gather.rs)
+        // (counted over every tracked table, each one's locks released once counted: gather.rs; a table
+        // with nothing since the fork, as its indexes say, passed over at once: storage/index_probe.rs)
         let mut taken: i64 = 0;
-        tracked_layouts_where(|l| {
+        let fork_xmin = world.fork_snapshot.as_deref().and_then(worlds_core::snapshot::Snapshot::parse).map(|s| s.xmin);
+        let parent_num = world.parent.unwrap_or(0);
+        let may_have = |t: &TableOids| {
+            use crate::storage::index_probe::{rows_since, world_has_rows};
+            match (parent_world.is_some(), fork_xmin) {
+                (true, _) => t.delta.is_none_or(|d| world_has_rows(d, parent_num).unwrap_or(true)),
+                (false, Some(x)) => rows_since(t.history, x).unwrap_or(true) || rows_since(t.inserts, x).unwrap_or(true),
+                (false, None) => true,
+            }
+        };
+        layouts_where(may_have, |l| {
             let (sql, args): (String, Vec<DatumWithOid>) = if parent_world.is_some() {
                 (
                     format!(

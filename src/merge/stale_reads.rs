@@ -109,7 +109,7 @@ pub fn stale(num: i32) -> Option<Stale> {
     let all = shmem::TableReads { whole: true, ..Default::default() };
     // each table checked under its lock, released once checked (gather.rs): a world that read every table
     // doesn't hold every tracked table's locks at once
-    super::layouts_where(|relid, _| full || tables.contains_key(&relid.to_u32()), |l| {
+    super::layouts_where(|t| full || tables.contains_key(&t.relid.to_u32()), |l| {
         let Some(tr) = tables.get(&l.relid.to_u32()).or(if full { Some(&all) } else { None }) else { return false };
         let whole = full || tr.whole;
         let short = short_name(&l.table_name);

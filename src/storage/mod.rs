@@ -20,7 +20,7 @@ pub mod capture;
 mod commit_direct;
 pub mod decoding;
 mod delta_insert;
-pub mod delta_probe;
+pub mod index_probe;
 pub mod disk_limit;
 pub mod history_marks;
 mod maker;

@@ -138,8 +138,8 @@ fn _free_world_rows(world: i32) {
         .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
     });
     for (relid, delta) in tables {
-        // (a first look through the delta's index: storage/delta_probe.rs)
-        if super::delta_probe::world_has_rows(delta, world) == Some(false) {
+        // (a first look through the delta's index: storage/index_probe.rs)
+        if super::index_probe::world_has_rows(delta, world) == Some(false) {
             continue;
         }
         let exists = |oid: pg_sys::Oid| unsafe {

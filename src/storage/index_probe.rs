@@ -1,7 +1,9 @@
-//! Whether a world has rows in a table's delta, asked through the delta's `(_w_world, _w_xid)` index
-//! without a query: merge/gather.rs's first look at each tracked table, so that a statement about one
-//! world costs little for each table it didn't write (a query, in a subtransaction of its own, was about
-//! 2.5 ms a table: a MERGE of one row in a database of 2,000 tracked tables took 5 s).
+//! Whether a table's storage has rows of a kind, asked through an index without a query: a world's rows
+//! in a delta (its `(_w_world, _w_xid)` index), main's changes since a transaction in a history or its
+//! inserts (their `(_w_xid)` index). merge/gather.rs's first look at each tracked table, so that a
+//! statement about one world costs little for each table it has nothing to do with (a query, in a
+//! subtransaction of its own, was about 2.5 ms a table: a MERGE of one row in a database of 2,000 tracked
+//! tables took 5 s).
 use pgrx::prelude::*;
 
 /// Has world `world` rows in delta `delta`, on the latest snapshot (every committed row, and this
@@ -10,20 +12,33 @@ use pgrx::prelude::*;
 /// DROP TABLE takes them in). None: it can't be asked so (no such delta, or no valid index whose keys are
 /// `(_w_world, _w_xid)`): the caller asks a query.
 pub fn world_has_rows(delta: pg_sys::Oid, world: i32) -> Option<bool> {
+    any_row(delta, &["_w_world", "_w_xid"], pg_sys::BTEqualStrategyNumber, pg_sys::F_INT4EQ, pg_sys::Datum::from(world))
+}
+
+/// Has history (or inserts) `rel` rows written by transactions numbered `xmin` or later (`_w_xid >=
+/// xmin`), through its `(_w_xid)` index? As `world_has_rows`: on the latest snapshot, locks released,
+/// None when it can't be asked so.
+pub fn rows_since(rel: pg_sys::Oid, xmin: u64) -> Option<bool> {
+    any_row(rel, &["_w_xid"], pg_sys::BTGreaterEqualStrategyNumber, pg_sys::F_XID8GE, pg_sys::Datum::from(xmin))
+}
+
+/// Has `relid` a row whose first index key (`keys[0]`) compares to `value` as `strategy` / `proc` say,
+/// through its valid btree index on exactly `keys`?
+fn any_row(relid: pg_sys::Oid, keys: &[&str], strategy: u32, proc: u32, value: pg_sys::Datum) -> Option<bool> {
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::try_relation_open(delta, lock);
+        let rel = pg_sys::try_relation_open(relid, lock);
         if rel.is_null() {
             return None;
         }
-        let index = world_index(rel);
+        let index = index_on(rel, keys);
         let Some(index) = index else {
             pg_sys::relation_close(rel, lock);
             return None;
         };
         let irel = pg_sys::index_open(index, lock);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
-        pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(world));
+        pg_sys::ScanKeyInit(&mut key, 1, strategy as u16, pg_sys::Oid::from(proc), value);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
         let scan = pg_sys::index_beginscan(rel, irel, snapshot, 1, 0);
@@ -38,15 +53,19 @@ pub fn world_has_rows(delta: pg_sys::Oid, world: i32) -> Option<bool> {
     }
 }
 
-/// The delta's valid btree index whose keys are `(_w_world, _w_xid)` (read from the syscache: no lock
-/// taken on the indexes it passes over).
-unsafe fn world_index(rel: pg_sys::Relation) -> Option<pg_sys::Oid> {
+/// The relation's valid btree index whose keys are exactly the columns `keys`, in order (read from the
+/// syscache: no lock taken on the indexes it passes over).
+unsafe fn index_on(rel: pg_sys::Relation, keys: &[&str]) -> Option<pg_sys::Oid> {
     unsafe {
         let relid = (*rel).rd_id;
-        let world_at = pg_sys::get_attnum(relid, c"_w_world".as_ptr());
-        let xid_at = pg_sys::get_attnum(relid, c"_w_xid".as_ptr());
-        if world_at <= 0 || xid_at <= 0 {
-            return None;
+        let mut attnums = Vec::new();
+        for k in keys {
+            let name = std::ffi::CString::new(*k).ok()?;
+            let at = pg_sys::get_attnum(relid, name.as_ptr());
+            if at <= 0 {
+                return None;
+            }
+            attnums.push(at);
         }
         let list = pg_sys::RelationGetIndexList(rel);
         let mut found = None;
@@ -57,8 +76,11 @@ unsafe fn world_index(rel: pg_sys::Relation) -> Option<pg_sys::Oid> {
                 continue;
             }
             let form = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_index>(tuple);
-            let keys = (*form).indkey.values.as_ptr();
-            let ok = (*form).indisvalid && (*form).indisready && (*form).indnkeyatts == 2 && *keys == world_at && *keys.add(1) == xid_at;
+            let have = (*form).indkey.values.as_ptr();
+            let ok = (*form).indisvalid
+                && (*form).indisready
+                && (*form).indnkeyatts as usize == attnums.len()
+                && attnums.iter().enumerate().all(|(i, &a)| *have.add(i) == a);
             pg_sys::ReleaseSysCache(tuple);
             if ok && am_of(oid) == pg_sys::BTREE_AM_OID {
                 found = Some(oid);
