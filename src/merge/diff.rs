@@ -237,8 +237,15 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         let worlds: Vec<i32> = a.iter().chain(b.iter()).flat_map(|w| w.chain.clone()).collect();
         let snapshots: Vec<String> = a.iter().chain(b.iter()).map(|w| w.main_snapshot.clone()).collect();
         let mut tables: Vec<DiffTable> = Vec::new();
-        // (each table's locks kept only when it has rows to show: gather.rs)
-        tracked_layouts_where(|l| {
+        // (each table's locks kept only when it has rows to show: gather.rs; a table none of the worlds
+        // wrote and main didn't change since the oldest fork, as its indexes say, passed over at once:
+        // storage/index_probe.rs)
+        use crate::storage::index_probe::{rows_since, world_has_rows};
+        let in_worlds = |t: &TableOids| t.delta.is_none_or(|d| worlds.iter().any(|&w| world_has_rows(d, w).unwrap_or(true)));
+        let main_since = |t: &TableOids, x: u64| rows_since(t.history, x).unwrap_or(true) || rows_since(t.inserts, x).unwrap_or(true);
+        let oldest: Option<Option<u64>> =
+            snapshots.iter().map(|s| worlds_core::snapshot::Snapshot::parse(s).map(|s| s.xmin)).collect::<Option<Vec<u64>>>().map(|v| v.into_iter().min());
+        layouts_where(|t| in_worlds(t) || oldest.is_none_or(|x| x.is_some_and(|x| main_since(t, x))), |l| {
             if l.key_kind == b'r' {
                 return false;
             }
@@ -268,7 +275,7 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
             tables.push((l.table_name.to_string(), l.clone(), rows));
             true
         });
-        tracked_layouts_where(|l| {
+        layouts_where(|t| in_worlds(t) || main_since(t, 0), |l| {
             if l.key_kind != b'r' {
                 return false;
             }
