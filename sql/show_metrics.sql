@@ -138,7 +138,8 @@ SELECT * FROM worlds.sql('merge world fx');
 SELECT m('effects sent') >= 2 AS effects_counted;
 -- worlds expired: past its TTL, discarded by the next lifecycle statement
 SELECT * FROM worlds.sql('create world ex');
-SELECT count(*) FROM worlds.sql('alter world ex set ttl ''1 millisecond''');
+-- (the ALTER's own row may already show it gone: 1 ms passes within the statement on a loaded machine)
+SELECT count(*) <= 1 AS altered FROM worlds.sql('alter world ex set ttl ''1 millisecond''');
 SELECT pg_sleep(0.05);
 SELECT count(*) > 0 AS shown FROM worlds.sql('show worlds');
 SELECT count(*) AS ex_live FROM worlds.world WHERE name = 'ex' AND dropped IS NULL;

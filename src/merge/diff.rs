@@ -245,7 +245,7 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         let main_since = |t: &TableOids, x: u64| rows_since(t.history, x).unwrap_or(true) || rows_since(t.inserts, x).unwrap_or(true);
         let oldest: Option<Option<u64>> =
             snapshots.iter().map(|s| worlds_core::snapshot::Snapshot::parse(s).map(|s| s.xmin)).collect::<Option<Vec<u64>>>().map(|v| v.into_iter().min());
-        layouts_where(|t| in_worlds(t) || oldest.is_none_or(|x| x.is_some_and(|x| main_since(t, x))), |l| {
+        layouts_where(|t| t.key_kind != b'r' && (in_worlds(t) || oldest.is_none_or(|x| x.is_some_and(|x| main_since(t, x)))), |l| {
             if l.key_kind == b'r' {
                 return false;
             }
@@ -269,22 +269,22 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
                     let texts = key_texts(l, &rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>());
                     rows.into_iter().zip(texts).map(|((_, x, y), t)| (t, x, y)).collect()
                 };
-            if rows.is_empty() {
-                return false;
+            if !rows.is_empty() {
+                tables.push((l.table_name.to_string(), l.clone(), rows));
             }
-            tables.push((l.table_name.to_string(), l.clone(), rows));
-            true
+            // (a read: the table's locks released once its rows are read, not kept to the end)
+            false
         });
-        layouts_where(|t| in_worlds(t) || main_since(t, 0), |l| {
+        layouts_where(|t| t.key_kind == b'r' && (in_worlds(t) || main_since(t, 0)), |l| {
             if l.key_kind != b'r' {
                 return false;
             }
             let rows = keyless_difference(l, &a, &b, &worlds);
-            if rows.is_empty() {
-                return false;
+            if !rows.is_empty() {
+                tables.push((l.table_name.to_string(), l.clone(), rows));
             }
-            tables.push((l.table_name.to_string(), l.clone(), rows));
-            true
+            // (a read: the table's locks released once its rows are read, not kept to the end)
+            false
         });
         for t in &tables {
             require_read(&t.1);

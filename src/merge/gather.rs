@@ -82,6 +82,8 @@ pub fn tracked_layouts_where(keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> 
 /// A tracked table and its storage, by oid, as `layouts_where`'s first look gets them.
 pub(crate) struct TableOids {
     pub relid: pg_sys::Oid,
+    /// worlds.tables.key_kind (b'r': no key)
+    pub key_kind: u8,
     pub delta: Option<pg_sys::Oid>,
     pub history: pg_sys::Oid,
     pub inserts: pg_sys::Oid,
@@ -91,12 +93,13 @@ pub(crate) struct TableOids {
 /// taken): a table it says no to is passed over at once.
 pub(crate) fn layouts_where(mut look: impl FnMut(&TableOids) -> bool, mut keep: impl FnMut(&std::rc::Rc<Layout>) -> bool) -> Vec<std::rc::Rc<Layout>> {
     let tables: Vec<(i32, TableOids)> = Spi::connect(|c| {
-        c.fresh("SELECT tabno, relid::oid, delta::oid, history::oid, inserts::oid FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
+        c.fresh("SELECT tabno, relid::oid, delta::oid, history::oid, inserts::oid, key_kind::text FROM worlds.tables WHERE history IS NOT NULL ORDER BY relid::oid", None, &[])
             .map(|r| {
                 r.into_iter()
                     .filter_map(|r| {
                         let oid = |i: usize| r.get::<pg_sys::Oid>(i).ok().flatten();
-                        Some((r.get::<i32>(1).ok().flatten()?, TableOids { relid: oid(2)?, delta: oid(3), history: oid(4)?, inserts: oid(5)? }))
+                        let key_kind = r.get::<String>(6).ok().flatten().and_then(|k| k.bytes().next()).unwrap_or(b'r');
+                        Some((r.get::<i32>(1).ok().flatten()?, TableOids { relid: oid(2)?, key_kind, delta: oid(3), history: oid(4)?, inserts: oid(5)? }))
                     })
                     .collect()
             })
@@ -298,11 +301,19 @@ pub(crate) fn change_kind(before: &Option<Value>, after: &Option<Value>) -> &'st
 pub fn world_changes(world: &World) -> Vec<TableChanges> {
     // (main's tables it changed the shape of: their rows are its twins', merge/twins.rs)
     let twins = crate::storage::world_twins::twins_of(world.num);
-    touched_layouts_where(world, |l| !twins.contains_key(&l.relid))
-        .iter()
-        .map(|l| gather(l, world))
-        .filter(|t| !t.rows.is_empty())
-        .collect()
+    // each table gathered under its locks, released once gathered: a read (DIFF, SHOW WORLDS, the dump)
+    // needs none of them kept, and a world that wrote 2,000 tables would hold every one's
+    let mut tables = Vec::new();
+    touched_layouts_where(world, |l| {
+        if !twins.contains_key(&l.relid) {
+            let t = gather(l, world);
+            if !t.rows.is_empty() {
+                tables.push(t);
+            }
+        }
+        false
+    });
+    tables
 }
 
 /// What a world changed since its fork, as DIFF shows it: for a world of main, as gathered (base: main as
