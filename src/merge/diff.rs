@@ -240,9 +240,9 @@ pub fn diff_to(from: &str, to: &str, as_sql_out: bool, limit: Option<i64>) -> Ve
         // (each table's locks kept only when it has rows to show: gather.rs; a table none of the worlds
         // wrote and main didn't change since the oldest fork, as its indexes say, passed over at once:
         // storage/index_probe.rs)
-        use crate::storage::index_probe::{rows_since, world_has_rows};
+        use crate::storage::index_probe::world_has_rows;
         let in_worlds = |t: &TableOids| t.delta.is_none_or(|d| worlds.iter().any(|&w| world_has_rows(d, w).unwrap_or(true)));
-        let main_since = |t: &TableOids, x: u64| rows_since(t.history, x).unwrap_or(true) || rows_since(t.inserts, x).unwrap_or(true);
+        let main_since = |t: &TableOids, x: u64| t.main_wrote_since(x);
         let oldest: Option<Option<u64>> =
             snapshots.iter().map(|s| worlds_core::snapshot::Snapshot::parse(s).map(|s| s.xmin)).collect::<Option<Vec<u64>>>().map(|v| v.into_iter().min());
         layouts_where(|t| t.key_kind != b'r' && (in_worlds(t) || oldest.is_none_or(|x| x.is_some_and(|x| main_since(t, x)))), |l| {

@@ -85,8 +85,17 @@ pub(crate) struct TableOids {
     /// worlds.tables.key_kind (b'r': no key)
     pub key_kind: u8,
     pub delta: Option<pg_sys::Oid>,
-    pub history: pg_sys::Oid,
-    pub inserts: pg_sys::Oid,
+    pub history: Option<pg_sys::Oid>,
+    pub inserts: Option<pg_sys::Oid>,
+}
+
+impl TableOids {
+    /// Has main (its history or its inserts) rows written by transactions numbered `xmin` or later, as
+    /// their indexes say? true when it can't be told so.
+    pub fn main_wrote_since(&self, xmin: u64) -> bool {
+        let since = |rel: Option<pg_sys::Oid>| rel.is_none_or(|r| crate::storage::index_probe::rows_since(r, xmin).unwrap_or(true));
+        since(self.history) || since(self.inserts)
+    }
 }
 
 /// `tracked_layouts_where`, with a first look at each table (`look`, before any lock of the table is
@@ -99,7 +108,7 @@ pub(crate) fn layouts_where(mut look: impl FnMut(&TableOids) -> bool, mut keep: 
                     .filter_map(|r| {
                         let oid = |i: usize| r.get::<pg_sys::Oid>(i).ok().flatten();
                         let key_kind = r.get::<String>(6).ok().flatten().and_then(|k| k.bytes().next()).unwrap_or(b'r');
-                        Some((r.get::<i32>(1).ok().flatten()?, TableOids { relid: oid(2)?, key_kind, delta: oid(3), history: oid(4)?, inserts: oid(5)? }))
+                        Some((r.get::<i32>(1).ok().flatten()?, TableOids { relid: oid(2)?, key_kind, delta: oid(3), history: oid(4), inserts: oid(5) }))
                     })
                     .collect()
             })

@@ -198,10 +198,10 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
         let fork_xmin = world.fork_snapshot.as_deref().and_then(worlds_core::snapshot::Snapshot::parse).map(|s| s.xmin);
         let parent_num = world.parent.unwrap_or(0);
         let may_have = |t: &TableOids| {
-            use crate::storage::index_probe::{rows_since, world_has_rows};
+            use crate::storage::index_probe::world_has_rows;
             match (parent_world.is_some(), fork_xmin) {
                 (true, _) => t.delta.is_none_or(|d| world_has_rows(d, parent_num).unwrap_or(true)),
-                (false, Some(x)) => rows_since(t.history, x).unwrap_or(true) || rows_since(t.inserts, x).unwrap_or(true),
+                (false, Some(x)) => t.main_wrote_since(x),
                 (false, None) => true,
             }
         };
