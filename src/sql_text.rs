@@ -37,6 +37,23 @@ impl QuotedName {
         QuotedName(text)
     }
 
+    /// A relation's `schema.name`, each part quoted, read from the catalog caches (no query). None: no
+    /// such relation.
+    pub fn of_relation(relid: pgrx::pg_sys::Oid) -> Option<Self> {
+        unsafe {
+            let name = pgrx::pg_sys::get_rel_name(relid);
+            if name.is_null() {
+                return None;
+            }
+            let schema = pgrx::pg_sys::get_namespace_name(pgrx::pg_sys::get_rel_namespace(relid));
+            if schema.is_null() {
+                return None;
+            }
+            let text = |p: *const std::ffi::c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+            Some(Self::qualified(&text(schema), &text(name)))
+        }
+    }
+
     /// This name's column `column` as `name.column`.
     pub fn dot(&self, column: &str) -> String {
         format!("{}.{}", self.0, Self::ident(column))

@@ -23,18 +23,7 @@ pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
     if !worker_can_make(relid) {
         return false;
     }
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let worker = BackgroundWorkerBuilder::new(&format!("pg_worlds storage of table {tabno}"))
-        .set_type("pg_worlds storage maker")
-        .set_library("pg_worlds")
-        .set_function("worlds_storage_maker_main")
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(None)
-        .enable_spi_access()
-        .set_extra(&format!("{db} {tabno}"))
-        .set_notify_pid(unsafe { pg_sys::MyProcPid })
-        .load_dynamic();
-    let Ok(worker) = worker else { return false };
+    let Some(worker) = launch(&format!("pg_worlds storage of table {tabno}"), "worlds_storage_maker_main", &tabno.to_string()) else { return false };
     let limit = std::time::Duration::from_millis((unsafe { pg_sys::DeadlockTimeout }.max(1) as u64) * 4 + 10_000);
     if !waited_out(worker, Some(limit)) {
         return false;
@@ -42,6 +31,34 @@ pub fn made_by_worker(tabno: i32, relid: pg_sys::Oid) -> bool {
     // what the worker committed: its relcache invalidations (the table's routing) read now
     unsafe { pg_sys::AcceptInvalidationMessages() };
     true
+}
+
+/// Starts a storage maker running `function` in this database, told `what` (its extra: "<database oid>
+/// <what>"), this backend notified when it ends. None: no worker slot free (max_worker_processes).
+fn launch(name: &str, function: &str, what: &str) -> Option<pgrx::bgworkers::DynamicBackgroundWorker> {
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    BackgroundWorkerBuilder::new(name)
+        .set_type("pg_worlds storage maker")
+        .set_library("pg_worlds")
+        .set_function(function)
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(None)
+        .enable_spi_access()
+        .set_extra(&format!("{db} {what}"))
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic()
+        .ok()
+}
+
+/// In a maker: lock waits bounded by deadlock_timeout, set before connecting to database `db` (the
+/// connection's own catalog reads wait for locks too: behind a VACUUM FULL pg_class that waits for the
+/// caller, say, and over the database's or role's lock_timeout), then connected.
+fn connect_bounded(db: u32) {
+    let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap_or_default();
+    unsafe {
+        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), timeout.as_ptr(), pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_OVERRIDE);
+    }
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
 }
 
 /// Waits for the worker to end (a cancel or statement_timeout of the waiter ends the wait). Each of the
@@ -126,13 +143,7 @@ pub extern "C-unwind" fn worlds_storage_maker_main(_arg: pg_sys::Datum) {
     let extra = BackgroundWorker::get_extra().to_string();
     let mut parts = extra.split(' ');
     let (Some(Ok(db)), Some(Ok(tabno))) = (parts.next().map(str::parse::<u32>), parts.next().map(str::parse::<i32>)) else { return };
-    // before connecting: the connection's own catalog reads wait for locks too (behind a VACUUM FULL
-    // pg_class that waits for the writer, say), and over the database's or role's lock_timeout
-    let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
-    unsafe {
-        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), timeout.as_ptr(), pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_OVERRIDE);
-    }
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    connect_bounded(db);
     BackgroundWorker::transaction(move || {
         let made = crate::subxact::in_subtransaction(|| {
             unsafe {
@@ -175,18 +186,7 @@ pub fn world_storage_made_ahead() -> bool {
     if !worker_can_run() || unsafe { pg_sys::XactReadOnly } {
         return false;
     }
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let worker = BackgroundWorkerBuilder::new("pg_worlds storage of the first world")
-        .set_type("pg_worlds storage maker")
-        .set_library("pg_worlds")
-        .set_function("worlds_world_storage_main")
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(None)
-        .enable_spi_access()
-        .set_extra(&format!("{db}"))
-        .set_notify_pid(unsafe { pg_sys::MyProcPid })
-        .load_dynamic();
-    let Ok(worker) = worker else { return false };
+    let Some(worker) = launch("pg_worlds storage of the first world", "worlds_world_storage_main", "") else { return false };
     let ran = waited_out(worker, None);
     unsafe { pg_sys::AcceptInvalidationMessages() };
     ran
@@ -202,12 +202,8 @@ pub fn world_storage_made_ahead() -> bool {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn worlds_world_storage_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGTERM);
-    let Ok(db) = BackgroundWorker::get_extra().parse::<u32>() else { return };
-    let timeout = std::ffi::CString::new(format!("{}ms", unsafe { pg_sys::DeadlockTimeout }.max(1))).unwrap();
-    unsafe {
-        pg_sys::SetConfigOption(c"lock_timeout".as_ptr(), timeout.as_ptr(), pg_sys::GucContext::PGC_SUSET, pg_sys::GucSource::PGC_S_OVERRIDE);
-    }
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    let Some(Ok(db)) = BackgroundWorker::get_extra().split(' ').next().map(str::parse::<u32>) else { return };
+    connect_bounded(db);
     let mut after = 0i32;
     while !BackgroundWorker::sigterm_received() {
         let step = BackgroundWorker::transaction(move || {

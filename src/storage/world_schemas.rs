@@ -151,19 +151,18 @@ fn _free_world_rows(world: i32) {
                 if !exists(relid) || !exists(delta) {
                     return false;
                 }
+                let Some(name) = crate::sql_text::QuotedName::of_relation(delta) else { return false };
+                // (deleted: its locks kept; none: released with the subtransaction)
                 as_internal(|| {
-                    let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[delta.into()]).ok().flatten().unwrap_or_default();
-                    let has = crate::spi_calls::get_one_with_args::<bool>(&format!("SELECT EXISTS (SELECT 1 FROM {name} WHERE _w_world = $1)"), &[world.into()])
-                        .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                        .unwrap_or(false);
-                    if has {
-                        crate::spi_calls::run_with_args(&format!("DELETE FROM {name} WHERE _w_world = $1"), &[world.into()])
-                            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-                    }
-                    has
+                    crate::spi_calls::get_one_with_args::<bool>(
+                        &format!("WITH d AS (DELETE FROM {name} WHERE _w_world = $1 RETURNING 1) SELECT count(*) > 0 FROM d"),
+                        &[world.into()],
+                    )
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+                    .unwrap_or(false)
                 })
             },
-            |has| *has,
+            |deleted| *deleted,
         );
     }
 }

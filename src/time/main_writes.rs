@@ -28,13 +28,7 @@ fn _main_writes_parts(
         let read = crate::subxact::rolled_back(|| {
             unsafe { pg_sys::LockRelationOid(view, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
             // (its table dropped, and its history with it, before the lock)
-            let exists = unsafe {
-                pg_sys::SearchSysCacheExists(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(view), 0.into(), 0.into(), 0.into())
-            };
-            if !exists {
-                return Vec::new();
-            }
-            let name = crate::spi_calls::get_one_with_args::<String>("SELECT $1::regclass::text", &[view.into()]).ok().flatten().unwrap_or_default();
+            let Some(name) = crate::sql_text::QuotedName::of_relation(view) else { return Vec::new() };
             crate::spi_calls::rows(
                 &format!("SELECT _w_xid::text, _w_at::text, _w_at, count(*) FROM {name} WHERE _w_at >= $1 AND _w_src IS NULL GROUP BY _w_xid, _w_at"),
                 None,

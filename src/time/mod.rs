@@ -28,6 +28,19 @@ fn planned(layout: &std::rc::Rc<Layout>, key: String, key_obj: Value, now: Optio
     }
 }
 
+/// Runs `f` on each tracked table with a key; `f` adds to `plan` the rows it plans there. A table's locks
+/// are kept only when rows of it were planned (merge/gather.rs: the others' released at once).
+pub(super) fn plan_keyed_tables(plan: &mut Vec<Planned>, mut f: impl FnMut(&std::rc::Rc<Layout>, &mut Vec<Planned>)) {
+    tracked_layouts_where(|l| {
+        if l.key_kind == b'r' {
+            return false;
+        }
+        let before = plan.len();
+        f(l, plan);
+        plan.len() > before
+    });
+}
+
 fn key_text_of(obj: &Value, cols: &[String]) -> String {
     let part = |v: &Value| match v {
         Value::String(s) => s.clone(),
@@ -145,19 +158,14 @@ pub fn restore(name: &str, when: Option<String>, checkpoint: Option<String>) -> 
             }
         }
         let mut plan = Vec::new();
-        // (each table's locks kept only when the plan has rows of it: gather.rs)
-        tracked_layouts_where(|l| {
-            if l.key_kind == b'r' {
-                return false;
-            }
-            let planned_before = plan.len();
+        // (each table's locks kept only when the plan has rows of it)
+        plan_keyed_tables(&mut plan, |l, plan| {
             let rows = if world.num == 0 { main_changes_since(l, &at) } else { world_changes_since(l, world.num, &at) };
             for (k, then, now) in rows {
                 if then != now {
                     plan.push(planned(l, key_text_of(&k, &l.key_columns), k, now, then));
                 }
             }
-            plan.len() > planned_before
         });
         let n = if world.num == 0 {
             apply_plan(&plan, None)
@@ -283,12 +291,8 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
         }
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
-        // (each table's locks kept only when the plan has rows of it: gather.rs)
-        tracked_layouts_where(|l| {
-            if l.key_kind == b'r' {
-                return false;
-            }
-            let planned_before = plan.len();
+        // (each table's locks kept only when the plan has rows of it)
+        plan_keyed_tables(&mut plan, |l, plan| {
             // the merge's own entries: the latest transaction that wrote main with this world as source
             let hist = &l.history_name;
             let rows = undo_rows(
@@ -306,7 +310,6 @@ pub fn undo_merge(name: &str, skip_changed: bool) -> String {
                     plan.push(planned(l, key, k, now, before));
                 }
             }
-            plan.len() > planned_before
         });
         if !skip_changed {
             refuse_changed_since(&wname, &changed_since);
@@ -333,12 +336,8 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
     let beneath = target.at_fork(-2_000_000 - target.num);
     let mut plan = Vec::new();
     let mut changed_since = Vec::new();
-    // (each table's locks kept only when the plan has rows of it: gather.rs)
-    tracked_layouts_where(|l| {
-        if l.key_kind == b'r' {
-            return false;
-        }
-        let planned_before = plan.len();
+    // (each table's locks kept only when the plan has rows of it)
+    plan_keyed_tables(&mut plan, |l, plan| {
         let cols = live_columns(l.relid);
         let kobj = json_object_expr("d", &l.key_columns);
         let sql = format!(
@@ -367,7 +366,7 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
                 .collect()
         });
         if rows.is_empty() {
-            return false;
+            return;
         }
         let keys: Vec<Value> = rows.iter().map(|r| r.0.clone()).collect();
         let now = with_world(Some(target.clone()), || crate::merge::read_rows(l, &keys));
@@ -386,7 +385,6 @@ fn undo_merge_into_world(merged: &str, target_name: &str, xid: Option<String>, s
                 plan.push(planned(l, key, k, current, before));
             }
         }
-        plan.len() > planned_before
     });
     if !skip_changed {
         refuse_changed_since(&format!("{merged} into {target_name}"), &changed_since);

@@ -8,7 +8,8 @@
 use super::{key_text_of, planned, world_changes_since};
 use crate::api::{raise, raise_with};
 use crate::sql_text::json_object_expr;
-use crate::merge::{apply_plan, short_name, tracked_layouts_where};
+use crate::merge::{apply_plan, short_name};
+use super::plan_keyed_tables;
 use crate::storage::as_internal;
 use crate::storage::overlay::{with_world, world_by_num};
 use pgrx::prelude::*;
@@ -47,12 +48,8 @@ pub fn undo_agent(name: &str, since: String, skip_changed: bool, run_id: Option<
         let mut plan = Vec::new();
         let mut changed_since = Vec::new();
         if !xids.is_empty() {
-            // (each table's locks kept only when the plan has rows of it: gather.rs)
-            tracked_layouts_where(|l| {
-                if l.key_kind == b'r' {
-                    return false;
-                }
-                let planned_before = plan.len();
+            // (each table's locks kept only when the plan has rows of it)
+            plan_keyed_tables(&mut plan, |l, plan| {
                 let rows = if world == 0 { main_rows(l, &xids, &since) } else { world_rows(l, world, &xids, &since) };
                 for (k, then, now, again) in rows {
                     let key = key_text_of(&k, &l.key_columns);
@@ -64,7 +61,6 @@ pub fn undo_agent(name: &str, since: String, skip_changed: bool, run_id: Option<
                         plan.push(planned(l, key, k, now, then));
                     }
                 }
-                plan.len() > planned_before
             });
         }
         if !skip_changed && !changed_since.is_empty() {
