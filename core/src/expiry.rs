@@ -17,9 +17,23 @@ pub const PURGE_BATCH: i32 = 1000;
 /// 32 tables would).
 pub const PURGE_TABLES: usize = 32;
 
-/// How long one database's purge may go on in one round: another database, or a DROP DATABASE that waits
-/// for the worker to leave, doesn't wait longer than this (and a DROP DATABASE is seen between batches).
+/// How long a round's purges may go on, in all databases together: a database's discards, later in the
+/// round, don't wait for more than this of other databases' purges, and a DROP DATABASE that waits for the
+/// worker to leave doesn't wait longer (it is also seen between batches).
 pub const PURGE_BUDGET_MS: u64 = 2000;
+
+/// What is left of the round's purge budget `round_elapsed_ms` into the round: a database visited with
+/// nothing left discards its due worlds and purges nothing this round.
+pub fn purge_budget_left(round_elapsed_ms: u64) -> u64 {
+    PURGE_BUDGET_MS.saturating_sub(round_elapsed_ms)
+}
+
+/// The database (of `databases` visited) the `round`th round starts with: each round one further, so that
+/// when the budget runs out before the last ones, every database is the first, with the whole budget, in
+/// turn.
+pub fn round_start(databases: usize, round: u64) -> usize {
+    if databases == 0 { 0 } else { (round % databases as u64) as usize }
+}
 
 /// Where a purge round starts in its database's list of `groups` groups of tracked tables: at a place the
 /// clock (`seconds`) moves on, so that when one round's budget reaches only some of the tables, the rounds
@@ -46,9 +60,9 @@ pub fn visits(db: &Database) -> bool {
 }
 
 /// Does the purge of one database go on after a batch that deleted `deleted` rows (-1: it met a busy lock),
-/// `elapsed_ms` into that database's purge?
-pub fn purge_goes_on(deleted: i64, elapsed_ms: u64) -> bool {
-    deleted > 0 && elapsed_ms < PURGE_BUDGET_MS
+/// `elapsed_ms` into that database's purge, given `budget_ms` of the round's budget?
+pub fn purge_goes_on(deleted: i64, elapsed_ms: u64, budget_ms: u64) -> bool {
+    deleted > 0 && elapsed_ms < budget_ms
 }
 
 /// The server log's line for a world the worker discarded. `reason` as `worlds._due` gives it; `since`:
@@ -95,10 +109,28 @@ mod tests {
 
     #[test]
     fn purge_stops_when_done_busy_or_out_of_time() {
-        assert!(purge_goes_on(1000, 0));
-        assert!(!purge_goes_on(0, 0));
-        assert!(!purge_goes_on(-1, 0));
-        assert!(!purge_goes_on(1000, PURGE_BUDGET_MS));
+        assert!(purge_goes_on(1000, 0, PURGE_BUDGET_MS));
+        assert!(!purge_goes_on(0, 0, PURGE_BUDGET_MS));
+        assert!(!purge_goes_on(-1, 0, PURGE_BUDGET_MS));
+        assert!(!purge_goes_on(1000, PURGE_BUDGET_MS, PURGE_BUDGET_MS));
+        assert!(!purge_goes_on(1000, 300, 300));
+    }
+
+    #[test]
+    fn one_budget_for_a_whole_round() {
+        assert_eq!(purge_budget_left(0), PURGE_BUDGET_MS);
+        assert_eq!(purge_budget_left(500), PURGE_BUDGET_MS - 500);
+        // past the budget, the databases left in the round purge nothing (their discards still run)
+        assert_eq!(purge_budget_left(PURGE_BUDGET_MS), 0);
+        assert_eq!(purge_budget_left(PURGE_BUDGET_MS * 10), 0);
+    }
+
+    #[test]
+    fn every_database_starts_a_round_in_turn() {
+        assert_eq!(round_start(0, 7), 0);
+        let firsts: std::collections::BTreeSet<usize> = (40..45).map(|r| round_start(5, r)).collect();
+        assert_eq!(firsts.len(), 5);
+        assert!((0..1000).all(|r| round_start(13, r) < 13));
     }
 
     #[test]

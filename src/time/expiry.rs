@@ -10,7 +10,9 @@
 //!   that worker to end;
 //! - **the round** (that worker) connects to its database, leaves at once when pg_worlds isn't installed,
 //!   discards what is due (`worlds._expire_worlds`: one world per transaction, try-locks only), purges
-//!   history in batches (`worlds._purge_batch`, a few tables a transaction) for at most a couple of seconds, and exits: no connection
+//!   history in batches (`worlds._purge_batch`, a few tables a transaction) for what is left of the round's
+//!   purge budget (a couple of seconds for all databases together, each round starting one database
+//!   further), and exits: no connection
 //!   is held between rounds, so DROP DATABASE finds none, and one that starts during a round is seen
 //!   between two steps (its lock on the database), where the worker leaves.
 //!
@@ -47,6 +49,7 @@ pub extern "C-unwind" fn worlds_expiry_launcher_main(_arg: pg_sys::Datum) {
     // no database: pg_database is shared, and a launcher connected to one would hold up its DROP DATABASE
     BackgroundWorker::connect_worker_to_spi(None, None);
     let mut next = Instant::now() + guc::expiry_interval();
+    let mut round = 0u64;
     loop {
         let now = Instant::now();
         if now < next {
@@ -60,7 +63,14 @@ pub extern "C-unwind" fn worlds_expiry_launcher_main(_arg: pg_sys::Datum) {
             }
             continue;
         }
-        for db in databases() {
+        // one purge budget for the whole round (a database late in the round doesn't wait for every other
+        // one's purge before its worlds are discarded), and each round starts one database further
+        let listed = databases();
+        let first = expiry::round_start(listed.len(), round);
+        round = round.wrapping_add(1);
+        let round_started = Instant::now();
+        for i in 0..listed.len() {
+            let db = &listed[(first + i) % listed.len()];
             if stopping() {
                 return;
             }
@@ -69,7 +79,7 @@ pub extern "C-unwind" fn worlds_expiry_launcher_main(_arg: pg_sys::Datum) {
             if !databases().iter().any(|d| d.oid == db.oid) {
                 continue;
             }
-            if !visit(&db) {
+            if !visit(db, expiry::purge_budget_left(round_started.elapsed().as_millis() as u64)) {
                 return;
             }
         }
@@ -109,9 +119,10 @@ fn databases() -> Vec<Database> {
     found
 }
 
-/// Runs one round in `db` (a worker of its own) and waits for it to end. false: the launcher must stop.
-/// Without a free worker slot (max_worker_processes) the database waits for the next round.
-fn visit(db: &Database) -> bool {
+/// Runs one round in `db` (a worker of its own), its purge given `purge_ms` of the round's budget, and
+/// waits for it to end. false: the launcher must stop. Without a free worker slot (max_worker_processes)
+/// the database waits for the next round.
+fn visit(db: &Database, purge_ms: u64) -> bool {
     let worker = BackgroundWorkerBuilder::new(&format!("pg_worlds expiry in database {}", db.oid))
         .set_type("pg_worlds expiry")
         .set_library("pg_worlds")
@@ -119,7 +130,7 @@ fn visit(db: &Database) -> bool {
         .enable_spi_access()
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(None)
-        .set_extra(&db.oid.to_string())
+        .set_extra(&format!("{} {purge_ms}", db.oid))
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic();
     let Ok(worker) = worker else { return true };
@@ -183,8 +194,8 @@ unsafe extern "C-unwind" {
     fn postgres_die(signal: std::ffi::c_int);
 }
 
-/// The round in one database (its oid in bgw_extra). An error ends the worker (logged as any background
-/// worker's); the next round starts afresh.
+/// The round in one database (bgw_extra: its oid, then the milliseconds its purge may take). An error ends
+/// the worker (logged as any background worker's); the next round starts afresh.
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
@@ -194,7 +205,10 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
         pg_sys::BackgroundWorkerUnblockSignals();
     }
-    let Ok(oid) = BackgroundWorker::get_extra().parse::<u32>() else { return };
+    let extra = BackgroundWorker::get_extra();
+    let mut fields = extra.split(' ');
+    let Some(Ok(oid)) = fields.next().map(str::parse::<u32>) else { return };
+    let purge_ms = fields.next().and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(oid)), None);
     // a database without pg_worlds (or with one older than this worker): nothing to do
     let database = BackgroundWorker::transaction(|| {
@@ -245,11 +259,15 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     }
     // (SHOW METRICS' "worlds expired" is counted by worlds._expire_worlds, for the worker and the sweeps alike)
 
-    // history past history_retention, for at most the purge's budget: the dropped tables' part, then a
+    // history past history_retention, for at most what is left of the round's budget: nothing when the
+    // databases before this one used it all (this one comes first in a later round); the dropped tables' part, then a
     // batch of each tracked table, `PURGE_TABLES` tables a transaction (a few tables' locks at a time,
     // never every table's at once: see worlds._purge_batch), over the tables again while one had rows to
     // purge. A round starts where the clock says (`purge_start`), so that when one budget reaches only
     // some of the tables, every table is reached in turn.
+    if purge_ms == 0 {
+        return;
+    }
     let started = Instant::now();
     let mut purged = 0i64;
     let batch = |tabs: Option<Vec<i32>>| {
@@ -273,11 +291,11 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
             let Step::Done(n) = batch(Some(chunks[(start + i) % chunks.len()].clone())) else { break 'passes };
             this_pass += n.max(0);
             purged += n.max(0);
-            if started.elapsed().as_millis() as u64 >= expiry::PURGE_BUDGET_MS {
+            if started.elapsed().as_millis() as u64 >= purge_ms {
                 break 'passes;
             }
         }
-        if !expiry::purge_goes_on(this_pass, started.elapsed().as_millis() as u64) {
+        if !expiry::purge_goes_on(this_pass, started.elapsed().as_millis() as u64, purge_ms) {
             break;
         }
     }
