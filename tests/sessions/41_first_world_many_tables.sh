@@ -133,6 +133,9 @@ expect "worlds made" "$(psql_in $CL -d $DB4 -qAt -c "select count(*) from worlds
 expect "tables without a delta" "$(without_delta $DB4)" "0"
 expect "deltas named but not there" "$(half_made $DB4)" "0"
 expect "no deadlock in the log" "$(log_lines "deadlock detected")" "$before_dl"
+# (f3 may have forked before the migration's last tables had their rows: a REBASE brings them, so what
+# follows doesn't depend on which finished first)
+expect "rebase world f3" "$(psql_in $CL -d $DB4 -qAt -c "select * from worlds.sql('rebase world f3')" >/dev/null 2>&1 && echo ok)" "ok"
 expect "world f3 writes late_60 and many_300" \
   "$(psql_in $CL -d $DB4 -qAt -c "set worlds.world = f3" -c "update late_60 set v = 9" -c "update many_300 set v = 9" -c "select v from late_60" -c "reset worlds.world" -c "select v from late_60" 2>&1 | tr '\n' ' ')" "9 1 "
 
