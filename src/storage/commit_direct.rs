@@ -109,6 +109,8 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
                 pg_sys::EvalPlanQualInit(&mut epq, estate, std::ptr::null_mut(), std::ptr::null_mut(), -1);
                 pg_sys::ExecSimpleRelationUpdate(world_info, estate, &mut epq, found_slot, newslot);
                 pg_sys::EvalPlanQualEnd(&mut epq);
+                // (the next statements, this backend's, read the world's row at this version by its position)
+                super::overlay::wrote_world_row(num, super::overlay::RowAt { tid: (*newslot).tts_tid, xmin: pg_sys::GetCurrentTransactionId() });
                 version = Some(new_version);
             }
         }

@@ -142,11 +142,80 @@ pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(
                 return row;
             }
         }
-        let found = read_world_row(num, snapshot);
+        // a snapshot that sees other transactions (the next statement's, another session's commit): the
+        // version read last (or the one this backend's last commit wrote) is still the one it sees when that
+        // same tuple is visible to it (a row has at most one version visible to a snapshot), found by its
+        // position without the index
+        let last = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.1 == num).and_then(|e| e.3));
+        let found = match last.and_then(|at| row_at(at, num, snapshot)) {
+            Some(row) => (Some(row), last),
+            None => read_world_row(num, snapshot),
+        };
         if let Some(seen) = seen {
-            LAST_ROW.with(|l| *l.borrow_mut() = Some((seen, num, found.clone())));
+            LAST_ROW.with(|l| *l.borrow_mut() = Some((seen, num, found.0.clone(), found.1)));
         }
-        found
+        found.0
+    }
+}
+
+/// Where a version of a world's row is: its tid and the raw xmin of the tuple there. A tuple's columns
+/// never change in place, and a line pointer is reused only once its tuple is dead to every transaction;
+/// the tuple found there again with the same xmin is the same version (a tuple another transaction put
+/// there has its xid; one of an aborted subtransaction of this one is never read again, as its xid is
+/// never used again).
+#[derive(Clone, Copy)]
+pub(crate) struct RowAt {
+    pub(crate) tid: pg_sys::ItemPointerData,
+    pub(crate) xmin: pg_sys::TransactionId,
+}
+
+/// The version of world `num`'s row this backend's commit just wrote at `at`: the next statements find it
+/// by its position (`row_at`) rather than through the index.
+pub(crate) fn wrote_world_row(num: i32, at: RowAt) {
+    LAST_ROW.with(|l| *l.borrow_mut() = Some((Vec::new(), num, None, Some(at))));
+}
+
+/// World `num`'s row at `at`, when that version is visible to `snapshot`.
+unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<WorldRow> {
+    unsafe {
+        let t = world_table()?;
+        if snapshot.is_null() || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_MVCC {
+            return None;
+        }
+        let rel = pg_sys::table_open(t.relid, pg_sys::AccessShareLock as i32);
+        let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+        tuple.t_self = at.tid;
+        let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+        let visible = pg_sys::heap_fetch(rel, snapshot, &mut tuple, &mut buffer, false);
+        let row = if visible && !tuple.t_data.is_null() && (*tuple.t_data).t_choice.t_heap.t_xmin == at.xmin {
+            decode(&mut tuple, (*rel).rd_att, &t, num)
+        } else {
+            None
+        };
+        if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer {
+            pg_sys::ReleaseBuffer(buffer);
+        }
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+        row
+    }
+}
+
+/// A tuple of worlds.world as `world_row` returns it, when it is world `num`'s.
+unsafe fn decode(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, t: &WorldTable, num: i32) -> Option<WorldRow> {
+    unsafe {
+        let get = |a: i32| {
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(tuple, a, desc, &mut isnull);
+            (!isnull).then_some(d)
+        };
+        if get(t.num).map(|d| d.value() as i32) != Some(num) {
+            return None;
+        }
+        let dropped = get(t.dropped).is_some();
+        let version = get(t.version).map(|d| d.value() as i64);
+        let name = get(t.name).map(|d| text_of(d));
+        let fork = get(t.fork_snapshot).map(|d| output_text(desc, t.fork_snapshot, d)).or_else(|| get(t.fork_at).map(|d| format!("@{}", output_text(desc, t.fork_at, d))));
+        Some((dropped, version, name, fork))
     }
 }
 
@@ -177,9 +246,9 @@ unsafe fn seen_by(snapshot: pg_sys::Snapshot) -> Option<Vec<u64>> {
     }
 }
 
-unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
+unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> (Option<WorldRow>, Option<RowAt>) {
     unsafe {
-        let Some(t) = world_table() else { return None };
+        let Some(t) = world_table() else { return (None, None) };
         let rel = pg_sys::table_open(t.relid, pg_sys::AccessShareLock as i32);
         let index = pg_sys::RelationGetPrimaryKeyIndex(rel);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
@@ -192,24 +261,17 @@ unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, 
             if tuple.is_null() {
                 break;
             }
-            let get = |a: i32| {
-                let mut isnull = false;
-                let d = pg_sys::heap_getattr(tuple, a, desc, &mut isnull);
-                (!isnull).then_some(d)
-            };
-            if get(t.num).map(|d| d.value() as i32) != Some(num) {
-                continue;
+            if let Some(row) = decode(tuple, desc, &t, num) {
+                found = Some((row, RowAt { tid: (*tuple).t_self, xmin: (*(*tuple).t_data).t_choice.t_heap.t_xmin }));
+                break;
             }
-            let dropped = get(t.dropped).is_some();
-            let version = get(t.version).map(|d| d.value() as i64);
-            let name = get(t.name).map(|d| text_of(d));
-            let fork = get(t.fork_snapshot).map(|d| output_text(desc, t.fork_snapshot, d)).or_else(|| get(t.fork_at).map(|d| format!("@{}", output_text(desc, t.fork_at, d))));
-            found = Some((dropped, version, name, fork));
-            break;
         }
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
-        found
+        match found {
+            Some((row, at)) => (Some(row), Some(at)),
+            None => (None, None),
+        }
     }
 }
 
@@ -232,8 +294,8 @@ thread_local! {
     /// the last value of an output-converted column (its bytes) and its text: a world's fork point is the
     /// same statement after statement, and pg_snapshot's output function ran for each
     static LAST_TEXT: RefCell<Vec<(Vec<u8>, String)>> = const { RefCell::new(Vec::new()) };
-    /// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row)
-    static LAST_ROW: RefCell<Option<(Vec<u64>, i32, Option<WorldRow>)>> = const { RefCell::new(None) };
+    /// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row, where it is)
+    static LAST_ROW: RefCell<Option<(Vec<u64>, i32, Option<WorldRow>, Option<RowAt>)>> = const { RefCell::new(None) };
 }
 
 type WorldRow = (bool, Option<i64>, Option<String>, Option<String>);
