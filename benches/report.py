@@ -145,6 +145,10 @@ FIGURES = [
      [("many", "many", "tps"), ("one", "one", "tps")]),
     ("P16m", "P16 MERGE of a world among many live worlds / of a world alone", ("<=", 1.1), "x",
      [("many", "among many", "ms"), ("one", "alone", "ms")]),
+    ("P16wi", "P16 main's TPC-B, counted: instructions per transaction beside one world / beside many (valgrind; same script, one backend)", (">=", 0.97), "x",
+     [("many", "beside many", "instr"), ("one", "beside one", "instr")]),
+    ("P16ri", "P16 select-only in a world, counted: instructions per SELECT alone / among many", (">=", 0.91), "x",
+     [("many", "among many", "instr"), ("one", "alone", "instr")]),
 ]
 
 
