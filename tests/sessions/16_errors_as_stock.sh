@@ -8,6 +8,8 @@ BT=${CL}_backtrace
 stop_cluster $BT
 RUST_BACKTRACE=1 RUST_LIB_BACKTRACE=1 KEEP_RUST_BACKTRACE=1 start_cluster $BT yes
 start_cluster $NP no
+# (both stopped however the script ends: a run left the nopreload cluster running after the suite)
+trap 'stop_cluster $BT; stop_cluster $NP' EXIT
 OUT=$RUN_DIR/s16_errors; rm -rf "$OUT"; mkdir -p "$OUT"
 cat >"$OUT/errors.sql" <<'SQL'
 \set VERBOSITY verbose
