@@ -259,8 +259,9 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     }
     // (SHOW METRICS' "worlds expired" is counted by worlds._expire_worlds, for the worker and the sweeps alike)
 
-    // history past history_retention, for at most what is left of the round's budget: nothing when the
-    // databases before this one used it all (this one comes first in a later round); the dropped tables' part, then a
+    // history past history_retention, for at most what is left of the round's budget (at least
+    // PURGE_MIN_MS, when the databases before this one used it all: this one comes first in a later
+    // round, with the whole budget); the dropped tables' part, then a
     // batch of each tracked table, `PURGE_TABLES` tables a transaction (a few tables' locks at a time,
     // never every table's at once: see worlds._purge_batch), over the tables again while one had rows to
     // purge. A round starts where the clock says (`purge_start`), so that when one budget reaches only
