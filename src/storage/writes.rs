@@ -676,11 +676,17 @@ fn write_version_with(
         && layout.key_kind != b'r'
         && world_locks::locked_before_reading(world_locks::key_id(world.num, layout.tabno, &row_key(layout, &names, &args)));
     if layout.key_kind != b'r' && !read_locked {
-        let (seen, latest) = serialize_key(layout, world, &names, &args);
+        // (the checks' three queries in one scope of pg_worlds' settings: set and restored once, not
+        // around each, which was a tenth of a world's one-row INSERT transaction)
+        let (seen, latest, visible) = as_internal(|| {
+            let (seen, latest) = serialize_key(layout, world, &names, &args);
+            let visible = check == KeyCheck::New && key_visible(layout, &names, &args);
+            (seen, latest, visible)
+        });
         if check == KeyCheck::New {
             // a new key must not be visible in the world already, nor written by a concurrent session
             // that committed since this statement began (23505, as Postgres words it)
-            if key_visible(layout, &names, &args) || latest.as_ref().is_some_and(|(_, del, _)| !del) {
+            if visible || latest.as_ref().is_some_and(|(_, del, _)| !del) {
                 let constraint = as_internal(|| primary_key_name(layout));
                 raise_duplicate(&constraint, &layout.key_columns, &names, &args);
             }
