@@ -208,7 +208,7 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     let extra = BackgroundWorker::get_extra();
     let mut fields = extra.split(' ');
     let Some(Ok(oid)) = fields.next().map(str::parse::<u32>) else { return };
-    let purge_ms = fields.next().and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let purge_ms = fields.next().and_then(|f| f.parse::<u64>().ok()).unwrap_or(expiry::PURGE_BUDGET_MS);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(oid)), None);
     // a database without pg_worlds (or with one older than this worker): nothing to do
     let database = BackgroundWorker::transaction(|| {
@@ -259,16 +259,12 @@ pub extern "C-unwind" fn worlds_expiry_round_main(_arg: pg_sys::Datum) {
     }
     // (SHOW METRICS' "worlds expired" is counted by worlds._expire_worlds, for the worker and the sweeps alike)
 
-    // history past history_retention, for at most what is left of the round's budget (at least
-    // PURGE_MIN_MS, when the databases before this one used it all: this one comes first in a later
-    // round, with the whole budget); the dropped tables' part, then a
+    // history past history_retention, for at most what the launcher handed it of the round's budget
+    // (expiry::purge_budget_left: at least PURGE_MIN_MS); the dropped tables' part, then a
     // batch of each tracked table, `PURGE_TABLES` tables a transaction (a few tables' locks at a time,
     // never every table's at once: see worlds._purge_batch), over the tables again while one had rows to
     // purge. A round starts where the clock says (`purge_start`), so that when one budget reaches only
     // some of the tables, every table is reached in turn.
-    if purge_ms == 0 {
-        return;
-    }
     let started = Instant::now();
     let mut purged = 0i64;
     let batch = |tabs: Option<Vec<i32>>| {
