@@ -55,7 +55,7 @@ fn any_row(relid: pg_sys::Oid, keys: &[&str], strategy: u32, proc: u32, value: p
 
 /// The relation's valid btree index whose keys are exactly the columns `keys`, in order (read from the
 /// syscache: no lock taken on the indexes it passes over).
-unsafe fn index_on(rel: pg_sys::Relation, keys: &[&str]) -> Option<pg_sys::Oid> {
+pub(super) unsafe fn index_on(rel: pg_sys::Relation, keys: &[&str]) -> Option<pg_sys::Oid> {
     unsafe {
         let relid = (*rel).rd_id;
         let mut attnums = Vec::new();

@@ -20,6 +20,7 @@ pub mod capture;
 mod commit_direct;
 pub mod decoding;
 mod delta_insert;
+mod key_probe;
 pub mod index_probe;
 pub mod disk_limit;
 pub mod history_marks;
@@ -814,6 +815,7 @@ unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid:
     // tables and their history all the time, and reloading every layout then was 0.5% of TPC-B.
     capture::on_relcache_invalidation(relid);
     delta_insert::on_relcache_invalidation(relid);
+    key_probe::on_relcache_invalidation(relid);
     rewrite::on_relcache_invalidation(relid);
     overlay::worlds::on_relcache_invalidation(relid);
     overlay::delta_since::on_relcache_invalidation(relid);

@@ -322,6 +322,23 @@ pub(super) fn with_cache<R>(tabno: i32, f: impl FnOnce(&TableCache) -> R) -> R {
     CACHES.with(|c| (f.take().unwrap())(c.borrow().get(&tabno).expect("validated")))
 }
 
+/// What the world sees of integer key `k` of a table, for a write's check of a new key (storage/writes.rs),
+/// as the overlay view would show it to this statement: Some(seen) when the world's chain has a version of
+/// the key (seen unless a tombstone) or main's before-images the world sees include one of it; None when
+/// main's table decides: a row of the key the statement's snapshot sees there is the world's unless
+/// `created_since_fork` says main made it after the fork.
+pub(super) fn int_key_seen(tabno: i32, k: i64) -> Option<bool> {
+    with_cache(tabno, |c| match c.world.winner.get(&Key::I(k)) {
+        Some((_, del)) => Some(!del),
+        None => c.hist_keys.range((k, 0)..=(k, u64::MAX)).next().is_some().then_some(true),
+    })
+}
+
+/// Did main create the row at `tid` (packed) after the world's fork? (The world doesn't see it.)
+pub(super) fn created_since_fork(tabno: i32, tid: u64) -> bool {
+    with_cache(tabno, |c| c.created_tids.contains(&tid))
+}
+
 thread_local! {
     /// (full validations, statements that found their cache current): what `worlds._cache_stats()` shows
     static STATS: Cell<(i64, i64)> = const { Cell::new((0, 0)) };

@@ -527,6 +527,32 @@ fn serialize_key(
     })
 }
 
+/// `serialize_key` and `key_visible` for an integer key, by index probes instead of queries
+/// (storage/key_probe.rs), on the same snapshots: the world's latest version of the key as the statement's
+/// snapshot saw it (for a row the statement read), the key's lock, the latest version committed by now
+/// (after a command counter increment, so this statement's own earlier versions are seen, as the query's
+/// did), and for a new key whether the world sees the key (its chain's version, else main's row through
+/// the overlay cache's view of main).
+fn probe_key(layout: &Layout, world: &World, probe: &super::key_probe::Probe, k: i64, check: KeyCheck) -> (Option<i64>, Option<LatestVersion>, bool) {
+    let key = super::overlay::Key::I(k);
+    let statement = unsafe { crate::fast_ffi::GetActiveSnapshot() };
+    let seen = if check == KeyCheck::Unchanged { probe.latest_version(world.num, k, statement).map(|v| v.0) } else { None };
+    world_locks::lock_key(world, world_locks::key_id(world.num, layout.tabno, &key));
+    let latest = unsafe {
+        pg_sys::CommandCounterIncrement();
+        let now = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let latest = probe.latest_version(world.num, k, now);
+        pg_sys::UnregisterSnapshot(now);
+        latest
+    };
+    let visible = check == KeyCheck::New
+        && match super::overlay::int_key_seen(layout.tabno, k) {
+            Some(seen) => seen,
+            None => probe.main_rows(k, statement).into_iter().any(|tid| !super::overlay::created_since_fork(layout.tabno, tid)),
+        };
+    (seen, latest.map(|(dseq, del)| (dseq, del, Some(key))), visible)
+}
+
 /// The world's write lock for a statement that reads the rows it writes other than by key (ON CONFLICT,
 /// SQL MERGE): EXCLUSIVE when the transaction holds none yet (it reads on a snapshot taken after it, as a
 /// statement of its own), else the one it holds (its rows are then locked one by one as written, and a
@@ -676,12 +702,20 @@ fn write_version_with(
         && layout.key_kind != b'r'
         && world_locks::locked_before_reading(world_locks::key_id(world.num, layout.tabno, &row_key(layout, &names, &args)));
     if layout.key_kind != b'r' && !read_locked {
-        // (the checks' three queries in one scope of pg_worlds' settings: set and restored once, not
+        let probed = match row_key(layout, &names, &args) {
+            super::overlay::Key::I(k) if unsafe { crate::fast_ffi::ActiveSnapshotSet() } => {
+                super::key_probe::probe(layout).map(|p| probe_key(layout, world, &p, k, check))
+            }
+            _ => None,
+        };
+        // (else the checks' three queries, in one scope of pg_worlds' settings: set and restored once, not
         // around each, which was a tenth of a world's one-row INSERT transaction)
-        let (seen, latest, visible) = as_internal(|| {
-            let (seen, latest) = serialize_key(layout, world, &names, &args);
-            let visible = check == KeyCheck::New && key_visible(layout, &names, &args);
-            (seen, latest, visible)
+        let (seen, latest, visible) = probed.unwrap_or_else(|| {
+            as_internal(|| {
+                let (seen, latest) = serialize_key(layout, world, &names, &args);
+                let visible = check == KeyCheck::New && key_visible(layout, &names, &args);
+                (seen, latest, visible)
+            })
         });
         if check == KeyCheck::New {
             // a new key must not be visible in the world already, nor written by a concurrent session
