@@ -5,6 +5,7 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::prelude::*;
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
+use crate::backend_local::BackendLocal;
 
 pub static WORLD: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"main"));
 
@@ -15,12 +16,10 @@ pub static INTERNAL_DDL: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// (docs/architecture.md, "A table's storage is made at its first write"). On by default.
 pub static LAZY_STORAGE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
-thread_local! {
-    /// Told of every change of `worlds.world` (registered by its owner from lib.rs: the search path).
-    static ON_WORLD_CHANGE: Cell<Option<fn(&CStr)>> = const { Cell::new(None) };
-    /// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
-    static WORLD_GENERATION: Cell<u64> = const { Cell::new(0) };
-}
+/// Told of every change of `worlds.world` (registered by its owner from lib.rs: the search path).
+static ON_WORLD_CHANGE: BackendLocal<Cell<Option<fn(&CStr)>>> = BackendLocal::new(Cell::new(None));
+/// Bumped on every change of `worlds.world`, so caches keyed on the session's world know to re-resolve.
+static WORLD_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
 
 pub fn world_generation() -> u64 {
     WORLD_GENERATION.with(|g| g.get())
@@ -41,8 +40,15 @@ pub fn current_world_setting() -> &'static CStr {
 
 /// True when the session works on main (the real tables): the hooks then do nothing.
 pub fn in_main() -> bool {
-    let s = current_world_setting().to_bytes();
-    s == b"main" || s.is_empty()
+    // (read in place up to the first byte that decides: no strlen on every hook of every statement)
+    unsafe {
+        let p = *WORLD.as_ptr();
+        if p.is_null() {
+            return true;
+        }
+        let at = |i: usize| *p.add(i) as u8;
+        at(0) == 0 || (at(0) == b'm' && at(1) == b'a' && at(2) == b'i' && at(3) == b'n' && at(4) == 0)
+    }
 }
 
 #[pg_guard]

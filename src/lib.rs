@@ -14,6 +14,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod backend_local;
 pub mod fast_ffi;
 pub mod catalog;
 pub mod datum;

@@ -2,6 +2,7 @@
 //! every user-facing failure goes through.
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
+use crate::backend_local::BackendLocal;
 
 /// Raises an ERROR with the given SQLSTATE (five characters, as in the spec).
 pub fn raise(sqlstate: &str, message: impl Into<String>) -> ! {
@@ -130,10 +131,8 @@ unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for JsonArg {
 
 pgrx::impl_sql_translatable!(JsonArg, "jsonb");
 
-thread_local! {
-    /// Set by BEGIN / START TRANSACTION (the utility hook), cleared when the top-level transaction ends.
-    static IN_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set by BEGIN / START TRANSACTION (the utility hook), cleared when the top-level transaction ends.
+static IN_BLOCK: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// BEGIN / START TRANSACTION ran: the statements that follow are one transaction block.
 pub fn note_transaction_block() {

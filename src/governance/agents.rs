@@ -16,6 +16,7 @@ use crate::api::{raise, raise_with};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::rc::Rc;
+use crate::backend_local::BackendLocal;
 
 /// The session user's agent, as the gates need it.
 #[derive(Debug)]
@@ -38,11 +39,9 @@ impl Agent {
     }
 }
 
-thread_local! {
-    /// (session user, its agent or None) while worlds.agent is unchanged; the relation's oid, once known.
-    static AGENT: RefCell<Option<(pg_sys::Oid, Option<Rc<Agent>>)>> = const { RefCell::new(None) };
-    static AGENT_REL: std::cell::Cell<pg_sys::Oid> = const { std::cell::Cell::new(pg_sys::Oid::INVALID) };
-}
+static AGENT_REL: BackendLocal<std::cell::Cell<pg_sys::Oid>> = BackendLocal::new(std::cell::Cell::new(pg_sys::Oid::INVALID));
+/// (session user, its agent or None) while worlds.agent is unchanged; the relation's oid, once known.
+static AGENT: BackendLocal<RefCell<Option<(pg_sys::Oid, Option<Rc<Agent>>)>>> = BackendLocal::new(RefCell::new(None));
 
 /// From the relcache callback: worlds.agent changed (or everything did).
 pub fn on_relcache_invalidation(relid: pg_sys::Oid) {
@@ -186,14 +185,12 @@ pub fn on_abort() {
     });
 }
 
-thread_local! {
-    /// A write of a world whose agent has max_changes (the statement, the world): counted when it ends.
-    static PENDING_CHANGES_CHECK: std::cell::Cell<Option<(usize, i32)>> = const { std::cell::Cell::new(None) };
-    /// The world of an agent's write statement whose audit row is written when it ends.
-    static PENDING_AUDIT: RefCell<Option<(usize, String)>> = const { RefCell::new(None) };
-    /// The top-level statement (its start time) and world of the agent's last audited write.
-    static LAST_WRITE: RefCell<Option<(i64, String)>> = const { RefCell::new(None) };
-}
+/// A write of a world whose agent has max_changes (the statement, the world): counted when it ends.
+static PENDING_CHANGES_CHECK: BackendLocal<std::cell::Cell<Option<(usize, i32)>>> = BackendLocal::new(std::cell::Cell::new(None));
+/// The world of an agent's write statement whose audit row is written when it ends.
+static PENDING_AUDIT: BackendLocal<RefCell<Option<(usize, String)>>> = BackendLocal::new(RefCell::new(None));
+/// The top-level statement (its start time) and world of the agent's last audited write.
+static LAST_WRITE: BackendLocal<RefCell<Option<(i64, String)>>> = BackendLocal::new(RefCell::new(None));
 
 /// At the end of a write statement: an agent's world past its max_changes fails the statement.
 pub fn after_write_statement(statement: *const pg_sys::QueryDesc) {

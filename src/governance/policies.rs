@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 use serde_json::Value;
 use worlds_core::merge::Outcome;
 use worlds_core::rules::{self, MergeFacts, Policy, TableChange};
+use crate::backend_local::BackendLocal;
 
 /// A policy's rules, read from worlds.merge_policy (None when there is no such policy).
 pub fn load(name: &str) -> Option<Policy> {
@@ -167,10 +168,8 @@ pub fn checking() -> bool {
     CHECKING.with(|c| c.borrow().is_some())
 }
 
-thread_local! {
-    /// A policy to judge a dry run by, whoever runs it (SHOW REVIEWS, check_merge_policy).
-    static CHECKING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
+/// A policy to judge a dry run by, whoever runs it (SHOW REVIEWS, check_merge_policy).
+static CHECKING: BackendLocal<std::cell::RefCell<Option<String>>> = BackendLocal::new(std::cell::RefCell::new(None));
 
 /// The rules the plan breaks under the policy that judges it (empty: none, or no policy).
 pub fn refusals(plan: &[Planned], schema_changes: usize, world: &World, into_main: bool) -> Vec<String> {

@@ -18,6 +18,7 @@
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use crate::backend_local::BackendLocal;
 
 pub static READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(false);
 
@@ -111,11 +112,9 @@ pub fn install() {
     }
 }
 
-thread_local! {
-    /// Seen on in this transaction: it stays on until the transaction ends, however the setting is put
-    /// back (RESET and `set_config(..., NULL)` reset a setting without asking its check).
-    static STICKY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Seen on in this transaction: it stays on until the transaction ends, however the setting is put
+/// back (RESET and `set_config(..., NULL)` reset a setting without asking its check).
+static STICKY: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 fn held() -> bool {
     let on = READ_ONLY.get() || STICKY.with(|s| s.get());
@@ -125,10 +124,8 @@ fn held() -> bool {
     on
 }
 
-thread_local! {
-    /// A SIMULATE script (or its score) is running: what would leave its world is refused (0A000).
-    static CONFINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// A SIMULATE script (or its score) is running: what would leave its world is refused (0A000).
+static CONFINED: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// Set by SIMULATE around a world's script and score (statements/simulate.rs).
 pub fn set_confined(on: bool) {
@@ -140,10 +137,8 @@ pub fn set_confined(on: bool) {
     CONFINED.with(|c| c.set(on));
 }
 
-thread_local! {
-    /// worlds._seeded_uuid()'s oid, once looked up.
-    static SEEDED_UUID: std::cell::Cell<pg_sys::Oid> = const { std::cell::Cell::new(pg_sys::InvalidOid) };
-}
+/// worlds._seeded_uuid()'s oid, once looked up.
+static SEEDED_UUID: BackendLocal<std::cell::Cell<pg_sys::Oid>> = BackendLocal::new(std::cell::Cell::new(pg_sys::InvalidOid));
 
 /// gen_random_uuid() (pg_catalog, oid 3432) draws from the operating system: in a SIMULATE script its
 /// calls become `worlds._seeded_uuid()`, a version 4 UUID made from random(), which SIMULATE seeds per

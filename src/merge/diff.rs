@@ -3,6 +3,7 @@
 use crate::sql_text::SqlLiteral;
 use crate::spi_calls::Fresh;
 use super::*;
+use crate::backend_local::BackendLocal;
 
 pub(super) fn counts(rows: &[(String, Option<Value>, Option<Value>)]) -> (usize, usize, usize) {
     let mut c = (0, 0, 0);
@@ -125,10 +126,8 @@ pub(super) fn require_read(layout: &Layout) {
     }
 }
 
-thread_local! {
-    /// DIFF ... READERS reads a diff's rows without its NOTICE (`quietly`)
-    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// DIFF ... READERS reads a diff's rows without its NOTICE (`quietly`)
+static QUIET: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// Runs f (a DIFF) without the NOTICE of what each table loses.
 pub fn quietly<R>(f: impl FnOnce() -> R) -> R {

@@ -19,6 +19,7 @@ use crate::storage::Layout;
 use pgrx::prelude::*;
 use std::collections::HashMap;
 use std::rc::Rc;
+use crate::backend_local::BackendLocal;
 
 /// The first key of worlds' write locks (storage/writes.rs takes the same).
 pub const WORLD_LOCK: i32 = 2092147;
@@ -85,10 +86,8 @@ struct Round {
     hold: Hold,
 }
 
-thread_local! {
-    /// the table of the row a round found held
-    static ROW_RELID: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
-}
+/// the table of the row a round found held
+static ROW_RELID: BackendLocal<std::cell::Cell<Option<pg_sys::Oid>>> = BackendLocal::new(std::cell::Cell::new(None));
 
 /// Waits until the transactions that hold the row at `place` (its updater or lockers, read from the
 /// tuple's xmax, a MultiXact's members included) have ended, by waiting on their transaction ids, as

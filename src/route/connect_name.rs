@@ -29,6 +29,7 @@ use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use worlds_core::connect_name::{choose, Choice};
+use crate::backend_local::BackendLocal;
 
 /// The start of PostgreSQL 15's `Port` (libpq/libpq-be.h), which pgrx leaves opaque: the fields up to
 /// `hba`, none of them under an #ifdef. Offsets measured with offsetof() against the server headers
@@ -80,9 +81,7 @@ struct Chosen {
     world: String,
 }
 
-thread_local! {
-    static CHOSEN: RefCell<Option<Chosen>> = const { RefCell::new(None) };
-}
+static CHOSEN: BackendLocal<RefCell<Option<Chosen>>> = BackendLocal::new(RefCell::new(None));
 
 /// Installs the hook (from _PG_init, while preloading). PostgreSQL 15 only: `Port`'s layout is read by
 /// offset.

@@ -19,6 +19,7 @@ use crate::storage::{self, overlay, snapshot_spi};
 use pgrx::pg_sys;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
+use crate::backend_local::BackendLocal;
 
 /// The MERGE statements analysed in a world lately, as analysed (before routing), by their text: a SQL
 /// function's named parameters can't be resolved again from the text alone. Each tree lives in a memory
@@ -31,9 +32,7 @@ struct Analysed {
     context: pg_sys::MemoryContext,
 }
 
-thread_local! {
-    static ANALYSED: std::cell::RefCell<std::collections::VecDeque<Analysed>> = const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
-}
+static ANALYSED: BackendLocal<std::cell::RefCell<std::collections::VecDeque<Analysed>>> = BackendLocal::new(std::cell::RefCell::new(std::collections::VecDeque::new()));
 
 /// Keeps at most this many analysed MERGE statements per backend (the oldest go first).
 const ANALYSED_KEPT: usize = 64;

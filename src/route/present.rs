@@ -11,6 +11,7 @@
 //! Main, moments of the past and sessions of a world without namespaces get no receiver at all.
 use pgrx::pg_sys;
 use std::ffi::CStr;
+use crate::backend_local::BackendLocal;
 
 #[repr(C)]
 struct Shown {
@@ -90,10 +91,8 @@ pub unsafe fn wrap(dest: *mut pg_sys::DestReceiver, explain: bool, through_store
     }
 }
 
-thread_local! {
-    /// information_schema.sql_identifier (a domain over `name`: information_schema's schema columns)
-    static SQL_IDENTIFIER: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
-}
+/// information_schema.sql_identifier (a domain over `name`: information_schema's schema columns)
+static SQL_IDENTIFIER: BackendLocal<std::cell::Cell<Option<pg_sys::Oid>>> = BackendLocal::new(std::cell::Cell::new(None));
 
 /// Is a column of this type a name as the catalog holds it (`name`, information_schema's sql_identifier)?
 unsafe fn is_name_type(typ: pg_sys::Oid) -> bool {

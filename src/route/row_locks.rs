@@ -31,6 +31,7 @@ use crate::storage::{self, overlay, world_locks};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::collections::HashMap;
+use crate::backend_local::BackendLocal;
 
 /// One locking clause's table: (its range table index in the query level, tabno, strength, wait policy).
 struct Locked {
@@ -363,10 +364,8 @@ unsafe fn int4_const(v: i32) -> *mut pg_sys::Const {
     unsafe { pg_sys::makeConst(pg_sys::INT4OID, -1, pg_sys::Oid::INVALID, 4, pg_sys::Datum::from(v), false, true) }
 }
 
-thread_local! {
-    /// (lxid, oid of worlds._lock_row) as last looked up
-    static LOCK_FN: std::cell::Cell<(u32, pg_sys::Oid)> = const { std::cell::Cell::new((0, pg_sys::Oid::INVALID)) };
-}
+/// (lxid, oid of worlds._lock_row) as last looked up
+static LOCK_FN: BackendLocal<std::cell::Cell<(u32, pg_sys::Oid)>> = BackendLocal::new(std::cell::Cell::new((0, pg_sys::Oid::INVALID)));
 
 /// The oid of `worlds._lock_row(int4, int4, int4, int4, VARIADIC "any")` (looked up once per transaction:
 /// the extension may be dropped and made again).

@@ -20,6 +20,7 @@ mod simulate;
 mod simulate_worker;
 mod simulate_world;
 pub use simulate_worker::on_abort as simulate_on_abort;
+use crate::backend_local::BackendLocal;
 
 #[pg_extern(name = "sql")]
 fn sql_statement(statement: &str) -> SetOfIterator<'static, JsonB> {
@@ -182,10 +183,8 @@ fn world_as_of_reference(world: &str, table: &str, when: &str, alias: &str) -> S
     format!("(SELECT * FROM pg_temp.{copy}) AS {alias}")
 }
 
-thread_local! {
-    /// Numbers the temporary copies AS OF makes inside a world.
-    static AS_OF_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
+/// Numbers the temporary copies AS OF makes inside a world.
+static AS_OF_COPIES: BackendLocal<std::cell::Cell<u64>> = BackendLocal::new(std::cell::Cell::new(0));
 
 /// A user's SELECT as JSON objects, keyed by its result column names; a name that repeats (`now.status,
 /// old.status`) gets a suffix (`status_1`), as a JSON object keeps one value per key.

@@ -9,6 +9,7 @@ use super::{relation_layout, Layout};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::rc::Rc;
+use crate::backend_local::BackendLocal;
 
 /// Fixed leading columns of a history table (1-based attnums).
 pub const H_HSEQ: usize = 0;
@@ -20,14 +21,10 @@ pub const H_NEW_TID: usize = 5;
 pub const H_SRC: usize = 6;
 pub const H_FIXED: usize = 7;
 
-thread_local! {
-    /// The world a merge in progress brings changes from; recorded in history's `src`.
-    pub static MERGE_SOURCE: RefCell<Option<String>> = const { RefCell::new(None) };
-}
+/// The world a merge in progress brings changes from; recorded in history's `src`.
+pub static MERGE_SOURCE: BackendLocal<RefCell<Option<String>>> = BackendLocal::new(RefCell::new(None));
 
-thread_local! {
-    static LAST_HSEQ: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
-}
+static LAST_HSEQ: BackendLocal<std::cell::Cell<i64>> = BackendLocal::new(std::cell::Cell::new(0));
 
 /// History's order, without a sequence (whose page lock two writers of main would fight over): the WAL
 /// insert position, times 1024, plus the backend's number. Two changes of one row are ordered by their
@@ -321,14 +318,12 @@ struct Held {
     opening: Vec<pg_sys::Relation>,
 }
 
-thread_local! {
-    static HELD: RefCell<Held> = const { RefCell::new(Held { targets: Vec::new(), opening: Vec::new() }) };
-    static PLANS: RefCell<Vec<IndexPlan>> = const { RefCell::new(Vec::new()) };
-    /// a relcache invalidation arrived since they were opened: an index may have been added
-    static TARGETS_STALE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// relcache invalidations seen: one during the making of a plan leaves it stale
-    static INVALIDATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
+static HELD: BackendLocal<RefCell<Held>> = BackendLocal::new(RefCell::new(Held { targets: Vec::new(), opening: Vec::new() }));
+static PLANS: BackendLocal<RefCell<Vec<IndexPlan>>> = BackendLocal::new(RefCell::new(Vec::new()));
+/// a relcache invalidation arrived since they were opened: an index may have been added
+static TARGETS_STALE: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
+/// relcache invalidations seen: one during the making of a plan leaves it stale
+static INVALIDATIONS: BackendLocal<std::cell::Cell<u64>> = BackendLocal::new(std::cell::Cell::new(0));
 
 pub(super) unsafe fn open_target(relid: pg_sys::Oid) -> (pg_sys::Relation, IndexList) {
     unsafe {

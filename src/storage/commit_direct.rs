@@ -9,6 +9,7 @@
 //! writer of it still in progress, as the UPDATE does there. Under REPEATABLE READ and SERIALIZABLE the
 //! UPDATE's check against the transaction's snapshot stays (write_events runs the statement).
 use pgrx::prelude::*;
+use crate::backend_local::BackendLocal;
 
 /// Inserts event (seq, at, world, event, rows, xid) and adds `k` to world `num`'s version; the new version.
 /// None when nothing was done (not READ COMMITTED, the catalog isn't as expected, no such world): the
@@ -137,9 +138,7 @@ struct Events {
     cols: [usize; 6],
 }
 
-thread_local! {
-    static EVENTS: std::cell::Cell<Option<Events>> = const { std::cell::Cell::new(None) };
-}
+static EVENTS: BackendLocal<std::cell::Cell<Option<Events>>> = BackendLocal::new(std::cell::Cell::new(None));
 
 pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
     EVENTS.with(|c| {

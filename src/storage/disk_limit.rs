@@ -8,14 +8,13 @@ use crate::api::raise;
 use pgrx::prelude::*;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
+use crate::backend_local::BackendLocal;
 
 /// How long a session acts on a size it measured before measuring again (docs/sql.md: the guarantee).
 pub const MEASURE_EVERY: Duration = Duration::from_secs(5);
 
-thread_local! {
-    /// The latest measurement: (database, total bytes, when)
-    static MEASURED: Cell<Option<(pg_sys::Oid, i64, Instant)>> = const { Cell::new(None) };
-}
+/// The latest measurement: (database, total bytes, when)
+static MEASURED: BackendLocal<Cell<Option<(pg_sys::Oid, i64, Instant)>>> = BackendLocal::new(Cell::new(None));
 
 /// What the database takes on disk now: its files (`pg_database_size`) and the WAL the server keeps.
 #[derive(Clone, Copy, Debug)]

@@ -45,6 +45,7 @@ use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use crate::backend_local::BackendLocal;
 
 unsafe extern "C-unwind" {
     #[link_name = "datumIsEqual"]
@@ -118,20 +119,18 @@ pub struct OtherUnique {
     pub nulls_not_distinct: bool,
 }
 
+/// the tracked tables that have their storage (the others route as main has them)
+static ROUTED: BackendLocal<RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>>> = BackendLocal::new(RefCell::new(None));
+/// relid -> tabno of every tracked table, for the router; None until loaded.
+static TRACKED: BackendLocal<RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>>> = BackendLocal::new(RefCell::new(None));
+/// the overlay views of every tracked table (the router leaves them alone); None until made
+static OVERLAYS: BackendLocal<RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>>> = BackendLocal::new(RefCell::new(None));
 thread_local! {
     static LAYOUTS: RefCell<HashMap<i32, Rc<Layout>>> = RefCell::new(HashMap::new());
-    /// relid -> tabno of every tracked table, for the router; None until loaded.
-    static TRACKED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
-    /// the tracked tables that have their storage (the others route as main has them)
-    static ROUTED: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
-    /// the overlay views of every tracked table (the router leaves them alone); None until made
-    static OVERLAYS: RefCell<Option<Rc<HashMap<pg_sys::Oid, i32>>>> = const { RefCell::new(None) };
 }
 
-thread_local! {
-    /// The role (and security context) pg_worlds' internal work was entered from.
-    static SESSION_USER: std::cell::Cell<(pg_sys::Oid, i32)> = const { std::cell::Cell::new((pg_sys::Oid::INVALID, 0)) };
-}
+/// The role (and security context) pg_worlds' internal work was entered from.
+static SESSION_USER: BackendLocal<std::cell::Cell<(pg_sys::Oid, i32)>> = BackendLocal::new(std::cell::Cell::new((pg_sys::Oid::INVALID, 0)));
 
 /// Inside `as_internal`, runs f with the rights of the role that called pg_worlds (a merge's DML on main
 /// is checked against the merging role's privileges and row-level security).
@@ -211,9 +210,7 @@ pub fn as_table_owner<R>(layout: &Layout, f: impl FnOnce() -> R) -> R {
 
 // Depth of pg_worlds' own SPI work; the router leaves those queries alone and they don't count as a new
 // statement for the overlay cache.
-thread_local! {
-    pub static INTERNAL: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
+pub static INTERNAL: BackendLocal<std::cell::Cell<u32>> = BackendLocal::new(std::cell::Cell::new(0));
 
 pub fn internal() -> bool {
     INTERNAL.with(|i| i.get() > 0)
@@ -240,11 +237,9 @@ pub fn as_internal_lazy<R>(f: impl FnOnce() -> R) -> R {
     internal_work(true, f)
 }
 
-thread_local! {
-    /// as_internal_lazy's search_path: (pending: not set yet, the GUC level it was set at)
-    /// (and whether the search_path is to be set, or only the fixed settings)
-    static LAZY_PATH: std::cell::Cell<(bool, Option<i32>, bool)> = const { std::cell::Cell::new((false, None, false)) };
-}
+/// as_internal_lazy's search_path: (pending: not set yet, the GUC level it was set at)
+/// (and whether the search_path is to be set, or only the fixed settings)
+static LAZY_PATH: BackendLocal<std::cell::Cell<(bool, Option<i32>, bool)>> = BackendLocal::new(std::cell::Cell::new((false, None, false)));
 
 /// Sets the safe search_path an `as_internal_lazy` deferred, if it did and hasn't yet.
 pub fn ensure_safe_path() {
@@ -482,10 +477,8 @@ fn caller_path() -> Option<std::ffi::CString> {
 /// The search_path pg_worlds' own SQL runs with.
 const SAFE_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
 
-thread_local! {
-    /// The session's search_path when pg_worlds' internal work began (None: it was already the safe one).
-    static SESSION_SEARCH_PATH: RefCell<Option<std::ffi::CString>> = const { RefCell::new(None) };
-}
+/// The session's search_path when pg_worlds' internal work began (None: it was already the safe one).
+static SESSION_SEARCH_PATH: BackendLocal<RefCell<Option<std::ffi::CString>>> = BackendLocal::new(RefCell::new(None));
 
 pub fn relation_layout(tabno: i32) -> Rc<Layout> {
     if let Some(l) = LAYOUTS.with(|m| m.borrow().get(&tabno).cloned()) {

@@ -178,23 +178,7 @@ pub(super) struct WorldPart {
     pub(super) hidden_tids: FastSet<u64>,
 }
 
-/// Backend-local state without thread-local storage: a Postgres backend is single-threaded, and in a
-/// shared library every thread_local access goes through __tls_get_addr, which the per-row functions
-/// below can't afford (measured: ~10% of a world's full scan).
-pub struct BackendLocal<T>(std::cell::UnsafeCell<T>);
-
-// SAFETY: Postgres runs a backend's queries on one thread; pgrx's guards refuse calls from others.
-unsafe impl<T> Sync for BackendLocal<T> {}
-
-impl<T> BackendLocal<T> {
-    pub const fn new(value: T) -> Self {
-        BackendLocal(std::cell::UnsafeCell::new(value))
-    }
-    #[inline(always)]
-    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        f(unsafe { &*self.0.get() })
-    }
-}
+pub use crate::backend_local::BackendLocal;
 
 /// Bumped by every statement the executor starts (other than pg_worlds' own SPI work).
 static EXEC_GEN: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(1));
@@ -202,17 +186,13 @@ static EXEC_GEN: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(1));
 pub(super) static CACHES: BackendLocal<RefCell<FastMap<i32, Box<TableCache>>>> =
     BackendLocal::new(RefCell::new(HashMap::with_hasher(FxBuild::new())));
 
-thread_local! {
-    pub(super) static WORLD: RefCell<Option<(u64, u64, World)>> = const { RefCell::new(None) };
-    /// the snapshot signature the session's world was last checked with
-    static WORLD_SIG: Cell<u64> = const { Cell::new(0) };
-    /// (lxid, statement start) of the last statement that bumped the world's version
-    pub(super) static BUMPED: Cell<(u32, i64)> = const { Cell::new((0, 0)) };
-    /// (lxid, world) whose write lock this transaction holds
-    pub(super) static LOCKED: Cell<(u32, i32)> = const { Cell::new((0, 0)) };
-    /// its 'write' event in worlds.event
-    pub(super) static WRITE_EVENT: Cell<i64> = const { Cell::new(0) };
-}
+pub(super) static WORLD: BackendLocal<RefCell<Option<(u64, u64, World)>>> = BackendLocal::new(RefCell::new(None));
+/// the snapshot signature the session's world was last checked with
+static WORLD_SIG: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+/// (lxid, statement start) of the last statement that bumped the world's version
+pub(super) static BUMPED: BackendLocal<Cell<(u32, i64)>> = BackendLocal::new(Cell::new((0, 0)));
+/// its 'write' event in worlds.event
+pub(super) static WRITE_EVENT: BackendLocal<Cell<i64>> = BackendLocal::new(Cell::new(0));
 
 pub fn next_statement() {
     EXEC_GEN.with(|g| g.set(g.get() + 1));
@@ -339,10 +319,8 @@ pub(super) fn created_since_fork(tabno: i32, tid: u64) -> bool {
     with_cache(tabno, |c| c.created_tids.contains(&tid))
 }
 
-thread_local! {
-    /// (full validations, statements that found their cache current): what `worlds._cache_stats()` shows
-    static STATS: Cell<(i64, i64)> = const { Cell::new((0, 0)) };
-}
+/// (full validations, statements that found their cache current): what `worlds._cache_stats()` shows
+static STATS: BackendLocal<Cell<(i64, i64)>> = BackendLocal::new(Cell::new((0, 0)));
 
 /// This backend's overlay cache activity: validations run, and statements that reused a current cache.
 #[pg_extern]

@@ -12,13 +12,14 @@ use crate::spi_calls::Fresh;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use crate::backend_local::BackendLocal;
 
+/// relations invalidated since the last check (None inside: every relation)
+static CANDIDATES: BackendLocal<RefCell<Option<Vec<pg_sys::Oid>>>> = BackendLocal::new(RefCell::new(Some(Vec::new())));
+static CHECKING: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 thread_local! {
-    /// relations invalidated since the last check (None inside: every relation)
-    static CANDIDATES: RefCell<Option<Vec<pg_sys::Oid>>> = const { RefCell::new(Some(Vec::new())) };
     /// tracked table -> the relfilenode worlds.tables recorded for it, as last read
     static RECORDED: RefCell<HashMap<pg_sys::Oid, u32>> = RefCell::new(HashMap::new());
-    static CHECKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// From the relcache callback: no catalog access here.

@@ -17,6 +17,7 @@
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_void, CStr, CString};
+use crate::backend_local::BackendLocal;
 
 /// The setting's own text (GUC's variable for `search_path` since `install`).
 static mut USER_PATH: *mut c_char = std::ptr::null_mut();
@@ -24,15 +25,13 @@ static mut USER_PATH: *mut c_char = std::ptr::null_mut();
 static mut ORIGINAL_ASSIGN: pg_sys::GucStringAssignHook = None;
 static mut INSTALLED: bool = false;
 
-thread_local! {
-    /// The worlds whose namespaces the session's names resolve in, its own first (empty: main).
-    static CHAIN: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
-    /// The text `namespace_search_path` points into (kept alive here).
-    static EFFECTIVE: RefCell<Option<CString>> = const { RefCell::new(None) };
-    /// The world setting changed where its chain couldn't be read (outside a transaction): read it at
-    /// the next chance (`refresh_if_pending`); until then the session sees no world namespace.
-    static PENDING: Cell<bool> = const { Cell::new(false) };
-}
+/// The worlds whose namespaces the session's names resolve in, its own first (empty: main).
+static CHAIN: BackendLocal<RefCell<Vec<i32>>> = BackendLocal::new(RefCell::new(Vec::new()));
+/// The text `namespace_search_path` points into (kept alive here).
+static EFFECTIVE: BackendLocal<RefCell<Option<CString>>> = BackendLocal::new(RefCell::new(None));
+/// The world setting changed where its chain couldn't be read (outside a transaction): read it at
+/// the next chance (`refresh_if_pending`); until then the session sees no world namespace.
+static PENDING: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 
 /// Where a world's objects of `schema` live: `pg_w<num>_<schema>`, the schema's name cut (at a character)
 /// to keep the whole within Postgres's 63 bytes. A name beginning `pg_` is reserved: no role makes one

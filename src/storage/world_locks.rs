@@ -19,6 +19,7 @@ use super::overlay::{Key, World};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
+use crate::backend_local::BackendLocal;
 
 /// The first key of a world's advisory lock (the second is its number).
 pub const WORLD_LOCK: i32 = 2092147;
@@ -33,18 +34,16 @@ pub enum Mode {
     Exclusive = 2,
 }
 
-thread_local! {
-    /// (lxid, world, mode, the subtransaction that took it) of the world locks this transaction holds
-    static HELD: RefCell<Vec<(u32, i32, u8, pg_sys::SubTransactionId)>> = const { RefCell::new(Vec::new()) };
-    /// (lxid, world, the key locks this transaction took in it and their modes)
-    static KEYS: RefCell<(u32, i32, std::collections::HashMap<i64, Mode>)> = RefCell::new((0, 0, Default::default()));
-}
+/// (lxid, world, mode, the subtransaction that took it) of the world locks this transaction holds
+static HELD: BackendLocal<RefCell<Vec<(u32, i32, u8, pg_sys::SubTransactionId)>>> = BackendLocal::new(RefCell::new(Vec::new()));
+/// (lxid, world, the key locks this transaction took in it and their modes)
+static KEYS: BackendLocal<RefCell<(u32, i32, super::overlay::FastMap<i64, Mode>)>> =
+    BackendLocal::new(RefCell::new((0, 0, super::overlay::FastMap::with_hasher(super::overlay::FxBuild::new()))));
 
-thread_local! {
-    /// (lxid, statement, key lock ids): the keys the running statement's ExecutorStart locked before it
-    /// took the snapshot it reads on (hooks/write_locks.rs), under READ COMMITTED
-    static BEFORE_READING: RefCell<(u32, u64, std::collections::HashSet<i64>)> = RefCell::new((0, 0, Default::default()));
-}
+/// (lxid, statement, key lock ids): the keys the running statement's ExecutorStart locked before it
+/// took the snapshot it reads on (hooks/write_locks.rs), under READ COMMITTED
+static BEFORE_READING: BackendLocal<RefCell<(u32, u64, super::overlay::FastSet<i64>)>> =
+    BackendLocal::new(RefCell::new((0, 0, super::overlay::FastSet::with_hasher(super::overlay::FxBuild::new()))));
 
 /// The running statement (READ COMMITTED) locked these keys before taking the snapshot it reads on: every
 /// version of them committed before it is in that snapshot, and none can commit after it.

@@ -27,12 +27,11 @@ use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use crate::backend_local::BackendLocal;
 
-thread_local! {
-    /// (world, main's table -> its twin), for the last world asked about; dropped at every relcache
-    /// invalidation (a twin made or dropped invalidates its main table).
-    static TWINS: RefCell<Option<(i32, Rc<HashMap<pg_sys::Oid, pg_sys::Oid>>)>> = const { RefCell::new(None) };
-}
+/// (world, main's table -> its twin), for the last world asked about; dropped at every relcache
+/// invalidation (a twin made or dropped invalidates its main table).
+static TWINS: BackendLocal<RefCell<Option<(i32, Rc<HashMap<pg_sys::Oid, pg_sys::Oid>>)>>> = BackendLocal::new(RefCell::new(None));
 
 pub(super) fn on_relcache_invalidation(_relid: pg_sys::Oid) {
     TWINS.with(|t| {

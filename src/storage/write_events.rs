@@ -5,15 +5,14 @@ use super::overlay::{World, BUMPED, CACHES, WORLD, WRITE_EVENT};
 use super::snapshot_spi::kept;
 use super::{as_internal, world_locks};
 use pgrx::prelude::*;
+use crate::backend_local::BackendLocal;
 
-thread_local! {
-    /// (lxid, event) of the `commit` event of this transaction block's writes
-    static COMMIT_EVENT: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
-    /// the subtransactions that took the world's lock, bumped its version and wrote the `commit` event
-    static DONE_IN: std::cell::Cell<[pg_sys::SubTransactionId; 3]> = const { std::cell::Cell::new([0; 3]) };
-    /// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
-    static PENDING_ROWS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
-}
+/// (lxid, event) of the `commit` event of this transaction block's writes
+static COMMIT_EVENT: BackendLocal<std::cell::Cell<(u32, i64)>> = BackendLocal::new(std::cell::Cell::new((0, 0)));
+/// the subtransactions that took the world's lock, bumped its version and wrote the `commit` event
+static DONE_IN: BackendLocal<std::cell::Cell<[pg_sys::SubTransactionId; 3]>> = BackendLocal::new(std::cell::Cell::new([0; 3]));
+/// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
+static PENDING_ROWS: BackendLocal<std::cell::Cell<(i64, i64)>> = BackendLocal::new(std::cell::Cell::new((0, 0)));
 const BUMP: usize = 1;
 const COMMIT: usize = 2;
 
@@ -66,9 +65,7 @@ struct PendingEvent {
     sub: pg_sys::SubTransactionId,
 }
 
-thread_local! {
-    static PENDING_EVENT: std::cell::Cell<Option<PendingEvent>> = const { std::cell::Cell::new(None) };
-}
+static PENDING_EVENT: BackendLocal<std::cell::Cell<Option<PendingEvent>>> = BackendLocal::new(std::cell::Cell::new(None));
 
 /// Adds the rows counted in this backend to their event (before the next statement's event, before
 /// commit, and before SHOW HISTORY reads events), and writes the event reserved by the latest write
@@ -133,10 +130,8 @@ fn count_row(event: i64) {
     });
 }
 
-thread_local! {
-    /// Set while a merge writes into a world: its `merged ...` events say it, not a `write` of its own.
-    static MERGE_WRITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while a merge writes into a world: its `merged ...` events say it, not a `write` of its own.
+static MERGE_WRITING: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// Runs `f` (a merge's writes into a world) without SHOW HISTORY `write` events for them.
 pub fn as_merge_writes<R>(f: impl FnOnce() -> R) -> R {
@@ -190,10 +185,8 @@ pub(super) fn bump_version(world: &World) {
     PENDING_BUMPS.with(|p| p.borrow_mut().push((stmt.0, world.num, sub)));
 }
 
-thread_local! {
-    /// one entry per write statement of this transaction: (lxid, world, its subtransaction)
-    static PENDING_BUMPS: std::cell::RefCell<Vec<(u32, i32, pg_sys::SubTransactionId)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
+/// one entry per write statement of this transaction: (lxid, world, its subtransaction)
+static PENDING_BUMPS: BackendLocal<std::cell::RefCell<Vec<(u32, i32, pg_sys::SubTransactionId)>>> = BackendLocal::new(std::cell::RefCell::new(Vec::new()));
 
 /// Before commit (or PREPARE): each world written moves its version on by the statements that wrote it,
 /// and its `active` time to now, in one UPDATE of its row per world (in world-number order, so two

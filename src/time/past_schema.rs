@@ -6,13 +6,12 @@
 //! setting undone by ROLLBACK) at the next statement, which is then analysed again.
 use crate::guc;
 use std::cell::RefCell;
+use crate::backend_local::BackendLocal;
 
-thread_local! {
-    /// The moment the session's views were made for (None: no views).
-    static SHADOWED: RefCell<Option<String>> = const { RefCell::new(None) };
-    /// A transaction that made or dropped views was rolled back: what exists is unknown.
-    static UNSURE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// The moment the session's views were made for (None: no views).
+static SHADOWED: BackendLocal<RefCell<Option<String>>> = BackendLocal::new(RefCell::new(None));
+/// A transaction that made or dropped views was rolled back: what exists is unknown.
+static UNSURE: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 fn past_setting() -> Option<String> {
     let s = guc::current_world_setting().to_string_lossy();

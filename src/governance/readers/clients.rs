@@ -67,14 +67,12 @@ struct Local {
     tables: Fast<u32, bool>,
 }
 
-thread_local! {
-    static LOCAL: RefCell<Local> = RefCell::new(Local {
-        role: pg_sys::Oid::INVALID,
-        app: [0; APP_BYTES],
-        seen: Fast::default(),
-        tables: Fast::default(),
-    });
-}
+static LOCAL: crate::backend_local::BackendLocal<RefCell<Local>> = crate::backend_local::BackendLocal::new(RefCell::new(Local {
+    role: pg_sys::Oid::INVALID,
+    app: [0; APP_BYTES],
+    seen: Fast::with_hasher(BuildHasherDefault::new()),
+    tables: Fast::with_hasher(BuildHasherDefault::new()),
+}));
 
 /// The executor hook's test before it calls `record`: recording is on and this is a client's statement.
 #[inline]
@@ -86,21 +84,36 @@ pub fn wanted(eflags: std::ffi::c_int) -> bool {
         && shmem::available()
 }
 
+/// Is C string `p` (null: none) the application_name kept in `app` (cut at APP_BYTES - 1 bytes, padded with
+/// NULs)? Compared in place, up to the string's NUL: the hook runs for every statement.
+unsafe fn same_app(p: *const std::ffi::c_char, app: &[u8; APP_BYTES]) -> bool {
+    for (i, &kept) in app.iter().enumerate().take(APP_BYTES - 1) {
+        let b = if p.is_null() { 0 } else { unsafe { *p.add(i) as u8 } };
+        if b != kept {
+            return false;
+        }
+        if b == 0 {
+            return true;
+        }
+    }
+    // a longer name whose first APP_BYTES - 1 bytes are the ones kept
+    true
+}
+
 impl Local {
     /// Follows the session's client (SET SESSION AUTHORIZATION, SET application_name): what was recorded
     /// for another client says nothing for this one.
     fn follow_client(&mut self) {
         let role = unsafe { raw::GetSessionUserId() };
         let p = unsafe { pg_sys::application_name };
-        let mut same = role == self.role;
-        let mut app = [0u8; APP_BYTES];
-        if !p.is_null() {
-            let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
-            let n = s.len().min(APP_BYTES - 1);
-            app[..n].copy_from_slice(&s[..n]);
-        }
-        same &= app == self.app;
+        let same = role == self.role && unsafe { same_app(p, &self.app) };
         if !same {
+            let mut app = [0u8; APP_BYTES];
+            if !p.is_null() {
+                let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+                let n = s.len().min(APP_BYTES - 1);
+                app[..n].copy_from_slice(&s[..n]);
+            }
             self.role = role;
             self.app = app;
             self.seen.clear();
@@ -158,12 +171,7 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc) {
                 }
                 let relid = (*rte).relid.to_u32();
                 for cols in [(*rte).selectedCols, (*rte).updatedCols] {
-                    let mut m = -1;
-                    loop {
-                        m = crate::fast_ffi::bms_next_member(cols, m);
-                        if m < 0 {
-                            break;
-                        }
+                    for m in members(cols) {
                         let attnum = m + pg_sys::FirstLowInvalidHeapAttributeNumber;
                         // (a whole-row reference reads every column; system columns aren't the user's)
                         let range = match attnum {
@@ -198,6 +206,21 @@ pub unsafe fn record(query_desc: *mut pg_sys::QueryDesc) {
         let keys: Vec<ReadKey> = new.into_iter().map(|(relid, attnum)| ReadKey { db, role: role.to_u32(), relid, attnum, app }).collect();
         shmem::record(&keys, now);
     }
+}
+
+/// The members of a Bitmapset, read in place (bms_next_member, without a call per member).
+unsafe fn members(set: *const pg_sys::Bitmapset) -> impl Iterator<Item = i32> {
+    let words: &[pg_sys::bitmapword] = if set.is_null() { &[] } else { unsafe { (*set).words.as_slice((*set).nwords as usize) } };
+    words.iter().enumerate().flat_map(|(w, &word)| {
+        let mut rest = word;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let bit = rest.trailing_zeros();
+                rest &= rest - 1;
+                (w as u32 * pg_sys::bitmapword::BITS + bit) as i32
+            })
+        })
+    })
 }
 
 /// The table's number of columns (dropped ones included).

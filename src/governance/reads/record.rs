@@ -18,6 +18,7 @@ use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use worlds_core::reads::{self, Columns, Conjunct, Test};
+use crate::backend_local::BackendLocal;
 
 thread_local! {
     /// Does world n check its reads? (It can only be turned off after its fork: a stale yes records
@@ -529,10 +530,10 @@ struct Watched {
     next: pg_sys::ExecProcNodeMtd,
 }
 
+/// run_watched's address as stored in a node
+static INSTALLED: BackendLocal<std::cell::Cell<usize>> = BackendLocal::new(std::cell::Cell::new(0));
 thread_local! {
     static WATCHED: RefCell<HashMap<usize, Watched>> = RefCell::new(HashMap::new());
-    /// run_watched's address as stored in a node
-    static INSTALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 unsafe fn watch(ps: *mut pg_sys::PlanState, mut w: Watched) {

@@ -15,6 +15,7 @@ use super::sent::{send, Read};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use worlds_core::reads::{Columns, Conjunct, Test};
+use crate::backend_local::BackendLocal;
 
 /// An index scan whose read waits for where it stopped.
 pub(super) struct Held {
@@ -30,9 +31,7 @@ pub(super) struct Held {
     opno: pg_sys::Oid,
 }
 
-thread_local! {
-    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
-}
+static HELD: BackendLocal<RefCell<Vec<Held>>> = BackendLocal::new(RefCell::new(Vec::new()));
 
 /// The index scan under the statement's top LIMIT, if its index is the table's single-column key of a
 /// non-collatable type: (the scan, the key's attno, its type, the bound's operator).

@@ -2,6 +2,7 @@
 //! overlay view, or is marked for the world scan; views are expanded, row-level security applied, writes
 //! checked (route_range_table).
 use super::*;
+use crate::backend_local::BackendLocal;
 
 /// Is this session routed into a world right now? (Not in main, not pg_worlds' own work, and inside a
 /// transaction where the catalog can be read.)
@@ -99,11 +100,9 @@ pub(super) unsafe extern "C-unwind" fn post_parse_analyze(
     }
 }
 
-thread_local! {
-    /// Set while the views of a session in the past are made or dropped (their own statements are analysed
-    /// too)
-    static PAST_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while the views of a session in the past are made or dropped (their own statements are analysed
+/// too)
+static PAST_SYNC: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// Can the views of a session in the past be made now? (A user's statement, not inside a SECURITY DEFINER
 /// function (the views are the session role's, resolved on its search_path), in a transaction, in a

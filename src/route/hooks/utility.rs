@@ -2,6 +2,7 @@
 //! statements that aren't planned): the spec's statements typed in psql, DDL keeping storage in step,
 //! drops guarded, COPY FROM into a world, TRUNCATE in a world.
 use super::*;
+use crate::backend_local::BackendLocal;
 
 #[allow(clippy::too_many_arguments)]
 /// What ProcessUtility passes on to Postgres, and what it does after.
@@ -747,9 +748,7 @@ pub(super) unsafe fn copy_from_into_world(
                 })
                 .collect()
         };
-        thread_local! {
-            static STAGING_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-        }
+        static STAGING_SEQ: BackendLocal<std::cell::Cell<u64>> = BackendLocal::new(std::cell::Cell::new(0));
         let seq = STAGING_SEQ.with(|s| {
             s.set(s.get() + 1);
             s.get()

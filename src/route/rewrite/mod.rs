@@ -12,6 +12,7 @@ use std::collections::HashMap;
 mod views;
 pub(crate) use views::*;
 use crate::route::view_inline::inline_view;
+use crate::backend_local::BackendLocal;
 
 pub(crate) struct RouteContext {
     pub(crate) tracked: std::rc::Rc<HashMap<pg_sys::Oid, i32>>,
@@ -29,10 +30,8 @@ pub(crate) struct RouteContext {
     pub(crate) twins: std::rc::Rc<HashMap<pg_sys::Oid, pg_sys::Oid>>,
 }
 
-thread_local! {
-    /// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
-    pub(crate) static ROUTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while a query is being routed: the catalog lookups routing makes are never routed themselves.
+pub(crate) static ROUTING: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// The analysed query a utility statement runs: DECLARE CURSOR's, CREATE TABLE AS's (also under EXPLAIN).
 pub(crate) unsafe fn utility_query(stmt: *mut pg_sys::Node) -> Option<*mut pg_sys::Query> {

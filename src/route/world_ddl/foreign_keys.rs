@@ -1,11 +1,10 @@
 //! Foreign keys from a world's table to one of main's: left out in the world, made by the merge.
 use super::*;
-thread_local! {
-    /// Foreign keys a statement in a world left out (to main's tables): (the table as the statement names
-    /// it, the constraint's text), recorded once the statement succeeded (`after`).
-    /// (the statement that left them out, its table, the constraint)
-    pub(super) static DEFERRED: std::cell::RefCell<Vec<(usize, *mut pg_sys::RangeVar, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
+use crate::backend_local::BackendLocal;
+/// Foreign keys a statement in a world left out (to main's tables): (the table as the statement names
+/// it, the constraint's text), recorded once the statement succeeded (`after`).
+/// (the statement that left them out, its table, the constraint)
+pub(super) static DEFERRED: BackendLocal<std::cell::RefCell<Vec<(usize, *mut pg_sys::RangeVar, String)>>> = BackendLocal::new(std::cell::RefCell::new(Vec::new()));
 
 /// A foreign key from a table of the world to one of main's can't be made in the world: it would put
 /// Postgres's checks on main's table (its deletes would look for the world's rows). Worlds check foreign
@@ -188,7 +187,5 @@ pub fn forget_deferred() {
     MAINTENANCE.with(|m| m.set(false));
 }
 
-thread_local! {
-    /// The statement `before` is working on (its entries in DEFERRED are tagged with it).
-    pub(super) static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
+/// The statement `before` is working on (its entries in DEFERRED are tagged with it).
+pub(super) static CURRENT: BackendLocal<std::cell::Cell<usize>> = BackendLocal::new(std::cell::Cell::new(0));

@@ -27,6 +27,7 @@ pub use foreign_keys::{after, forget_deferred};
 use foreign_keys::*;
 use judge::*;
 use names::*;
+use crate::backend_local::BackendLocal;
 
 static mut PREV_OBJECT_ACCESS: pg_sys::object_access_hook_type = None;
 
@@ -111,18 +112,14 @@ fn statement_name(stmt: *mut pg_sys::Node) -> String {
     }
 }
 
-thread_local! {
-    /// Set while a statement that stores a query (a view, a rule, a policy, a SQL-standard function
-    /// body) runs in a world: the query it stores is analysed as written, not routed into the world (the
-    /// world's rows are read when it is used, as for main's views).
-    static DEFINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while a statement that stores a query (a view, a rule, a policy, a SQL-standard function
+/// body) runs in a world: the query it stores is analysed as written, not routed into the world (the
+/// world's rows are read when it is used, as for main's views).
+static DEFINING: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
-thread_local! {
-    /// Set while VACUUM, REINDEX or CLUSTER (without USING) runs in a world: they rebuild storage, main's
-    /// tables' too, and change no definition (their transient tables and swaps aren't the world's DDL).
-    static MAINTENANCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while VACUUM, REINDEX or CLUSTER (without USING) runs in a world: they rebuild storage, main's
+/// tables' too, and change no definition (their transient tables and swaps aren't the world's DDL).
+static MAINTENANCE: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// A utility statement in a world starts (`maintenance`: it only rebuilds storage) and ends.
 pub fn maintenance(on: bool) {

@@ -2,6 +2,7 @@
 //! such statement: storage/world_twins.rs), and recorded for the merge to run again on main's table.
 use super::*;
 use crate::storage::world_twins;
+use crate::backend_local::BackendLocal;
 
 /// The twin a relation stands for in this statement: main's tracked table (or its index) becomes its
 /// twin (made now if need be) and `rv` is pointed at it; a twin already named is itself.
@@ -194,10 +195,8 @@ pub(super) unsafe fn route_main_tables(stmt: *mut pg_sys::Node, world: &overlay:
     }
 }
 
-thread_local! {
-    /// The statement was done by pg_worlds (a DROP TABLE of main's tables only): Postgres runs nothing.
-    pub(super) static CONSUMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// The statement was done by pg_worlds (a DROP TABLE of main's tables only): Postgres runs nothing.
+pub(super) static CONSUMED: BackendLocal<std::cell::Cell<bool>> = BackendLocal::new(std::cell::Cell::new(false));
 
 /// Did `before` do the whole statement (nothing left for Postgres to run)? Reset by asking.
 pub fn consumed() -> bool {

@@ -1,6 +1,7 @@
 //! The visibility functions the overlay views call per row (raw V1 functions: the hot path), and the
 //! parts of the cache a query freezes for them.
 use super::*;
+use crate::backend_local::BackendLocal;
 
 
 pub(super) unsafe fn arg_key(fcinfo: pg_sys::FunctionCallInfo, n: usize, int_key: bool) -> Option<Key> {
@@ -47,9 +48,7 @@ pub fn starting_portal_select() -> bool {
 /// # Safety
 /// `query_cxt` is the started query's `es_query_cxt`.
 pub unsafe fn freeze_for_query(query_cxt: pg_sys::MemoryContext, tabnos: &[i32]) {
-    thread_local! {
-        static FREEZING: Cell<bool> = const { Cell::new(false) };
-    }
+    static FREEZING: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
     // making a cache current may run queries of one SELECT itself (a moment's world, AS OF): not again
     if FREEZING.with(|f| f.replace(true)) {
         return;

@@ -2,6 +2,7 @@
 //! their snapshots), a past moment ('name@when'), and pg_worlds' own overrides (merges, DIFF).
 use crate::spi_calls::Fresh;
 use super::*;
+use crate::backend_local::BackendLocal;
 
 /// The session's world for routing a query being analyzed: the one resolved last, unless the setting
 /// changed since (the statement's execution validates it again).
@@ -289,14 +290,12 @@ pub(crate) struct WorldTable {
     pub(crate) active: i32,
 }
 
-thread_local! {
-    static WORLD_TABLE: std::cell::Cell<Option<WorldTable>> = const { std::cell::Cell::new(None) };
-    /// the last value of an output-converted column (its bytes) and its text: a world's fork point is the
-    /// same statement after statement, and pg_snapshot's output function ran for each
-    static LAST_TEXT: RefCell<Vec<(Vec<u8>, String)>> = const { RefCell::new(Vec::new()) };
-    /// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row, where it is)
-    static LAST_ROW: RefCell<Option<(Vec<u64>, i32, Option<WorldRow>, Option<RowAt>)>> = const { RefCell::new(None) };
-}
+static WORLD_TABLE: BackendLocal<std::cell::Cell<Option<WorldTable>>> = BackendLocal::new(std::cell::Cell::new(None));
+/// the last value of an output-converted column (its bytes) and its text: a world's fork point is the
+/// same statement after statement, and pg_snapshot's output function ran for each
+static LAST_TEXT: BackendLocal<RefCell<Vec<(Vec<u8>, String)>>> = BackendLocal::new(RefCell::new(Vec::new()));
+/// the last row `world_row` read: (`seen_by` of its snapshot, the world's number, the row, where it is)
+static LAST_ROW: BackendLocal<RefCell<Option<(Vec<u64>, i32, Option<WorldRow>, Option<RowAt>)>>> = BackendLocal::new(RefCell::new(None));
 
 type WorldRow = (bool, Option<i64>, Option<String>, Option<String>);
 
@@ -611,11 +610,9 @@ pub fn base_of(world: &World) -> Option<World> {
     ))
 }
 
-thread_local! {
-    /// While set, the overlay reads (and the router routes into) this world instead of the session's:
-    /// how merges and diffs read and write other worlds.
-    pub(super) static OVERRIDE: RefCell<Option<Option<World>>> = const { RefCell::new(None) };
-}
+/// While set, the overlay reads (and the router routes into) this world instead of the session's:
+/// how merges and diffs read and write other worlds.
+pub(super) static OVERRIDE: BackendLocal<RefCell<Option<Option<World>>>> = BackendLocal::new(RefCell::new(None));
 
 pub fn override_active() -> bool {
     OVERRIDE.with(|o| o.borrow().is_some())
