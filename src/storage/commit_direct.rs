@@ -65,7 +65,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         (*estate).es_output_cid = pg_sys::GetCurrentCommandId(true);
         (*estate).es_snapshot = crate::fast_ffi::GetActiveSnapshot();
         pg_sys::AfterTriggerBeginQuery();
-        pg_sys::ExecOpenIndices(world_info, false);
+        // (the world's six indexes are opened only if its new version isn't a heap-only tuple: below)
         pg_sys::ExecOpenIndices(event_info, false);
 
         let set = |slot: *mut pg_sys::TupleTableSlot, at: usize, d: Option<pg_sys::Datum>| {
@@ -106,16 +106,15 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
                 set(newslot, w_version, Some(pg_sys::Datum::from(new_version)));
                 set(newslot, w_active, Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())));
                 pg_sys::ExecStoreVirtualTuple(newslot);
-                let mut epq: pg_sys::EPQState = std::mem::zeroed();
-                pg_sys::EvalPlanQualInit(&mut epq, estate, std::ptr::null_mut(), std::ptr::null_mut(), -1);
-                pg_sys::ExecSimpleRelationUpdate(world_info, estate, &mut epq, found_slot, newslot);
-                pg_sys::EvalPlanQualEnd(&mut epq);
+                update_world_row(world_info, estate, found_slot, newslot);
                 // (the next statements, this backend's, read the world's row at this version by its position)
                 super::overlay::wrote_world_row(num, super::overlay::RowAt { tid: (*newslot).tts_tid, xmin: pg_sys::GetCurrentTransactionId() });
                 version = Some(new_version);
             }
         }
-        pg_sys::ExecCloseIndices(world_info);
+        if !(*world_info).ri_IndexRelationDescs.is_null() {
+            pg_sys::ExecCloseIndices(world_info);
+        }
         pg_sys::ExecCloseIndices(event_info);
         pg_sys::AfterTriggerEndQuery(estate);
         // the relations the foreign keys' AFTER triggers opened (a world row made by this transaction is
@@ -127,6 +126,54 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         pg_sys::CommandCounterIncrement();
         // (None: no row of the world, nothing written; the statement then says what it says)
         version
+    }
+}
+
+/// The world's row updated to `newslot` from its locked version in `found`, as `ExecSimpleRelationUpdate`
+/// updates a row (no BEFORE triggers or generated columns: `commit` checked), but paying for the world's
+/// indexes and AFTER triggers only when they have work. The version and `active` are in no index, so the
+/// new version is a heap-only tuple unless its page is full: the indexes are opened then only. The
+/// catalog's AFTER UPDATE triggers on worlds.world are the foreign keys' (the tables that reference a world,
+/// and its `parent`): a key they compare doesn't change, so they queue nothing, unless the row was made by
+/// this transaction, which the referencing side checks again (`RI_FKey_fk_upd_check_required`): they are
+/// fired then, and whenever a trigger of another kind is there.
+///
+/// # Safety
+/// As `commit`'s, with `world_info` a result relation of `estate` whose indexes aren't open.
+unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut pg_sys::EState, found: *mut pg_sys::TupleTableSlot, newslot: *mut pg_sys::TupleTableSlot) {
+    unsafe {
+        let rel = (*world_info).ri_RelationDesc;
+        pg_sys::CheckCmdReplicaIdentity(rel, pg_sys::CmdType::CMD_UPDATE);
+        if !(*(*rel).rd_att).constr.is_null() {
+            pg_sys::ExecConstraints(world_info, newslot, estate);
+        }
+        // (whether this transaction made the row, read before the update moves it)
+        let made_here = {
+            let mut free = false;
+            let tuple = pg_sys::ExecFetchSlotHeapTuple(found, false, &mut free);
+            let xmin = (*(*tuple).t_data).t_choice.t_heap.t_xmin;
+            pg_sys::TransactionIdIsCurrentTransactionId(xmin)
+        };
+        let mut tid = (*found).tts_tid;
+        let mut update_indexes = false;
+        pg_sys::simple_table_tuple_update(rel, &mut tid, newslot, (*estate).es_snapshot, &mut update_indexes);
+        let mut recheck: *mut pg_sys::List = std::ptr::null_mut();
+        if update_indexes {
+            pg_sys::ExecOpenIndices(world_info, false);
+            if (*world_info).ri_NumIndices > 0 {
+                recheck = pg_sys::ExecInsertIndexTuples(world_info, newslot, estate, true, false, std::ptr::null_mut(), std::ptr::null_mut());
+            }
+        }
+        let trig = (*world_info).ri_TrigDesc;
+        let only_foreign_keys = !trig.is_null()
+            && (0..(*trig).numtriggers as usize).all(|i| {
+                let t = &*(*trig).triggers.add(i);
+                pg_sys::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_NONE as i32
+            });
+        if !trig.is_null() && (*trig).trig_update_after_row && (made_here || !only_foreign_keys) {
+            pg_sys::ExecARUpdateTriggers(estate, world_info, std::ptr::null_mut(), std::ptr::null_mut(), &mut tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
+        }
+        pg_sys::list_free(recheck);
     }
 }
 

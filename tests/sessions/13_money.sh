@@ -158,5 +158,16 @@ for k in $KINDS; do
 done
 live=$(psql_in $CL -d $DB -qAt -c "select count(*) from worlds.world where dropped is null and num <> 0")
 expect "worlds left" "$live" 0
+# every btree of pg_worlds' catalog and storage (and of main's tables) holds every heap row it should:
+# the commit's version update opens worlds.world's indexes only when its new row isn't heap-only
+# (storage/commit_direct.rs), and writes in worlds fill the deltas' indexes with the executor's own calls
+broken=$(psql_in $CL -d $DB -qAt -c "create extension if not exists amcheck" -c "
+  select count(*) from (select bt_index_check(i.indexrelid, true) from pg_index i join pg_class c on c.oid = i.indexrelid
+   join pg_namespace n on n.oid = c.relnamespace join pg_am a on a.oid = c.relam
+   where a.amname = 'btree' and n.nspname in ('worlds', 'worlds_data', 'public') and i.indisvalid) s" 2>&1 | tail -1)
+case "$broken" in
+  ''|*[!0-9]*) bad "amcheck of the btree indexes (heapallindexed) failed: $broken" ;;
+  *) echo "  ok   $broken btree indexes of pg_worlds' catalog and storage and of main's tables hold every row (amcheck)" ;;
+esac
 [ $failures -eq 0 ] || exit 1
 echo "13_money: ok"
