@@ -72,45 +72,53 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
             *(*slot).tts_values.add(at - 1) = d.unwrap_or(pg_sys::Datum::from(0usize));
             *(*slot).tts_isnull.add(at - 1) = d.is_none();
         };
-        // the world's row, at its latest version, locked (waiting for a committing writer of it)
-        let found_slot = pg_sys::table_slot_create(world, &mut (*estate).es_tupleTable);
-        let found = find_and_lock(world, pkey, num, found_slot);
-        let mut version = None;
-        if found {
-            let mut isnull = false;
-            let v = crate::fast_ffi::slot_getattr(found_slot, w_version as i32, &mut isnull);
-            if !isnull {
-                // the event
-                let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
-                pg_sys::ExecClearTuple(eslot);
-                for i in 0..(*(*events).rd_att).natts as usize {
-                    *(*eslot).tts_isnull.add(i) = true;
+        // the world's row moved to its new version: updated from where this backend last saw it, when that
+        // version is still there (update_from_known), else found and locked through its key first
+        let newslot = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
+        let cols = VersionColumns { version: w_version, active: w_active, num: w_num, k };
+        let mut version = match super::overlay::known_world_row(num) {
+            Some(known) => update_from_known(world_info, estate, num, known, cols, newslot),
+            None => None,
+        };
+        if version.is_none() {
+            let found_slot = pg_sys::table_slot_create(world, &mut (*estate).es_tupleTable);
+            if find_and_lock(world, pkey, num, found_slot) {
+                let mut isnull = false;
+                let v = crate::fast_ffi::slot_getattr(found_slot, w_version as i32, &mut isnull);
+                if !isnull {
+                    let new_version = v.value() as i64 + k;
+                    pg_sys::ExecClearTuple(newslot);
+                    pg_sys::slot_getallattrs(found_slot);
+                    let natts = (*(*world).rd_att).natts as usize;
+                    std::ptr::copy_nonoverlapping((*found_slot).tts_values, (*newslot).tts_values, natts);
+                    std::ptr::copy_nonoverlapping((*found_slot).tts_isnull, (*newslot).tts_isnull, natts);
+                    set(newslot, w_version, Some(pg_sys::Datum::from(new_version)));
+                    set(newslot, w_active, Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())));
+                    pg_sys::ExecStoreVirtualTuple(newslot);
+                    update_world_row(world_info, estate, found_slot, newslot);
+                    version = Some(new_version);
                 }
-                let text = pg_sys::cstring_to_text_with_len(event.as_ptr().cast(), event.len() as i32);
-                let xid = pg_sys::GetTopFullTransactionIdIfAny();
-                set(eslot, e_cols[0], Some(pg_sys::Datum::from(seq)));
-                set(eslot, e_cols[1], Some(pg_sys::Datum::from(at)));
-                set(eslot, e_cols[2], Some(pg_sys::Datum::from(num)));
-                set(eslot, e_cols[3], Some(pg_sys::Datum::from(text)));
-                set(eslot, e_cols[4], Some(pg_sys::Datum::from(rows)));
-                set(eslot, e_cols[5], (xid.value != 0).then(|| pg_sys::Datum::from(xid.value)));
-                pg_sys::ExecStoreVirtualTuple(eslot);
-                pg_sys::ExecSimpleRelationInsert(event_info, estate, eslot);
-                let new_version = v.value() as i64 + k;
-                let newslot = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
-                pg_sys::ExecClearTuple(newslot);
-                pg_sys::slot_getallattrs(found_slot);
-                let natts = (*(*world).rd_att).natts as usize;
-                std::ptr::copy_nonoverlapping((*found_slot).tts_values, (*newslot).tts_values, natts);
-                std::ptr::copy_nonoverlapping((*found_slot).tts_isnull, (*newslot).tts_isnull, natts);
-                set(newslot, w_version, Some(pg_sys::Datum::from(new_version)));
-                set(newslot, w_active, Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())));
-                pg_sys::ExecStoreVirtualTuple(newslot);
-                update_world_row(world_info, estate, found_slot, newslot);
-                // (the next statements, this backend's, read the world's row at this version by its position)
-                super::overlay::wrote_world_row(num, super::overlay::RowAt { tid: (*newslot).tts_tid, xmin: pg_sys::GetCurrentTransactionId() });
-                version = Some(new_version);
             }
+        }
+        if version.is_some() {
+            // (the next statements, this backend's, read the world's row at this version by its position)
+            super::overlay::wrote_world_row(num, super::overlay::RowAt { tid: (*newslot).tts_tid, xmin: pg_sys::GetCurrentTransactionId() });
+            // the event
+            let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
+            pg_sys::ExecClearTuple(eslot);
+            for i in 0..(*(*events).rd_att).natts as usize {
+                *(*eslot).tts_isnull.add(i) = true;
+            }
+            let text = pg_sys::cstring_to_text_with_len(event.as_ptr().cast(), event.len() as i32);
+            let xid = pg_sys::GetTopFullTransactionIdIfAny();
+            set(eslot, e_cols[0], Some(pg_sys::Datum::from(seq)));
+            set(eslot, e_cols[1], Some(pg_sys::Datum::from(at)));
+            set(eslot, e_cols[2], Some(pg_sys::Datum::from(num)));
+            set(eslot, e_cols[3], Some(pg_sys::Datum::from(text)));
+            set(eslot, e_cols[4], Some(pg_sys::Datum::from(rows)));
+            set(eslot, e_cols[5], (xid.value != 0).then(|| pg_sys::Datum::from(xid.value)));
+            pg_sys::ExecStoreVirtualTuple(eslot);
+            pg_sys::ExecSimpleRelationInsert(event_info, estate, eslot);
         }
         if !(*world_info).ri_IndexRelationDescs.is_null() {
             pg_sys::ExecCloseIndices(world_info);
@@ -131,12 +139,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
 
 /// The world's row updated to `newslot` from its locked version in `found`, as `ExecSimpleRelationUpdate`
 /// updates a row (no BEFORE triggers or generated columns: `commit` checked), but paying for the world's
-/// indexes and AFTER triggers only when they have work. The version and `active` are in no index, so the
-/// new version is a heap-only tuple unless its page is full: the indexes are opened then only. The
-/// catalog's AFTER UPDATE triggers on worlds.world are the foreign keys' (the tables that reference a world,
-/// and its `parent`): a key they compare doesn't change, so they queue nothing, unless the row was made by
-/// this transaction, which the referencing side checks again (`RI_FKey_fk_upd_check_required`): they are
-/// fired then, and whenever a trigger of another kind is there.
+/// indexes and AFTER triggers only when they have work (`after_update`).
 ///
 /// # Safety
 /// As `commit`'s, with `world_info` a result relation of `estate` whose indexes aren't open.
@@ -151,12 +154,30 @@ unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut 
         let made_here = {
             let mut free = false;
             let tuple = pg_sys::ExecFetchSlotHeapTuple(found, false, &mut free);
-            let xmin = (*(*tuple).t_data).t_choice.t_heap.t_xmin;
-            pg_sys::TransactionIdIsCurrentTransactionId(xmin)
+            pg_sys::TransactionIdIsCurrentTransactionId((*(*tuple).t_data).t_choice.t_heap.t_xmin)
         };
         let mut tid = (*found).tts_tid;
         let mut update_indexes = false;
         pg_sys::simple_table_tuple_update(rel, &mut tid, newslot, (*estate).es_snapshot, &mut update_indexes);
+        after_update(world_info, estate, &mut tid, newslot, update_indexes, made_here);
+    }
+}
+
+/// What an update of the world's row does after the heap's: the world's indexes kept (opened only when the
+/// new version isn't a heap-only tuple: the version and `active` are in no index, so it is one unless its
+/// page is full) and the AFTER UPDATE triggers fired when they can have work. The catalog's are the foreign
+/// keys' (the tables that reference a world, and its `parent`): a key they compare doesn't change, so they
+/// queue nothing, unless the row was made by this transaction (`made_here`), which the referencing side
+/// checks again (`RI_FKey_fk_upd_check_required`); any trigger of another kind is always fired.
+unsafe fn after_update(
+    world_info: *mut pg_sys::ResultRelInfo,
+    estate: *mut pg_sys::EState,
+    old_tid: &mut pg_sys::ItemPointerData,
+    newslot: *mut pg_sys::TupleTableSlot,
+    update_indexes: bool,
+    made_here: bool,
+) {
+    unsafe {
         let mut recheck: *mut pg_sys::List = std::ptr::null_mut();
         if update_indexes {
             pg_sys::ExecOpenIndices(world_info, false);
@@ -171,9 +192,116 @@ unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut 
                 pg_sys::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_NONE as i32
             });
         if !trig.is_null() && (*trig).trig_update_after_row && (made_here || !only_foreign_keys) {
-            pg_sys::ExecARUpdateTriggers(estate, world_info, std::ptr::null_mut(), std::ptr::null_mut(), &mut tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
+            pg_sys::ExecARUpdateTriggers(estate, world_info, std::ptr::null_mut(), std::ptr::null_mut(), old_tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
         }
         pg_sys::list_free(recheck);
+    }
+}
+
+/// The columns the commit's update sets, and by how much the version moves.
+#[derive(Clone, Copy)]
+struct VersionColumns {
+    version: usize,
+    active: usize,
+    num: usize,
+    k: i64,
+}
+
+/// The world's row updated from where this backend last saw it (`known`: a version it read or wrote), as
+/// an UPDATE under READ COMMITTED updates a row: the heap's update waits for a writer of it still in
+/// progress, and a version updated since is followed along its update chain to the latest, whose values
+/// the new version is made from. No index scan for the row and no separate row lock (`find_and_lock`'s
+/// are a lock record in the WAL, and a third of the commit's bookkeeping). The new version in `newslot`
+/// (its tid there), the version number it carries; None when the row isn't found so, and the caller finds
+/// it through its key: the version at `known` is gone or another's (a pruned page reuses line pointers: the
+/// tuple there must have `known`'s xmin and the world's number, and the page is pinned from that check to
+/// the update, so it can't be pruned in between), was made by a transaction not committed (its update would
+/// be an ERROR), or was changed by this transaction (the statement handles those), or the row was deleted.
+///
+/// # Safety
+/// As `commit`'s, with `world_info` a result relation of `estate` whose indexes aren't open.
+unsafe fn update_from_known(
+    world_info: *mut pg_sys::ResultRelInfo,
+    estate: *mut pg_sys::EState,
+    num: i32,
+    known: super::overlay::RowAt,
+    cols: VersionColumns,
+    newslot: *mut pg_sys::TupleTableSlot,
+) -> Option<i64> {
+    unsafe {
+        let rel = (*world_info).ri_RelationDesc;
+        let desc = (*rel).rd_att;
+        let cid = pg_sys::GetCurrentCommandId(true);
+        let update = (*(*rel).rd_tableam).tuple_update?;
+        let (mut tid, mut xmin) = (known.tid, known.xmin);
+        // (each turn follows one committed update; a row updated that often while this commit runs is
+        // found through its key instead)
+        for _ in 0..16 {
+            let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+            tuple.t_self = tid;
+            let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            let normal = pg_sys::heap_fetch(rel, &raw mut pg_sys::SnapshotAnyData, &mut tuple, &mut buffer, true);
+            let release = |buffer: pg_sys::Buffer| {
+                if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                    pg_sys::ReleaseBuffer(buffer);
+                }
+            };
+            if !normal || tuple.t_data.is_null() || (*tuple.t_data).t_choice.t_heap.t_xmin != xmin {
+                release(buffer);
+                return None;
+            }
+            // its state for an update, under the buffer's lock (hint bits may be set)
+            pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
+            let state = pg_sys::HeapTupleSatisfiesUpdate(&mut tuple, cid, buffer);
+            pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+            if !matches!(state, pg_sys::TM_Result::TM_Ok | pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_BeingModified) {
+                release(buffer);
+                return None;
+            }
+            // the new version, made from this one (its values copied out of the page)
+            pg_sys::ExecClearTuple(newslot);
+            pg_sys::heap_deform_tuple(&mut tuple, desc, (*newslot).tts_values, (*newslot).tts_isnull);
+            let get = |at: usize| (!*(*newslot).tts_isnull.add(at - 1)).then(|| *(*newslot).tts_values.add(at - 1));
+            let (Some(n), Some(v)) = (get(cols.num), get(cols.version)) else {
+                release(buffer);
+                return None;
+            };
+            if n.value() as i32 != num {
+                release(buffer);
+                return None;
+            }
+            let new_version = v.value() as i64 + cols.k;
+            *(*newslot).tts_values.add(cols.version - 1) = pg_sys::Datum::from(new_version);
+            *(*newslot).tts_values.add(cols.active - 1) = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
+            *(*newslot).tts_isnull.add(cols.active - 1) = false;
+            pg_sys::ExecStoreVirtualTuple(newslot);
+            ((*(*newslot).tts_ops).materialize.expect("slots materialize"))(newslot);
+            let made_here = pg_sys::TransactionIdIsCurrentTransactionId(xmin);
+            // (checked as ExecSimpleRelationUpdate checks, before the heap's update)
+            pg_sys::CheckCmdReplicaIdentity(rel, pg_sys::CmdType::CMD_UPDATE);
+            if !(*desc).constr.is_null() {
+                pg_sys::ExecConstraints(world_info, newslot, estate);
+            }
+            let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+            let mut lockmode: pg_sys::LockTupleMode::Type = 0;
+            let mut update_indexes = false;
+            let mut old_tid = tid;
+            let result = update(rel, &mut old_tid, newslot, cid, (*estate).es_snapshot, std::ptr::null_mut(), true, &mut tmfd, &mut lockmode, &mut update_indexes);
+            release(buffer);
+            match result {
+                pg_sys::TM_Result::TM_Ok => {
+                    after_update(world_info, estate, &mut old_tid, newslot, update_indexes, made_here);
+                    return Some(new_version);
+                }
+                // a writer committed a later version: follow the chain to it
+                pg_sys::TM_Result::TM_Updated if !pg_sys::ItemPointerEquals(&mut tmfd.ctid, &mut tid) => {
+                    tid = tmfd.ctid;
+                    xmin = tmfd.xmax;
+                }
+                _ => return None,
+            }
+        }
+        None
     }
 }
 

@@ -176,6 +176,12 @@ pub(crate) fn wrote_world_row(num: i32, at: RowAt) {
     LAST_ROW.with(|l| *l.borrow_mut() = Some((Vec::new(), num, None, Some(at))));
 }
 
+/// Where this backend last saw world `num`'s row (a version it read or its commit wrote): where the
+/// commit's update starts from (storage/commit_direct.rs), which checks it is still that row.
+pub(crate) fn known_world_row(num: i32) -> Option<RowAt> {
+    LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.1 == num).and_then(|e| e.3))
+}
+
 /// World `num`'s row at `at`, when that version is visible to `snapshot`.
 unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<WorldRow> {
     unsafe {
