@@ -87,7 +87,8 @@ timed() {
 
 # sample FIGURE SERIES VALUE: one measurement (series x = the figure itself; see report.py)
 sample() {
-  [[ $3 =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: no number for $1/$2 (got '$3')" >&2; exit 1; }
+  # (a difference may be below zero: the latency a pooler adds, measured in a short smoke run, is noise)
+  [[ $3 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: no number for $1/$2 (got '$3')" >&2; exit 1; }
   printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$SAMPLES"
 }
 note() { printf '%s\tnote\t%s\n' "$1" "$2" >>"$SAMPLES"; }  # note FIGURE TEXT: a row without a number
