@@ -124,60 +124,67 @@ pub(super) fn probe(layout: &Layout) -> Option<Probe> {
 pub(super) struct Probe(Meta);
 
 impl Probe {
-/// World `world`'s latest version of integer key `key` in the delta that `snapshot` sees: (its number, a
-/// tombstone?), None when it has none. Only the key's versions are read, newest first, up to this world's.
-pub(super) fn latest_version(&self, world: i32, key: i64, snapshot: pg_sys::Snapshot) -> Option<(i64, bool)> {
-    let m = self.0;
-    unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::table_open(m.delta, lock);
-        let index = pg_sys::index_open(m.version_index, lock);
-        let mut scan_key = equal_key(m.key_type, key);
-        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
-        pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
-        let get = |at: i16| {
-            let mut isnull = false;
-            let d = crate::fast_ffi::slot_getattr(slot, at as i32, &mut isnull);
-            (!isnull).then_some(d)
-        };
+    /// World `world`'s latest version of integer key `key` in the delta that `snapshot` sees: (its number, a
+    /// tombstone?), None when it has none. Only the key's versions are read, newest first, up to this world's.
+    pub(super) fn latest_version(&self, world: i32, key: i64, snapshot: pg_sys::Snapshot) -> Option<(i64, bool)> {
+        let m = self.0;
         let mut found = None;
-        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::BackwardScanDirection, slot) {
-            if get(m.world_at).map(|d| d.value() as i32) == Some(world) {
+        unsafe {
+            rows_of_key(m.delta, m.version_index, m.key_type, key, snapshot, pg_sys::ScanDirection::BackwardScanDirection, |slot| {
+                let get = |at: i16| {
+                    let mut isnull = false;
+                    let d = crate::fast_ffi::slot_getattr(slot, at as i32, &mut isnull);
+                    (!isnull).then_some(d)
+                };
+                if get(m.world_at).map(|d| d.value() as i32) != Some(world) {
+                    return true;
+                }
                 found = get(m.dseq_at).map(|d| (d.value() as i64, get(m.del_at).is_some_and(|d| d.value() != 0)));
-                break;
-            }
-        }
-        pg_sys::index_endscan(scan);
-        pg_sys::ExecDropSingleTupleTableSlot(slot);
-        // (the locks are kept to the transaction's end, as a query's would be)
-        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+                false
+            })
+        };
         found
     }
-}
 
-/// The positions (tids packed as the overlay cache keeps them) of main's rows with integer key `key` that
-/// `snapshot` sees: the world sees those main didn't create since its fork.
-pub(super) fn main_rows(&self, key: i64, snapshot: pg_sys::Snapshot) -> Vec<u64> {
-    let m = self.0;
-    unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::table_open(m.relid, lock);
-        let index = pg_sys::index_open(m.main_index, lock);
-        let mut scan_key = equal_key(m.key_type, key);
-        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
-        pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
+    /// The positions (tids packed as the overlay cache keeps them) of main's rows with integer key `key` that
+    /// `snapshot` sees: the world sees those main didn't create since its fork.
+    pub(super) fn main_rows(&self, key: i64, snapshot: pg_sys::Snapshot) -> Vec<u64> {
+        let m = self.0;
         let mut out = Vec::new();
-        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
-            out.push(super::overlay::pack_tid(&(*slot).tts_tid));
-        }
-        pg_sys::index_endscan(scan);
-        pg_sys::ExecDropSingleTupleTableSlot(slot);
-        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        unsafe {
+            rows_of_key(m.relid, m.main_index, m.key_type, key, snapshot, pg_sys::ScanDirection::ForwardScanDirection, |slot| {
+                out.push(super::overlay::pack_tid(&(*slot).tts_tid));
+                true
+            })
+        };
         out
     }
 }
+
+/// The rows of `relid` that `snapshot` sees whose first column of btree `index` equals `key`, in `direction`,
+/// each given to `visit` until it returns false. The relation and index are locked ACCESS SHARE and the locks
+/// kept to the transaction's end, as a query's would be.
+unsafe fn rows_of_key(
+    relid: pg_sys::Oid,
+    index: pg_sys::Oid,
+    key_type: pg_sys::Oid,
+    key: i64,
+    snapshot: pg_sys::Snapshot,
+    direction: pg_sys::ScanDirection::Type,
+    mut visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
+) {
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(relid, lock);
+        let index = pg_sys::index_open(index, lock);
+        let mut scan_key = equal_key(key_type, key);
+        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
+        let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
+        pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
+        while pg_sys::index_getnext_slot(scan, direction, slot) && visit(slot) {}
+        pg_sys::index_endscan(scan);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+    }
 }

@@ -698,11 +698,11 @@ fn write_version_with(
     let (names, args) = row_args(desc, tuple);
     // the row as the statement read it, its key locked before the statement took its snapshot: that row
     // is the world's latest version, and no other can commit before this transaction ends (nothing to check)
+    let key = (layout.key_kind != b'r').then(|| row_key(layout, &names, &args));
     let read_locked = check == KeyCheck::Unchanged
-        && layout.key_kind != b'r'
-        && world_locks::locked_before_reading(world_locks::key_id(world.num, layout.tabno, &row_key(layout, &names, &args)));
-    if layout.key_kind != b'r' && !read_locked {
-        let probed = match row_key(layout, &names, &args) {
+        && key.as_ref().is_some_and(|k| world_locks::locked_before_reading(world_locks::key_id(world.num, layout.tabno, k)));
+    if let Some(key) = key.filter(|_| !read_locked) {
+        let probed = match key {
             super::overlay::Key::I(k) if unsafe { crate::fast_ffi::ActiveSnapshotSet() } => {
                 super::key_probe::probe(layout).map(|p| probe_key(layout, world, &p, k, check))
             }
