@@ -68,6 +68,15 @@ LANGUAGE sql STABLE AS $$
         ELSE 't' END::"char"
 $$;
 
+-- Does a table's delta need its (key, _w_world, _w_dseq) index? Not when its writes look their keys up by
+-- index probes (storage/key_probe.rs: one int2/int4/int8 key column of a plain table, which its primary key
+-- indexes); other keys are looked up by queries that need it.
+CREATE FUNCTION worlds._needs_world_key_index(t worlds.tables) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT NOT (t.key_kind = 'i' AND cardinality(t.key_columns) = 1
+                AND (SELECT relkind FROM pg_class WHERE oid = t.relid) = 'r')
+$$;
+
 -- Why a table can't be compared inside a world (a column type without an equality operator), or null.
 CREATE FUNCTION worlds._unsupported_reason(rel regclass) RETURNS text
 LANGUAGE plpgsql STABLE AS $$  -- plpgsql: worlds._has_equality (Rust) is made after this file
@@ -353,8 +362,12 @@ BEGIN
         EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_dseq)', dname, (SELECT string_agg(format('%I', c), ', ') FROM unnest(t.key_columns) c));
         -- by key, world, version: a world write's lookup of its own latest version of a key (storage/writes.rs)
         -- is one index probe, whatever the statistics say (with the two indexes above alone the planner
-        -- took a BitmapAnd and sorted every version of a hot key: a third of a world's TPC-B)
-        EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_world, _w_dseq)', dname, (SELECT string_agg(format('%I', c), ', ') FROM unnest(t.key_columns) c));
+        -- took a BitmapAnd and sorted every version of a hot key: a third of a world's TPC-B). Not for a
+        -- plain table with one integer key: its writes look the key up with index probes of the index
+        -- above (storage/key_probe.rs), and this one was a fifth of a world's UPDATE (a leaf insert a version)
+        IF worlds._needs_world_key_index(t) THEN
+            EXECUTE format('CREATE INDEX ON worlds_data.%I (%s, _w_world, _w_dseq)', dname, (SELECT string_agg(format('%I', c), ', ') FROM unnest(t.key_columns) c));
+        END IF;
     END IF;
     UPDATE worlds.tables SET delta = format('worlds_data.%I', dname)::regclass WHERE tabno = t.tabno RETURNING * INTO t;
     PERFORM worlds._build_overlay(t);
@@ -911,7 +924,9 @@ BEGIN
         WHERE tabno = t.tabno RETURNING * INTO t;
         IF cardinality(pk) > 0 AND t.delta IS NOT NULL THEN
             EXECUTE format('CREATE INDEX ON %s (%s, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
-            EXECUTE format('CREATE INDEX ON %s (%s, _w_world, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+            IF worlds._needs_world_key_index(t) THEN
+                EXECUTE format('CREATE INDEX ON %s (%s, _w_world, _w_dseq)', t.delta, (SELECT string_agg(format('%I', c), ', ') FROM unnest(pk) c));
+            END IF;
         END IF;
     END IF;
     PERFORM worlds._build_overlay(t);
