@@ -20,6 +20,8 @@ mod raw {
         pub fn GetCurrentTransactionIdIfAny() -> TransactionId;
         pub fn GetCurrentSubTransactionId() -> SubTransactionId;
         pub fn bms_next_member(a: *const Bitmapset, prevbit: std::ffi::c_int) -> std::ffi::c_int;
+        pub fn RI_FKey_trigger_type(tgfoid: pgrx::pg_sys::Oid) -> std::ffi::c_int;
+        pub fn TransactionIdIsCurrentTransactionId(xid: TransactionId) -> bool;
     }
 }
 
@@ -57,6 +59,20 @@ pub unsafe fn GetCurrentSubTransactionId() -> pg_sys::SubTransactionId {
 #[inline]
 pub unsafe fn bms_next_member(a: *const pg_sys::Bitmapset, prev: std::ffi::c_int) -> std::ffi::c_int {
     unsafe { raw::bms_next_member(a, prev.max(-1)) }
+}
+
+/// Which kind of foreign-key trigger function `tgfoid` is, RI_TRIGGER_NONE for any other (ri_triggers.c:
+/// a switch on the oid).
+#[inline]
+pub unsafe fn RI_FKey_trigger_type(tgfoid: pg_sys::Oid) -> std::ffi::c_int {
+    unsafe { raw::RI_FKey_trigger_type(tgfoid) }
+}
+
+/// Is `xid` this transaction's or one of its live subtransactions'? (xact.c: reads the transaction state
+/// stack and its sorted child xids)
+#[inline]
+pub unsafe fn TransactionIdIsCurrentTransactionId(xid: pg_sys::TransactionId) -> bool {
+    unsafe { raw::TransactionIdIsCurrentTransactionId(xid) }
 }
 
 /// The list's n-th pointer (pg_list.h's inline `list_nth`); the caller keeps n in 0..length.

@@ -154,7 +154,7 @@ unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut 
         let made_here = {
             let mut free = false;
             let tuple = pg_sys::ExecFetchSlotHeapTuple(found, false, &mut free);
-            pg_sys::TransactionIdIsCurrentTransactionId((*(*tuple).t_data).t_choice.t_heap.t_xmin)
+            crate::fast_ffi::TransactionIdIsCurrentTransactionId((*(*tuple).t_data).t_choice.t_heap.t_xmin)
         };
         let mut tid = (*found).tts_tid;
         let mut update_indexes = false;
@@ -189,7 +189,7 @@ unsafe fn after_update(
         let only_foreign_keys = !trig.is_null()
             && (0..(*trig).numtriggers as usize).all(|i| {
                 let t = &*(*trig).triggers.add(i);
-                pg_sys::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_NONE as i32
+                crate::fast_ffi::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_NONE as i32
             });
         if !trig.is_null() && (*trig).trig_update_after_row && (made_here || !only_foreign_keys) {
             pg_sys::ExecARUpdateTriggers(estate, world_info, std::ptr::null_mut(), std::ptr::null_mut(), old_tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
@@ -276,7 +276,7 @@ unsafe fn update_from_known(
             *(*newslot).tts_isnull.add(cols.active - 1) = false;
             pg_sys::ExecStoreVirtualTuple(newslot);
             ((*(*newslot).tts_ops).materialize.expect("slots materialize"))(newslot);
-            let made_here = pg_sys::TransactionIdIsCurrentTransactionId(xmin);
+            let made_here = crate::fast_ffi::TransactionIdIsCurrentTransactionId(xmin);
             // (checked as ExecSimpleRelationUpdate checks, before the heap's update)
             pg_sys::CheckCmdReplicaIdentity(rel, pg_sys::CmdType::CMD_UPDATE);
             if !(*desc).constr.is_null() {

@@ -7,12 +7,12 @@ use super::{as_internal, world_locks};
 use pgrx::prelude::*;
 use crate::backend_local::BackendLocal;
 
-/// (lxid, event) of the `commit` event of this transaction block's writes
-static COMMIT_EVENT: BackendLocal<std::cell::Cell<(u32, i64)>> = BackendLocal::new(std::cell::Cell::new((0, 0)));
+/// (lxid, event, its world) of the `commit` event of this transaction block's writes
+static COMMIT_EVENT: BackendLocal<std::cell::Cell<(u32, i64, i32)>> = BackendLocal::new(std::cell::Cell::new((0, 0, 0)));
 /// the subtransactions that took the world's lock, bumped its version and wrote the `commit` event
 static DONE_IN: BackendLocal<std::cell::Cell<[pg_sys::SubTransactionId; 3]>> = BackendLocal::new(std::cell::Cell::new([0; 3]));
-/// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows)
-static PENDING_ROWS: BackendLocal<std::cell::Cell<(i64, i64)>> = BackendLocal::new(std::cell::Cell::new((0, 0)));
+/// rows of the statement's `write` (or `commit`) event not yet added to it: (event, rows, the event's world)
+static PENDING_ROWS: BackendLocal<std::cell::Cell<(i64, i64, i32)>> = BackendLocal::new(std::cell::Cell::new((0, 0, 0)));
 const BUMP: usize = 1;
 const COMMIT: usize = 2;
 
@@ -41,10 +41,10 @@ pub fn forget_aborted(sub: pg_sys::SubTransactionId) {
         WRITE_EVENT.with(|e| e.set(0));
     }
     if done[COMMIT] >= sub {
-        COMMIT_EVENT.with(|c| c.set((0, 0)));
+        COMMIT_EVENT.with(|c| c.set((0, 0, 0)));
     }
     // rows counted since the last flush may be the aborted ones: counts are a report, not a guarantee
-    PENDING_ROWS.with(|p| p.set((0, 0)));
+    PENDING_ROWS.with(|p| p.set((0, 0, 0)));
     // an event reserved in the aborted subtransaction goes with it, as its row did when written at once
     PENDING_EVENT.with(|p| {
         if p.get().is_some_and(|e| sub == 0 || e.sub >= sub) {
@@ -84,13 +84,13 @@ fn flush_except(keep: i64) {
             other
         }
     });
-    let (event, rows) = PENDING_ROWS.with(|p| {
-        let (e, n) = p.get();
+    let (event, rows, world) = PENDING_ROWS.with(|p| {
+        let (e, n, w) = p.get();
         if e == keep && keep != 0 {
-            (0, 0)
+            (0, 0, 0)
         } else {
-            p.set((0, 0));
-            (e, n)
+            p.set((0, 0, 0));
+            (e, n, w)
         }
     });
     if pending.is_none() && (event == 0 || rows == 0) {
@@ -111,12 +111,13 @@ fn flush_except(keep: i64) {
         });
     }
     if counted.0 != 0 && counted.1 != 0 {
-        as_internal(|| kept("UPDATE worlds.event SET rows = rows + $2 WHERE seq = $1", &[counted.0.into(), counted.1.into()], |_| ()));
+        // (by its world and number: the (world, seq) index; the table has no index on seq alone)
+        as_internal(|| kept("UPDATE worlds.event SET rows = rows + $2 WHERE world = $3 AND seq = $1", &[counted.0.into(), counted.1.into(), world.into()], |_| ()));
     }
     });
 }
 
-fn count_row(event: i64) {
+fn count_row(event: i64, world: i32) {
     if event == 0 {
         return;
     }
@@ -125,8 +126,8 @@ fn count_row(event: i64) {
         flush_except(event);
     }
     PENDING_ROWS.with(|p| {
-        let (e, n) = p.get();
-        p.set((event, if e == event { n + 1 } else { 1 }));
+        let (e, n, _) = p.get();
+        p.set((event, if e == event { n + 1 } else { 1 }, world));
     });
 }
 
@@ -150,13 +151,13 @@ pub(super) fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
     if BUMPED.with(|b| b.get()) == stmt {
         // one more row of this statement's write, for SHOW HISTORY
-        count_row(WRITE_EVENT.with(|e| e.get()));
+        count_row(WRITE_EVENT.with(|e| e.get()), world.num);
         return;
     }
     // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
     // `commit` (the event goes with the transaction if it rolls back)
     let in_block = crate::api::explicit_transaction_block();
-    let (xact, xact_event) = COMMIT_EVENT.with(|c| c.get());
+    let (xact, xact_event, xact_world) = COMMIT_EVENT.with(|c| c.get());
     // the rows counted for an earlier event (a transaction block's own event stays reserved to its end)
     flush_except(if in_block && xact == stmt.0 { xact_event } else { 0 });
     BUMPED.with(|b| b.set(stmt));
@@ -164,7 +165,7 @@ pub(super) fn bump_version(world: &World) {
     let event = if MERGE_WRITING.with(|m| m.get()) {
         0 // the merge's own event says it
     } else if in_block && xact == stmt.0 && xact_event != 0 {
-        count_row(xact_event);
+        count_row(xact_event, xact_world);
         xact_event
     } else {
         // reserved now, written at the next flush (PendingEvent)
@@ -173,7 +174,7 @@ pub(super) fn bump_version(world: &World) {
         let sub = unsafe { crate::fast_ffi::GetCurrentSubTransactionId() };
         PENDING_EVENT.with(|p| p.set(Some(PendingEvent { seq, at, world: world.num, commit: in_block, sub })));
         if in_block {
-            COMMIT_EVENT.with(|c| c.set((stmt.0, seq)));
+            COMMIT_EVENT.with(|c| c.set((stmt.0, seq, world.num)));
             done_in(COMMIT);
         }
         seq
@@ -204,7 +205,7 @@ pub fn commit_writes() {
         worlds.all(|w| w == first).then(|| (first, p.iter().filter(|e| e.0 == lxid).count() as i64))
     });
     let event = PENDING_EVENT.with(|p| p.get());
-    let (counting, rows) = PENDING_ROWS.with(|p| p.get());
+    let (counting, rows, _) = PENDING_ROWS.with(|p| p.get());
     let (Some((num, k)), Some(e)) = (one, event) else {
         _flush_event_rows();
         apply_version_bumps();
@@ -216,7 +217,7 @@ pub fn commit_writes() {
         return;
     }
     PENDING_EVENT.with(|p| p.set(None));
-    PENDING_ROWS.with(|p| p.set((0, 0)));
+    PENDING_ROWS.with(|p| p.set((0, 0, 0)));
     PENDING_BUMPS.with(|p| p.borrow_mut().clear());
     let n = 1 + if counting == e.seq { rows } else { 0 };
     let at = unsafe { pgrx::datum::TimestampWithTimeZone::from_datum(pg_sys::Datum::from(e.at), false) };

@@ -210,10 +210,15 @@ unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<Worl
 /// A tuple of worlds.world as `world_row` returns it, when it is world `num`'s.
 unsafe fn decode(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, t: &WorldTable, num: i32) -> Option<WorldRow> {
     unsafe {
+        // (deformed once: its columns after the first variable-length one would each be found by walking
+        // the tuple from its start, `nocachegetattr`, a few hundred instructions a column)
+        let natts = (*desc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![true; natts];
+        pg_sys::heap_deform_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
         let get = |a: i32| {
-            let mut isnull = false;
-            let d = pg_sys::heap_getattr(tuple, a, desc, &mut isnull);
-            (!isnull).then_some(d)
+            let i = (a as usize).checked_sub(1).filter(|&i| i < natts)?;
+            (!nulls[i]).then_some(values[i])
         };
         if get(t.num).map(|d| d.value() as i32) != Some(num) {
             return None;
