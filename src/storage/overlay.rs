@@ -636,10 +636,9 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     let tkey = if text_key { key_expr(layout, "h") } else { "NULL::text".to_string() };
     let sql = format!(
         "SELECT pg_current_snapshot()::text,
-                array_agg(_w_hseq ORDER BY _w_hseq), array_agg(_w_op::text ORDER BY _w_hseq),
-                array_agg(coalesce(_w_old_tid::text, '') ORDER BY _w_hseq), array_agg(coalesce(_w_new_tid::text, '') ORDER BY _w_hseq),
-                array_agg(coalesce(r::text, '') ORDER BY _w_hseq), array_agg(coalesce(k, 0) ORDER BY _w_hseq),
-                array_agg(kt ORDER BY _w_hseq)
+                array_agg(_w_hseq), array_agg(_w_op::text),
+                array_agg(_w_old_tid), array_agg(_w_new_tid), array_agg(r), array_agg(coalesce(k, 0)),
+                array_agg(kt)
          FROM (SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, h.ctid AS r, {key} AS k, {tkey} AS kt FROM {} h WHERE {cond}
                UNION ALL
                SELECT h._w_hseq, h._w_op, h._w_old_tid, h._w_new_tid, NULL::tid, NULL::int8, NULL::text FROM {} h WHERE {cond}) h",
@@ -654,9 +653,10 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 row.get::<String>(1),
                 row.get::<Vec<i64>>(2).unwrap_or_default(),
                 row.get::<Vec<String>>(3).unwrap_or_default(),
-                row.get::<Vec<String>>(4).unwrap_or_default(),
-                row.get::<Vec<String>>(5).unwrap_or_default(),
-                row.get::<Vec<String>>(6).unwrap_or_default(),
+                // (the positions as tids, not text: their output and parsing were a third of the rest)
+                row.get::<Vec<Option<pg_sys::ItemPointerData>>>(4).unwrap_or_default(),
+                row.get::<Vec<Option<pg_sys::ItemPointerData>>>(5).unwrap_or_default(),
+                row.get::<Vec<Option<pg_sys::ItemPointerData>>>(6).unwrap_or_default(),
                 row.get::<Vec<i64>>(7).unwrap_or_default(),
                 if text_key { row.get::<Vec<Option<String>>>(8).unwrap_or_default() } else { Vec::new() },
             )
@@ -664,11 +664,16 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
     );
     let Some((now, hseqs, ops, olds, news, places, keys, text_keys)) = rows.into_iter().next() else { return };
     let int_key = layout.key_kind == b'i';
-    for i in 0..hseqs.len() {
-        if !olds[i].is_empty() {
-            let old = parse_tid(&olds[i]);
+    // applied in history's order: the aggregates of one pass take the rows in one order, so the arrays
+    // line up, and are sorted here (an ORDER BY in each of the seven was seven sorts: half of an old
+    // world's first statement, which reads every change main made since the fork)
+    let mut order: Vec<usize> = (0..hseqs.len()).collect();
+    order.sort_unstable_by_key(|&i| hseqs[i]);
+    for i in order {
+        if let Some(old) = &olds[i] {
+            let old = pack_tid(old);
             if ops[i] != "I" && !cache.created_tids.contains(&old) && cache.hist_pick.insert(hseqs[i]) {
-                let place = parse_tid(&places[i]);
+                let place = places[i].as_ref().map(pack_tid).unwrap_or(0);
                 cache.hist_rows.push(place);
                 if int_key {
                     cache.hist_keys.insert((keys[i], place));
@@ -678,8 +683,8 @@ fn advance_main_part(layout: &Layout, cache: &mut TableCache) {
                 }
             }
         }
-        if !news[i].is_empty() {
-            cache.created_tids.insert(parse_tid(&news[i]));
+        if let Some(new) = &news[i] {
+            cache.created_tids.insert(pack_tid(new));
         }
     }
     if let Some(now) = now {
