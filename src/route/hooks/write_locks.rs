@@ -131,12 +131,13 @@ unsafe fn writes_a_world(stmt: *mut pg_sys::PlannedStmt) -> bool {
         if results.is_null() {
             return false;
         }
-        (0..(*results).length).any(|i| {
-            let index = crate::fast_ffi::list_nth_int(results, i);
-            let rte = crate::fast_ffi::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
-            let ns = pg_sys::get_rel_namespace((*rte).relid);
-            let name = pg_sys::get_namespace_name(ns);
-            !name.is_null() && std::ffi::CStr::from_ptr(name).to_bytes() == b"worlds_data"
-        })
+        // (compared by the schema's oid: its name was a second syscache lookup and a copy per write)
+        let storage = pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true);
+        storage != pg_sys::Oid::INVALID
+            && (0..(*results).length).any(|i| {
+                let index = crate::fast_ffi::list_nth_int(results, i);
+                let rte = crate::fast_ffi::list_nth((*stmt).rtable, index - 1) as *mut pg_sys::RangeTblEntry;
+                pg_sys::get_rel_namespace((*rte).relid) == storage
+            })
     }
 }
