@@ -216,7 +216,7 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &World) -> TableChanges {
         // main's first change of each key since the fork, after the world's own last partial merge of it
         // (only worlds partly merged before have one): one pass over history since the fork, joined to the
         // world's rows by key (history has no index on the key: capture would pay for one on every write)
-        let (first_change, join_first, history_entry) = if main_changed {
+        let (first_change, join_first) = if main_changed {
             // (`merged_part`: set with a partial merge's events, record.rs)
             let (own_join, own_filter) = if world.merged_part {
                 (
@@ -233,49 +233,58 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &World) -> TableChanges {
             };
             (
                 format!(
-                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS _w_e
+                    ", f AS (SELECT DISTINCT ON ({hk}) h._w_op::text AS _w_op, {hcols}
                              FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
                     after_fork("h"),
                     hk = cols_of("h"),
-                    hobj = json_object_expr("h", &cols),
+                    hcols = cols.iter().map(|c| format!("h.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
                 ),
                 format!("LEFT JOIN f ON {}", key_match(&layout.key_columns, "f", "o")),
-                "f._w_e",
             )
         } else {
-            (String::new(), String::new(), "NULL::jsonb")
+            (String::new(), String::new())
         };
+        // each side's columns typed where a column's value is a plain number, boolean or text (read as
+        // such, no JSON built or parsed for it), the others in one jsonb object per side (as to_jsonb
+        // writes them): the Values are those to_jsonb(row) gives (typed.rs)
+        let typed = super::typed::TypedColumns::of(layout.relid);
+        let op_and_base = if main_changed { format!("f._w_op, {}", typed.select("f")) } else { "NULL::text".to_string() };
         let sql = format!(
             "WITH o AS (
-                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS _w_k, d._w_del, {dobj} AS _w_row
+                SELECT DISTINCT ON ({kcols}) {ktext} AS _w_k, d._w_del, {dcols}
                 FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
-             SELECT o._w_k,
-                    CASE WHEN o._w_del THEN NULL ELSE o._w_row END,
-                    (SELECT to_jsonb(t.*) FROM {table} t WHERE {tmatch}),
-                    {history_entry},
-                    {kobj}
-             FROM o {join_first} ORDER BY {okeys}",
-            kobj = json_object_expr("o", &layout.key_columns),
+             SELECT o._w_k, o._w_del, t._w_p, {op_and_base}, {ours}, {theirs}
+             FROM o {join_first}
+                  LEFT JOIN LATERAL (SELECT true AS _w_p, t.* FROM {table} t WHERE {tmatch} OFFSET 0) t ON true
+             ORDER BY {okeys}",
             ktext = key_text_expr(&layout.key_columns, "d"),
-            dobj = json_object_expr("d", &cols),
+            dcols = cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+            ours = typed.select("o"),
+            theirs = typed.select("t"),
             tmatch = key_match(&layout.key_columns, "t", "o"),
             okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
         );
+        let width = typed.width();
+        let key_at: Vec<usize> = layout.key_columns.iter().filter_map(|k| cols.iter().position(|c| c == k)).collect();
         Spi::connect(|c| {
             c.fresh(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .map(|r| {
-                    let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
-                    let entry = r.get::<JsonB>(4).ok().flatten().map(|j| j.0);
-                    let base = match entry {
-                        None => theirs.clone(),
-                        Some(e) if e["op"] == "I" => None,
-                        Some(e) => Some(e["row"].clone()),
+                    let base_at = if main_changed { Some(5) } else { None };
+                    let ours_at = 4 + base_at.map(|_| width).unwrap_or(0) + 1;
+                    let deleted = r.get::<bool>(2).ok().flatten().unwrap_or(false);
+                    let ours_row = typed.read(&r, ours_at);
+                    let key_obj = Value::Object(key_at.iter().map(|i| (cols[*i].clone(), ours_row.get(&cols[*i]).cloned().unwrap_or(Value::Null))).collect());
+                    let theirs = r.get::<bool>(3).ok().flatten().unwrap_or(false).then(|| Value::Object(typed.read(&r, ours_at + width)));
+                    let base = match (r.get::<String>(4).ok().flatten(), base_at) {
+                        (None, _) | (_, None) => theirs.clone(),
+                        (Some(op), _) if op == "I" => None,
+                        (Some(_), Some(at)) => Some(Value::Object(typed.read(&r, at))),
                     };
                     Changed {
                         key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
-                        key_obj: r.get::<JsonB>(5).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
-                        ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
+                        key_obj,
+                        ours: (!deleted).then_some(Value::Object(ours_row)),
                         theirs,
                         base,
                     }

@@ -32,6 +32,7 @@ use crate::governance::judge;
 use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, World};
 pub mod lock;
 mod gather;
+mod typed;
 pub use gather::*;
 mod sql;
 pub use sql::*;
