@@ -60,10 +60,12 @@ fn apply_rows(plan: &[Planned]) -> usize {
     }
     by_table.sort_by_key(|(r, _, _)| (depth.get(r).copied().unwrap_or(0), r.to_u32()));
     let mut applied = 0usize;
-    let rows_of = |relid: pg_sys::Oid, pred: &dyn Fn(&Planned) -> bool| -> Vec<Value> {
+    // (the plan's rows, not copies: typed.rs reads them into arrays, or copies them into JSON)
+    static NULL: Value = Value::Null;
+    let rows_of = |relid: pg_sys::Oid, pred: &dyn Fn(&Planned) -> bool| -> Vec<&Value> {
         plan.iter()
             .filter(|p| p.layout.relid == relid && p.decision.result != p.row.theirs && pred(p))
-            .map(|p| p.decision.result.clone().or_else(|| p.row.theirs.clone()).unwrap_or(Value::Null))
+            .map(|p| p.decision.result.as_ref().or(p.row.theirs.as_ref()).unwrap_or(&NULL))
             .collect()
     };
     // deletes, children first
@@ -103,14 +105,14 @@ fn apply_rows(plan: &[Planned]) -> usize {
         // each from its rows as a FROM item `r` (typed.rs: arrays of the columns' types where the values
         // are plain, else jsonb_populate_recordset), its parameters numbered from `param`
         let all_cols: Vec<&String> = cols.iter().collect();
-        let insert = |rows: Vec<Value>, param: usize| {
+        let insert = |rows: Vec<&Value>, param: usize| {
             let (from, args) = super::typed::rows_source(table, *relid, rows, &all_cols, param);
             (format!("INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM {from}"), args)
         };
         let updates = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_some());
         let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
         let update_cols: Vec<&String> = layout.key_columns.iter().chain(set_cols.iter().copied()).collect();
-        let update = |rows: Vec<Value>, param: usize| {
+        let update = |rows: Vec<&Value>, param: usize| {
             let (from, args) = super::typed::rows_source(table, *relid, rows, &update_cols, param);
             (
                 format!(

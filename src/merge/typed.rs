@@ -156,8 +156,9 @@ impl Values {
             (Values::Text(a), Some(Value::String(s))) => a.push(Some(s.clone())),
             (vals, Some(Value::Number(n))) => {
                 let Kind::Int { min, max } = kind else { return false };
-                // (the number as written: "5", not "5.0" or "5e0", which the JSON way refuses as an integer)
-                let Some(i) = n.as_i64().filter(|i| (min..=max).contains(i) && n.to_string() == i.to_string()) else { return false };
+                // (an integer as written: "5", not "5.0" or "5e0", which the JSON way refuses as an integer; as
+                // serde_json keeps numbers as written, `as_i64` parses that text as an integer)
+                let Some(i) = n.as_i64().filter(|i| (min..=max).contains(i)) else { return false };
                 match vals {
                     Values::I16(a) => a.push(Some(i as i16)),
                     Values::I32(a) => a.push(Some(i as i32)),
@@ -195,14 +196,14 @@ impl Values {
 /// from `first`: typed arrays when every value of those columns is a plain value of its column's type,
 /// else the jsonb array through jsonb_populate_recordset (all the table's columns). The FROM item's text
 /// and its parameters.
-pub(crate) fn rows_source(table: &str, relid: pg_sys::Oid, rows: Vec<Value>, needed: &[&String], first: usize) -> (String, Vec<pgrx::datum::DatumWithOid<'static>>) {
+pub(crate) fn rows_source(table: &str, relid: pg_sys::Oid, rows: Vec<&Value>, needed: &[&String], first: usize) -> (String, Vec<pgrx::datum::DatumWithOid<'static>>) {
     if let Some(typed) = typed_source(relid, &rows, needed, first) {
         return typed;
     }
-    (format!("jsonb_populate_recordset(NULL::{table}, ${first}) r"), vec![pgrx::JsonB(Value::Array(rows)).into()])
+    (format!("jsonb_populate_recordset(NULL::{table}, ${first}) r"), vec![pgrx::JsonB(Value::Array(rows.into_iter().cloned().collect())).into()])
 }
 
-fn typed_source(relid: pg_sys::Oid, rows: &[Value], needed: &[&String], first: usize) -> Option<(String, Vec<pgrx::datum::DatumWithOid<'static>>)> {
+fn typed_source(relid: pg_sys::Oid, rows: &[&Value], needed: &[&String], first: usize) -> Option<(String, Vec<pgrx::datum::DatumWithOid<'static>>)> {
     if needed.is_empty() {
         return None;
     }
@@ -212,7 +213,7 @@ fn typed_source(relid: pg_sys::Oid, rows: &[Value], needed: &[&String], first: u
         let kind = columns.names.iter().position(|n| n == *c).map(|i| columns.kinds[i])?;
         arrays.push((kind, c, Values::new(kind, rows.len())?));
     }
-    for row in rows {
+    for row in rows.iter().copied() {
         let Value::Object(row) = row else { return None };
         for (kind, name, vals) in arrays.iter_mut() {
             if !vals.push(*kind, row.get(name.as_str())) {
