@@ -316,34 +316,52 @@ pub(crate) fn gather_keyed(layout: &Layout, world: &World, cols: &[String], lock
         // (locking is a write: not on the latest snapshot `fresh` reads on, but the statement's own)
         let result = if lock { c.update(&sql, None, &args) } else { c.fresh(&sql, None, &args) };
         let result = result.unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-        keyed.rows.reserve(result.len());
-        for r in result {
-            let key = r.get::<String>(1).ok().flatten().unwrap_or_default();
-            let deleted = r.get::<bool>(2).ok().flatten().unwrap_or(false);
-            let present = r.get::<bool>(3).ok().flatten().unwrap_or(false);
-            if lock {
-                let at = ours_at + 2 * width;
-                if keyed.snapshot.is_none() {
-                    keyed.snapshot = r.get::<String>(at + 1).ok().flatten();
-                }
-                if !present {
-                    if r.get::<bool>(at).ok().flatten().unwrap_or(false) {
-                        // (held: what was read is of no use; the caller waits for it and starts over)
-                        keyed.held = Some(key);
-                        return;
-                    }
-                    keyed.absent.push(key.clone());
-                }
+        // each row deformed once, its values made Values directly (typed.rs): not an SPI call per value
+        // SAFETY: SPI_tuptable is this statement's result (`result` holds it) until the next SPI call,
+        // and nothing below makes one; its rows have the columns the statement gives, typed as above
+        use pgrx::datum::FromDatum;
+        let n = result.len();
+        keyed.rows.reserve(n);
+        unsafe {
+            let tt = pg_sys::SPI_tuptable;
+            if tt.is_null() || n == 0 {
+                return;
             }
-            let ours_row = typed.read(&r, ours_at);
-            let key_obj = Value::Object(key_at.iter().map(|i| (cols[*i].clone(), ours_row.get(&cols[*i]).cloned().unwrap_or(Value::Null))).collect());
-            let theirs = present.then(|| Value::Object(typed.read(&r, ours_at + width)));
-            let base = match (r.get::<String>(4).ok().flatten(), base_at) {
-                (None, _) | (_, None) => theirs.clone(),
-                (Some(op), _) if op == "I" => None,
-                (Some(_), Some(at)) => Some(Value::Object(typed.read(&r, at))),
-            };
-            keyed.rows.push(Changed { key, key_obj, ours: (!deleted).then_some(Value::Object(ours_row)), theirs, base });
+            let desc = (*tt).tupdesc;
+            let natts = (*desc).natts as usize;
+            let mut values = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![false; natts];
+            let text = |values: &[pg_sys::Datum], nulls: &[bool], i: usize| String::from_datum(values[i], nulls[i]);
+            let flag = |values: &[pg_sys::Datum], nulls: &[bool], i: usize| bool::from_datum(values[i], nulls[i]).unwrap_or(false);
+            for i in 0..n {
+                pg_sys::heap_deform_tuple(*(*tt).vals.add(i), desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+                let key = text(&values, &nulls, 0).unwrap_or_default();
+                let deleted = flag(&values, &nulls, 1);
+                let present = flag(&values, &nulls, 2);
+                if lock {
+                    let at = ours_at - 1 + 2 * width;
+                    if keyed.snapshot.is_none() {
+                        keyed.snapshot = text(&values, &nulls, at + 1);
+                    }
+                    if !present {
+                        if flag(&values, &nulls, at) {
+                            // (held: what was read is of no use; the caller waits for it and starts over)
+                            keyed.held = Some(key);
+                            return;
+                        }
+                        keyed.absent.push(key.clone());
+                    }
+                }
+                let ours_row = typed.read_datums(&values, &nulls, ours_at - 1);
+                let key_obj = Value::Object(key_at.iter().map(|i| (cols[*i].clone(), ours_row.get(&cols[*i]).cloned().unwrap_or(Value::Null))).collect());
+                let theirs = present.then(|| Value::Object(typed.read_datums(&values, &nulls, ours_at - 1 + width)));
+                let base = match (text(&values, &nulls, 3), base_at) {
+                    (None, _) | (_, None) => theirs.clone(),
+                    (Some(op), _) if op == "I" => None,
+                    (Some(_), Some(at)) => Some(Value::Object(typed.read_datums(&values, &nulls, at - 1))),
+                };
+                keyed.rows.push(Changed { key, key_obj, ours: (!deleted).then_some(Value::Object(ours_row)), theirs, base });
+            }
         }
     });
     keyed

@@ -100,23 +100,28 @@ impl TypedColumns {
         parts.join(", ")
     }
 
-    /// The side whose `select` columns start at `at` (1-based), as the object to_jsonb(row) gives.
-    pub fn read(&self, r: &pgrx::spi::SpiHeapTupleData, at: usize) -> Map<String, Value> {
-        let mut map = match r.get::<pgrx::JsonB>(at + self.typed.len()) {
-            Ok(Some(pgrx::JsonB(Value::Object(m)))) => m,
-            Ok(_) => Map::new(),
-            Err(e) => crate::api::raise("XX000", format!("pg_worlds: {e}")),
+    /// The side whose `select` columns start at `at` (0-based) in a row's deformed values (`values`,
+    /// `nulls`: heap_deform_tuple's), as the object to_jsonb(row) gives: no SPI call per value, each Datum
+    /// made its value directly.
+    pub fn read_datums(&self, values: &[pg_sys::Datum], nulls: &[bool], at: usize) -> Map<String, Value> {
+        use pgrx::datum::FromDatum;
+        let j = at + self.typed.len();
+        // SAFETY: the values are of the types `select` gave them (int8, bool, text, jsonb), deformed from a
+        // tuple of the SPI result the caller holds
+        let mut map = match unsafe { pgrx::JsonB::from_datum(values[j], nulls[j]) } {
+            Some(pgrx::JsonB(Value::Object(m))) => m,
+            _ => Map::new(),
         };
         for (n, i) in self.typed.iter().enumerate() {
-            let ord = at + n;
-            let v = match self.kinds[*i] {
-                Kind::Int { .. } => r.get::<i64>(ord).map(|v| v.map(Value::from)),
-                Kind::Bool => r.get::<bool>(ord).map(|v| v.map(Value::Bool)),
-                _ => r.get::<String>(ord).map(|v| v.map(Value::String)),
-            }
-            .unwrap_or_else(|e| crate::api::raise("XX000", format!("pg_worlds: {e}")))
-            .unwrap_or(Value::Null);
-            map.insert(self.names[*i].clone(), v);
+            let (d, null) = (values[at + n], nulls[at + n]);
+            let v = unsafe {
+                match self.kinds[*i] {
+                    Kind::Int { .. } => i64::from_datum(d, null).map(Value::from),
+                    Kind::Bool => bool::from_datum(d, null).map(Value::Bool),
+                    _ => String::from_datum(d, null).map(Value::String),
+                }
+            };
+            map.insert(self.names[*i].clone(), v.unwrap_or(Value::Null));
         }
         map
     }
