@@ -242,3 +242,28 @@ UPDATE accounts_u SET manager = 3 WHERE id = 1;
 RESET worlds.world;
 SELECT * FROM worlds.sql('merge world moves');
 SELECT * FROM accounts_u ORDER BY id;
+-- plain columns (integers, boolean, text, varchar) travel typed, the others as JSON (merge/typed.rs): the
+-- same values either way. A RESOLVE row whose value isn't a plain value of its column (a string for an
+-- integer, a number past smallint, 5.0) is applied the JSON way: Postgres's own error
+CREATE TABLE typed_t (id int PRIMARY KEY, s smallint, b bool, t text, v varchar, n numeric, j jsonb);
+INSERT INTO typed_t VALUES (1, 1, true, 'a', 'x', 1.50, '{"k": 1}'), (2, 2, false, NULL, NULL, NULL, NULL);
+SELECT * FROM worlds.sql('create world ty');
+SET worlds.world = ty;
+UPDATE typed_t SET s = s + 10, t = 'w''s', n = 2.500 WHERE id IN (1, 2);
+INSERT INTO typed_t VALUES (3, -32768, NULL, '', 'y', 0, '[1, "a"]');
+RESET worlds.world;
+UPDATE typed_t SET b = NOT b, v = 'main', j = '{"k": 2}' WHERE id IN (1, 2);
+SET client_min_messages = warning;
+SELECT j->>'table' AS "table", j->>'id' AS id, j->>'outcome' AS outcome, j->'result' AS result
+  FROM worlds.sql('merge world ty by columns dry run') j ORDER BY j->>'id';
+RESET client_min_messages;
+SELECT * FROM worlds.sql('merge world ty by columns');
+SELECT * FROM typed_t ORDER BY id;
+SELECT * FROM worlds.sql('create world ty2');
+SET worlds.world = ty2; UPDATE typed_t SET s = 5 WHERE id = 2; RESET worlds.world;
+UPDATE typed_t SET s = 6 WHERE id = 2;
+SELECT try($$select * from worlds.sql('merge world ty2 resolve (''typed_t/2'' = ''{"id": 2, "s": "x"}'')')$$);
+SELECT try($$select * from worlds.sql('merge world ty2 resolve (''typed_t/2'' = ''{"id": 2, "s": 70000}'')')$$);
+SELECT try($$select * from worlds.sql('merge world ty2 resolve (''typed_t/2'' = ''{"id": 2, "s": 5.0}'')')$$);
+SELECT * FROM worlds.sql('merge world ty2 resolve (''typed_t/2'' = ''{"id": 2, "s": 7, "b": true, "n": 1e2}'')');
+SELECT * FROM typed_t WHERE id = 2;

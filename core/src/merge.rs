@@ -72,6 +72,41 @@ pub fn changed_columns(a: Option<&Value>, b: Option<&Value>) -> Vec<String> {
         return cols;
     }
     let (am, bm) = (am.unwrap_or(&empty), bm.unwrap_or(&empty));
+    // (the maps' keys in order, as serde_json's map keeps them: one walk over both, no lookups)
+    if am.keys().is_sorted() && bm.keys().is_sorted() {
+        let mut cols = Vec::new();
+        let (mut a, mut b) = (am.iter().peekable(), bm.iter().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (None, None) => return cols,
+                (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                    std::cmp::Ordering::Equal => {
+                        if va != vb {
+                            cols.push((*ka).clone());
+                        }
+                        a.next();
+                        b.next();
+                    }
+                    std::cmp::Ordering::Less => {
+                        cols.push((*ka).clone());
+                        a.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        cols.push((*kb).clone());
+                        b.next();
+                    }
+                },
+                (Some((ka, _)), None) => {
+                    cols.push((*ka).clone());
+                    a.next();
+                }
+                (None, Some((kb, _))) => {
+                    cols.push((*kb).clone());
+                    b.next();
+                }
+            }
+        }
+    }
     let mut cols: Vec<String> = am
         .keys()
         .chain(bm.keys())

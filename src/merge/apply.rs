@@ -60,10 +60,12 @@ fn apply_rows(plan: &[Planned]) -> usize {
     }
     by_table.sort_by_key(|(r, _, _)| (depth.get(r).copied().unwrap_or(0), r.to_u32()));
     let mut applied = 0usize;
-    let rows_of = |relid: pg_sys::Oid, pred: &dyn Fn(&Planned) -> bool| -> Vec<Value> {
+    // (the plan's rows, not copies: typed.rs reads them into arrays, or copies them into JSON)
+    static NULL: Value = Value::Null;
+    let rows_of = |relid: pg_sys::Oid, pred: &dyn Fn(&Planned) -> bool| -> Vec<&Value> {
         plan.iter()
             .filter(|p| p.layout.relid == relid && p.decision.result != p.row.theirs && pred(p))
-            .map(|p| p.decision.result.clone().or_else(|| p.row.theirs.clone()).unwrap_or(Value::Null))
+            .map(|p| p.decision.result.as_ref().or(p.row.theirs.as_ref()).unwrap_or(&NULL))
             .collect()
     };
     // deletes, children first
@@ -89,30 +91,37 @@ fn apply_rows(plan: &[Planned]) -> usize {
             applied += run_dml(&sql, rows);
             continue;
         } else {
-            format!(
-                "DELETE FROM {table} t USING jsonb_populate_recordset(NULL::{table}, $1) r WHERE {}",
-                key_match(&layout.key_columns, "t", "r")
-            )
+            // (by key: typed arrays of the key's columns where they are plain, typed.rs)
+            let key: Vec<&String> = layout.key_columns.iter().collect();
+            let (from, args) = super::typed::rows_source(table, *relid, rows, &key, 1);
+            (format!("DELETE FROM {table} t USING {from} WHERE {}", key_match(&layout.key_columns, "t", "r")), args)
         };
-        applied += run_dml(&sql, rows);
+        applied += run_dml_args(&sql.0, &sql.1);
     }
     for (relid, layout, table) in by_table.iter() {
         let cols = table_columns(*relid, true);
         let col_list = crate::sql_text::column_list(&cols);
         let inserts = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_none());
-        let insert = |param: usize| {
-            format!(
-                "INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM jsonb_populate_recordset(NULL::{table}, ${param})"
-            )
+        // each from its rows as a FROM item `r` (typed.rs: arrays of the columns' types where the values
+        // are plain, else jsonb_populate_recordset), its parameters numbered from `param`
+        let all_cols: Vec<&String> = cols.iter().collect();
+        let insert = |rows: Vec<&Value>, param: usize| {
+            let (from, args) = super::typed::rows_source(table, *relid, rows, &all_cols, param);
+            (format!("INSERT INTO {table} ({col_list}) OVERRIDING SYSTEM VALUE SELECT {col_list} FROM {from}"), args)
         };
         let updates = rows_of(*relid, &|p| p.decision.result.is_some() && p.row.theirs.is_some());
         let set_cols: Vec<&String> = cols.iter().filter(|c| !layout.key_columns.contains(c)).collect();
-        let update = |param: usize| {
-            format!(
-                "UPDATE {table} t SET ({}) = ROW({}) FROM jsonb_populate_recordset(NULL::{table}, ${param}) r WHERE {}",
-                crate::sql_text::column_list(&set_cols),
-                set_cols.iter().map(|c| format!("r.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
-                key_match(&layout.key_columns, "t", "r")
+        let update_cols: Vec<&String> = layout.key_columns.iter().chain(set_cols.iter().copied()).collect();
+        let update = |rows: Vec<&Value>, param: usize| {
+            let (from, args) = super::typed::rows_source(table, *relid, rows, &update_cols, param);
+            (
+                format!(
+                    "UPDATE {table} t SET ({}) = ROW({}) FROM {from} WHERE {}",
+                    crate::sql_text::column_list(&set_cols),
+                    set_cols.iter().map(|c| format!("r.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+                    key_match(&layout.key_columns, "t", "r")
+                ),
+                args,
             )
         };
         let updates = if set_cols.is_empty() { Vec::new() } else { updates };
@@ -121,31 +130,33 @@ fn apply_rows(plan: &[Planned]) -> usize {
             // one statement, its updates first: a unique value moved from an updated row to a new one merges
             // (the updates free it first), and so does an updated row referencing a new one (a foreign key is
             // checked at the statement's end). The insert waits on the updates' count, so they run first.
+            let (u, mut args) = update(updates, 1);
+            let (i, more) = insert(inserts, args.len() + 1);
+            args.extend(more);
             let sql = format!(
-                "WITH _w_u AS ({} RETURNING 1), _w_i AS ({} WHERE (SELECT count(*) FROM _w_u) >= 0 RETURNING 1)
-                 SELECT (SELECT count(*) FROM _w_u) + (SELECT count(*) FROM _w_i)",
-                update(1),
-                insert(2)
+                "WITH _w_u AS ({u} RETURNING 1), _w_i AS ({i} WHERE (SELECT count(*) FROM _w_u) >= 0 RETURNING 1)
+                 SELECT (SELECT count(*) FROM _w_u) + (SELECT count(*) FROM _w_i)"
             );
-            applied += run_dml_counted(&sql, updates, inserts);
+            applied += run_dml_counted(&sql, &args);
             continue;
         }
         if !inserts.is_empty() {
-            applied += run_dml(&insert(1), inserts);
+            let (sql, args) = insert(inserts, 1);
+            applied += run_dml_args(&sql, &args);
         }
         if !updates.is_empty() {
-            applied += run_dml(&update(1), updates);
+            let (sql, args) = update(updates, 1);
+            applied += run_dml_args(&sql, &args);
         }
     }
     applied
 }
 
-/// Runs a statement over two row sets ($1, $2) that returns the number of rows it changed.
-pub(super) fn run_dml_counted(sql: &str, first: Vec<Value>, second: Vec<Value>) -> usize {
-    let args: [DatumWithOid; 2] = [JsonB(Value::Array(first)).into(), JsonB(Value::Array(second)).into()];
+/// Runs a statement that returns the number of rows it changed.
+pub(super) fn run_dml_counted(sql: &str, args: &[DatumWithOid]) -> usize {
     crate::storage::as_session_user(|| {
         Spi::connect_mut(|c| {
-            c.update(sql, None, &args)
+            c.update(sql, None, args)
                 .and_then(|t| t.first().get::<i64>(1))
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
                 .unwrap_or(0) as usize

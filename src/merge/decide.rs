@@ -11,10 +11,27 @@ pub(crate) fn plan_rows(
     resolve: &HashMap<(pg_sys::Oid, String), Pick>,
     only_keys: Option<&[(pg_sys::Oid, String)]>,
 ) -> Vec<Planned> {
+    plan_rows_gathered(layouts, world, target_world, req, resolve, only_keys, HashMap::new())
+}
+
+/// `plan_rows`, with the rows of the tables already gathered (by relid: lock.rs, `main_rows_gathered`,
+/// gathered as it locked them); the other tables are gathered here.
+pub(crate) fn plan_rows_gathered(
+    layouts: &[std::rc::Rc<Layout>],
+    world: &World,
+    target_world: Option<&World>,
+    req: &MergeRequest,
+    resolve: &HashMap<(pg_sys::Oid, String), Pick>,
+    only_keys: Option<&[(pg_sys::Oid, String)]>,
+    mut gathered: HashMap<pg_sys::Oid, Vec<Changed>>,
+) -> Vec<Planned> {
     let mut plan: Vec<Planned> = Vec::new();
     let base_world = world_by_num(world.num).and_then(|w| base_of(&w));
     for l in layouts {
-        let mut t = gather(l, world);
+        let mut t = match gathered.remove(&l.relid) {
+            Some(rows) => TableChanges { layout: l.clone(), name: l.table_name.to_string(), rows },
+            None => gather(l, world),
+        };
         other_sides(l, &mut t.rows, base_world.as_ref(), target_world);
         let mbc = merge_by_columns(l);
         for row in t.rows {

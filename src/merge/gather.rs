@@ -201,89 +201,170 @@ pub fn gather(layout: &std::rc::Rc<Layout>, world: &World) -> TableChanges {
                 .collect()
         })
     } else {
-        let cols_of = |alias: &str| layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-        let kcols = cols_of("d");
-        let after_fork = |alias: &str| {
-            if snapshot.starts_with('@') {
-                format!("{alias}._w_at > substr($2, 2)::timestamptz")
-            } else {
-                format!("{alias}._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot({alias}._w_xid, $2::pg_snapshot)")
-            }
-        };
-        // main didn't touch the table since the fork (the common case): base is theirs for every row, and
-        // the look into history can go
-        let main_changed = main_changed(layout, world);
-        // main's first change of each key since the fork, after the world's own last partial merge of it
-        // (only worlds partly merged before have one): one pass over history since the fork, joined to the
-        // world's rows by key (history has no index on the key: capture would pay for one on every write)
-        let (first_change, join_first, history_entry) = if main_changed {
-            // (`merged_part`: set with a partial merge's events, record.rs)
-            let (own_join, own_filter) = if world.merged_part {
-                (
-                    format!(
-                        "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
-                        after_fork("h2"),
-                        key_match(&layout.key_columns, "own", "h"),
-                        h2 = cols_of("h2"),
-                    ),
-                    "h._w_hseq > coalesce(own.m, 0)".to_string(),
-                )
-            } else {
-                (String::new(), "$3::text IS NOT NULL".to_string())
-            };
-            (
-                format!(
-                    ", f AS (SELECT DISTINCT ON ({hk}) {hk}, jsonb_build_object('op', h._w_op::text, 'row', {hobj}) AS _w_e
-                             FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
-                    after_fork("h"),
-                    hk = cols_of("h"),
-                    hobj = json_object_expr("h", &cols),
-                ),
-                format!("LEFT JOIN f ON {}", key_match(&layout.key_columns, "f", "o")),
-                "f._w_e",
-            )
-        } else {
-            (String::new(), String::new(), "NULL::jsonb")
-        };
-        let sql = format!(
-            "WITH o AS (
-                SELECT DISTINCT ON ({kcols}) {kcols}, {ktext} AS _w_k, d._w_del, {dobj} AS _w_row
-                FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
-             SELECT o._w_k,
-                    CASE WHEN o._w_del THEN NULL ELSE o._w_row END,
-                    (SELECT to_jsonb(t.*) FROM {table} t WHERE {tmatch}),
-                    {history_entry},
-                    {kobj}
-             FROM o {join_first} ORDER BY {okeys}",
-            kobj = json_object_expr("o", &layout.key_columns),
-            ktext = key_text_expr(&layout.key_columns, "d"),
-            dobj = json_object_expr("d", &cols),
-            tmatch = key_match(&layout.key_columns, "t", "o"),
-            okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
-        );
-        Spi::connect(|c| {
-            c.fresh(&sql, None, &[world.num.into(), snapshot.clone().into(), world.id.clone().into()])
-                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
-                .map(|r| {
-                    let theirs = r.get::<JsonB>(3).ok().flatten().map(|j| j.0);
-                    let entry = r.get::<JsonB>(4).ok().flatten().map(|j| j.0);
-                    let base = match entry {
-                        None => theirs.clone(),
-                        Some(e) if e["op"] == "I" => None,
-                        Some(e) => Some(e["row"].clone()),
-                    };
-                    Changed {
-                        key: r.get::<String>(1).ok().flatten().unwrap_or_default(),
-                        key_obj: r.get::<JsonB>(5).ok().flatten().map(|j| j.0).unwrap_or(Value::Null),
-                        ours: r.get::<JsonB>(2).ok().flatten().map(|j| j.0),
-                        theirs,
-                        base,
-                    }
-                })
-                .collect()
-        })
+        gather_keyed(layout, world, &cols, false).rows
     };
     TableChanges { layout: layout.clone(), name: table.to_string(), rows }
+}
+
+/// What `gather_keyed` read of a keyed table.
+pub(crate) struct Keyed {
+    pub rows: Vec<Changed>,
+    /// locking: the key of a row main has that couldn't be locked (the rows are then not all read)
+    pub held: Option<String>,
+    /// locking: the keys (as key text) main lacks
+    pub absent: Vec<String>,
+    /// locking: the snapshot the statement read on
+    pub snapshot: Option<String>,
+}
+
+/// The three sides of the rows `world` changed in a keyed table, in key order. `lock` (a merge into main,
+/// lock.rs): main's rows are locked by the same statement that reads them (see `Keyed`).
+pub(crate) fn gather_keyed(layout: &Layout, world: &World, cols: &[String], lock: bool) -> Keyed {
+    let table = &layout.table_name;
+    let delta = &layout.delta_name;
+    let history = &layout.history_name;
+    let snapshot = world.fork_snapshot.clone().unwrap_or_default();
+    let cols_of = |alias: &str| layout.key_columns.iter().map(|c| format!("{alias}.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+    let kcols = cols_of("d");
+    let after_fork = |alias: &str| {
+        if snapshot.starts_with('@') {
+            format!("{alias}._w_at > substr($2, 2)::timestamptz")
+        } else {
+            format!("{alias}._w_xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot({alias}._w_xid, $2::pg_snapshot)")
+        }
+    };
+    // main didn't touch the table since the fork (the common case): base is theirs for every row, and
+    // the look into history can go
+    // (locking, history is always looked into: main may write the table until the statement starts)
+    let main_changed = lock || main_changed(layout, world);
+    // main's first change of each key since the fork, after the world's own last partial merge of it
+    // (only worlds partly merged before have one): one pass over history since the fork, joined to the
+    // world's rows by key (history has no index on the key: capture would pay for one on every write)
+    let (first_change, join_first) = if main_changed {
+        // (`merged_part`: set with a partial merge's events, record.rs)
+        let (own_join, own_filter) = if world.merged_part {
+            (
+                format!(
+                    "LEFT JOIN (SELECT {h2}, max(h2._w_hseq) AS m FROM {history} h2 WHERE {} AND h2._w_src = $3 GROUP BY {h2}) own ON {}",
+                    after_fork("h2"),
+                    key_match(&layout.key_columns, "own", "h"),
+                    h2 = cols_of("h2"),
+                ),
+                "h._w_hseq > coalesce(own.m, 0)".to_string(),
+            )
+        } else {
+            (String::new(), "$3::text IS NOT NULL".to_string())
+        };
+        (
+            format!(
+                ", f AS (SELECT DISTINCT ON ({hk}) h._w_op::text AS _w_op, {hcols}
+                         FROM {history} h {own_join} WHERE {} AND {own_filter} ORDER BY {hk}, h._w_hseq)",
+                after_fork("h"),
+                hk = cols_of("h"),
+                hcols = cols.iter().map(|c| format!("h.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+            ),
+            format!("LEFT JOIN f ON {}", key_match(&layout.key_columns, "f", "o")),
+        )
+    } else {
+        (String::new(), String::new())
+    };
+    // each side's columns typed where a column's value is a plain number, boolean or text (read as
+    // such, no JSON built or parsed for it), the others in one jsonb object per side (as to_jsonb
+    // writes them): the Values are those to_jsonb(row) gives (typed.rs)
+    let typed = super::typed::TypedColumns::of(layout.relid);
+    let op_and_base = if main_changed { format!("f._w_op, {}", typed.select("f")) } else { "NULL::text".to_string() };
+    let tmatch = key_match(&layout.key_columns, "t", "o");
+    // main's row now, read on the statement's snapshot. Locking, it is locked without waiting (FOR NO KEY
+    // UPDATE; FOR UPDATE where the world deleted the row; SKIP LOCKED) and read as locked (its latest
+    // version). A row it couldn't lock, or that changed or went since the snapshot, is "held" (main has
+    // it on the snapshot); a key main lacks is "absent". And the statement's snapshot, once.
+    let (their_row, held) = if lock {
+        (
+            format!(
+                "SELECT * FROM (SELECT true AS _w_p, t.* FROM {table} t WHERE {tmatch} AND NOT o._w_del FOR NO KEY UPDATE OF t SKIP LOCKED) a
+                 UNION ALL SELECT * FROM (SELECT true AS _w_p, t.* FROM {table} t WHERE {tmatch} AND o._w_del FOR UPDATE OF t SKIP LOCKED) b"
+            ),
+            format!(
+                ", t._w_p IS NULL AND EXISTS (SELECT 1 FROM {table} t2 WHERE {}), (SELECT pg_current_snapshot()::text)",
+                key_match(&layout.key_columns, "t2", "o")
+            ),
+        )
+    } else {
+        (format!("SELECT true AS _w_p, t.* FROM {table} t WHERE {tmatch} OFFSET 0"), String::new())
+    };
+    let sql = format!(
+        "WITH o AS (
+            SELECT DISTINCT ON ({kcols}) {ktext} AS _w_k, d._w_del, {dcols}
+            FROM {delta} d WHERE d._w_world = $1 ORDER BY {kcols}, d._w_dseq DESC){first_change}
+         SELECT o._w_k, o._w_del, t._w_p, {op_and_base}, {ours}, {theirs}{held}
+         FROM o {join_first}
+              LEFT JOIN LATERAL ({their_row}) t ON true
+         ORDER BY {okeys}",
+        ktext = key_text_expr(&layout.key_columns, "d"),
+        dcols = cols.iter().map(|c| format!("d.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+        ours = typed.select("o"),
+        theirs = typed.select("t"),
+        okeys = layout.key_columns.iter().map(|c| format!("o.{}", quote_ident(c))).collect::<Vec<_>>().join(", "),
+    );
+    let width = typed.width();
+    let key_at: Vec<usize> = layout.key_columns.iter().filter_map(|k| cols.iter().position(|c| c == k)).collect();
+    let base_at = if main_changed { Some(5) } else { None };
+    let ours_at = 5 + base_at.map(|_| width).unwrap_or(0);
+    let mut keyed = Keyed { rows: Vec::new(), held: None, absent: Vec::new(), snapshot: None };
+    let args = [world.num.into(), snapshot.clone().into(), world.id.clone().into()];
+    Spi::connect_mut(|c| {
+        // (locking is a write: not on the latest snapshot `fresh` reads on, but the statement's own)
+        let result = if lock { c.update(&sql, None, &args) } else { c.fresh(&sql, None, &args) };
+        let result = result.unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+        // each row deformed once, its values made Values directly (typed.rs): not an SPI call per value
+        // SAFETY: SPI_tuptable is this statement's result (`result` holds it) until the next SPI call,
+        // and nothing below makes one; its rows have the columns the statement gives, typed as above
+        use pgrx::datum::FromDatum;
+        let n = result.len();
+        keyed.rows.reserve(n);
+        unsafe {
+            let tt = pg_sys::SPI_tuptable;
+            if tt.is_null() || n == 0 {
+                return;
+            }
+            let desc = (*tt).tupdesc;
+            let natts = (*desc).natts as usize;
+            let mut values = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![false; natts];
+            let text = |values: &[pg_sys::Datum], nulls: &[bool], i: usize| String::from_datum(values[i], nulls[i]);
+            let flag = |values: &[pg_sys::Datum], nulls: &[bool], i: usize| bool::from_datum(values[i], nulls[i]).unwrap_or(false);
+            for i in 0..n {
+                pg_sys::heap_deform_tuple(*(*tt).vals.add(i), desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+                let key = text(&values, &nulls, 0).unwrap_or_default();
+                let deleted = flag(&values, &nulls, 1);
+                let present = flag(&values, &nulls, 2);
+                if lock {
+                    let at = ours_at - 1 + 2 * width;
+                    if keyed.snapshot.is_none() {
+                        keyed.snapshot = text(&values, &nulls, at + 1);
+                    }
+                    if !present {
+                        if flag(&values, &nulls, at) {
+                            // (held: what was read is of no use; the caller waits for it and starts over)
+                            keyed.held = Some(key);
+                            return;
+                        }
+                        keyed.absent.push(key.clone());
+                    }
+                }
+                let ours_row = typed.read_datums(&values, &nulls, ours_at - 1);
+                let key_obj = Value::Object(key_at.iter().map(|i| (cols[*i].clone(), ours_row.get(&cols[*i]).cloned().unwrap_or(Value::Null))).collect());
+                let theirs = present.then(|| Value::Object(typed.read_datums(&values, &nulls, ours_at - 1 + width)));
+                let base = match (text(&values, &nulls, 3), base_at) {
+                    (None, _) | (_, None) => theirs.clone(),
+                    (Some(op), _) if op == "I" => None,
+                    (Some(_), Some(at)) => Some(Value::Object(typed.read_datums(&values, &nulls, at - 1))),
+                };
+                keyed.rows.push(Changed { key, key_obj, ours: (!deleted).then_some(Value::Object(ours_row)), theirs, base });
+            }
+        }
+    });
+    keyed
 }
 
 /// Has main changed the table since the world's fork (an entry in its history after the fork point)?

@@ -215,27 +215,106 @@ impl Round {
                 .collect()
         });
         if let Some((_, k)) = found.iter().find(|(kind, _)| kind == "held") {
-            let table = &self.layout.table_name;
-            let sql = format!("SELECT t.ctid::text FROM {table} t WHERE {} = $1", key_text_expr(&self.layout.key_columns, "t"));
-            ROW_RELID.with(|r| r.set(Some(self.layout.relid)));
-            return Some(Blocked::Row { sql, key: k.clone() });
+            return Some(held_row(&self.layout, k.clone()));
         }
         absent.extend(found.into_iter().filter(|(kind, _)| kind == "absent").map(|(_, k)| k));
-        if self.hold == Hold::Write && !absent.is_empty() {
-            // one statement for them all, in the keys' order: the first key another merge holds, if any
-            let taken = crate::spi_calls::get_one_with_args::<String>(
-                "SELECT k FROM unnest($2::text[]) WITH ORDINALITY AS a(k, n)
-                  WHERE NOT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || a.k)) ORDER BY a.n LIMIT 1",
-                &[KEY_LOCK.into(), absent.clone().into(), (self.relid as i64).into()],
-            )
-            .ok()
-            .flatten();
-            if let Some(k) = taken {
-                return Some(Blocked::Key { relid: self.relid, key: k });
-            }
+        if self.hold == Hold::Write {
+            return key_locks(self.relid, absent);
         }
         None
     }
+}
+
+/// Takes the advisory locks on the keys a merge adds (`absent`), without waiting: the first key another
+/// merge holds, if any.
+fn key_locks(relid: u32, absent: &[String]) -> Option<Blocked> {
+    if absent.is_empty() {
+        return None;
+    }
+    // one statement for them all, in the keys' order
+    let taken = crate::spi_calls::get_one_with_args::<String>(
+        "SELECT k FROM unnest($2::text[]) WITH ORDINALITY AS a(k, n)
+          WHERE NOT pg_try_advisory_xact_lock($1, hashtext($3::text || '/' || a.k)) ORDER BY a.n LIMIT 1",
+        &[KEY_LOCK.into(), absent.to_vec().into(), (relid as i64).into()],
+    )
+    .ok()
+    .flatten();
+    taken.map(|k| Blocked::Key { relid, key: k })
+}
+
+/// The place of the row with this key text, for waiting on it (`Blocked::Row`).
+fn held_row(layout: &Rc<Layout>, key: String) -> Blocked {
+    let sql = format!("SELECT t.ctid::text FROM {} t WHERE {} = $1", layout.table_name, key_text_expr(&layout.key_columns, "t"));
+    ROW_RELID.with(|r| r.set(Some(layout.relid)));
+    Blocked::Row { sql, key }
+}
+
+/// `main_rows` for a merge into main that plans its rows (Hold::Write), with the gather of each keyed
+/// table in the statement that locks its rows (gather.rs, `gather_keyed`): one read of main's rows, not
+/// a locking pass and a reading pass. By the same protocol: a row it can't lock (or changed or gone since
+/// the statement's snapshot) is waited for with nothing held, and the round starts over.
+///
+/// The rows are read on the statement's snapshot and locked at their latest versions: a transaction of
+/// main's that committed between the two (it changed a row after the snapshot, before the lock reached
+/// it, or wrote history the base is read from) would leave the read behind what is locked. So, all rows
+/// held, each table is asked whether main wrote it (its history or inserts) after that snapshot; if so,
+/// the table is gathered again, on a snapshot taken now (everything it reads of the world's rows held
+/// since). Returns the keys main lacked (as `main_rows`) and each keyed table's rows.
+pub fn main_rows_gathered(layouts: &[Rc<Layout>], world: &crate::world::World) -> (HashMap<pg_sys::Oid, Vec<String>>, HashMap<pg_sys::Oid, Vec<crate::plan::Changed>>) {
+    let mut layouts: Vec<&Rc<Layout>> = layouts.iter().filter(|l| l.key_kind != b'r').collect();
+    layouts.sort_by_key(|l| l.relid.to_u32());
+    if layouts.is_empty() {
+        return (HashMap::new(), HashMap::new());
+    }
+    loop {
+        let mut absent: HashMap<pg_sys::Oid, Vec<String>> = HashMap::new();
+        let mut gathered: Vec<(&Rc<Layout>, Vec<crate::plan::Changed>, Option<String>)> = Vec::new();
+        let blocked = super::in_subtransaction_keep(
+            || {
+                for l in &layouts {
+                    let cols = super::live_columns(l.relid);
+                    let k = super::gather::gather_keyed(l, world, &cols, true);
+                    if let Some(key) = k.held {
+                        return Some(held_row(l, key));
+                    }
+                    if let Some(b) = key_locks(l.relid.to_u32(), &k.absent) {
+                        return Some(b);
+                    }
+                    absent.insert(l.relid, k.absent);
+                    gathered.push((l, k.rows, k.snapshot));
+                }
+                None
+            },
+            |blocked| blocked.is_none(),
+        );
+        match blocked {
+            None => {
+                let rows = gathered
+                    .into_iter()
+                    .map(|(l, rows, snapshot)| {
+                        let rows = match snapshot {
+                            Some(s) if written_since(l, &s) => super::gather::gather_keyed(l, world, &super::live_columns(l.relid), false).rows,
+                            _ => rows,
+                        };
+                        (l.relid, rows)
+                    })
+                    .collect();
+                return (absent, rows);
+            }
+            // wait for that one alone (nothing else held), let it go, and start over
+            Some(b) => super::in_subtransaction_keep(|| b.wait(), |_| false),
+        }
+    }
+}
+
+/// Has main written the table (history or inserts) in a transaction `snapshot` doesn't see, that has
+/// committed by now? (Its `_w_xid` indexes: the entries since the snapshot's xmin.)
+fn written_since(l: &Layout, snapshot: &str) -> bool {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {} h WHERE h._w_xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(h._w_xid, $1::pg_snapshot))",
+        l.history_name
+    );
+    crate::spi_calls::get_one_with_args::<bool>(&sql, &[snapshot.into()]).ok().flatten().unwrap_or(true)
 }
 
 /// A keyless table's rows have no identity to lock by: the table is locked against writers while the

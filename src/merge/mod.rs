@@ -32,6 +32,7 @@ use crate::governance::judge;
 use crate::world::{merged_at_version, resolve_again, resolve_world, world_row, World};
 pub mod lock;
 mod gather;
+mod typed;
 pub use gather::*;
 mod sql;
 pub use sql::*;
@@ -204,15 +205,23 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             twins::refuse_conflicts(&world, &twin_conflicts);
         }
         let mut absent = HashMap::new();
+        let mut gathered = HashMap::new();
+        // (a merge that can't go fast-forward now can't once main's rows are held: main's history only grows)
+        let fast = target_world.is_none() && fast_forward::tables(&layouts, &world, &req);
         if !req.dry_run && target_world.is_none() {
-            // main's rows this world changed, held until commit; everything below reads on snapshots
-            // taken after they are held, so what is decided on is what is applied to
+            // main's rows this world changed, held until commit; what is decided on is what they hold
+            // then: everything below reads on snapshots taken after they are held, and a merge that plans
+            // its rows reads them as it locks them, reading again what main wrote meanwhile (lock.rs)
             lock::keyless_tables(&layouts);
-            absent = lock::main_rows(&layouts, world.num, lock::Hold::Write);
+            if fast {
+                absent = lock::main_rows(&layouts, world.num, lock::Hold::Write);
+            } else {
+                (absent, gathered) = lock::main_rows_gathered(&layouts, &world);
+            }
         }
         // main hasn't touched the world's tables since its fork, and nothing reads the plan's rows: the
         // world's rows as they stand, applied by typed statements, no plan (fast_forward.rs)
-        if target_world.is_none() && fast_forward::tables(&layouts, &world, &req) {
+        if fast && fast_forward::tables(&layouts, &world, &req) {
             pgrx::debug1!("pg_worlds: merging {} fast-forward (main unchanged since its fork)", world.name);
             timer.is(crate::metrics::Timed::MergeFastForward);
             // (no rows planned: the judge reads none, needs_rows said so; the tables come from the apply)
@@ -241,7 +250,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             world: world.clone(),
             into_main: target_world.is_none(),
             tables: table_levels(&objects, &twins, &replaced, &readers),
-            rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref()),
+            rows: plan_rows_gathered(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref(), gathered),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
         };
