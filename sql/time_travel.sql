@@ -303,6 +303,24 @@ INSERT INTO u VALUES (13, 'gone');
 ROLLBACK;
 RESET worlds.world;
 SELECT world, event, rows FROM worlds.show_history('hx');
+-- a block's rows counted after SHOW HISTORY wrote its event are added to it; a block that goes on in
+-- another world counts them to its one event, its first world's
+SELECT * FROM worlds.sql('create world hy1');
+SELECT * FROM worlds.sql('create world hy2');
+SET worlds.world = hy1;
+BEGIN;
+INSERT INTO u VALUES (20, 'a'), (21, 'b');
+SELECT world, event, rows FROM worlds.show_history('hy1') LIMIT 1;
+INSERT INTO u VALUES (22, 'c'), (23, 'd'), (24, 'e');
+COMMIT;
+BEGIN;
+INSERT INTO u VALUES (25, 'f');
+SET worlds.world = hy2;
+INSERT INTO u VALUES (26, 'g'), (27, 'h'), (28, 'i');
+COMMIT;
+RESET worlds.world;
+SELECT world, event, rows FROM worlds.show_history('hy1');
+SELECT world, event, rows FROM worlds.show_history('hy2');
 -- main's own writes are events too, read from its history: a statement is a write, a transaction block
 -- a commit; what a merge brought in is its `merged ...` event only
 CREATE TABLE hm (id int PRIMARY KEY, v text);

@@ -3,20 +3,9 @@
 //! table's own merge_by_columns) and USING.
 use super::*;
 
+/// The plan's rows. `gathered`: tables whose rows were already gathered (by relid: lock.rs,
+/// `main_rows_gathered`, gathered as it locked them); the other tables are gathered here.
 pub(crate) fn plan_rows(
-    layouts: &[std::rc::Rc<Layout>],
-    world: &World,
-    target_world: Option<&World>,
-    req: &MergeRequest,
-    resolve: &HashMap<(pg_sys::Oid, String), Pick>,
-    only_keys: Option<&[(pg_sys::Oid, String)]>,
-) -> Vec<Planned> {
-    plan_rows_gathered(layouts, world, target_world, req, resolve, only_keys, HashMap::new())
-}
-
-/// `plan_rows`, with the rows of the tables already gathered (by relid: lock.rs, `main_rows_gathered`,
-/// gathered as it locked them); the other tables are gathered here.
-pub(crate) fn plan_rows_gathered(
     layouts: &[std::rc::Rc<Layout>],
     world: &World,
     target_world: Option<&World>,

@@ -250,7 +250,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
             world: world.clone(),
             into_main: target_world.is_none(),
             tables: table_levels(&objects, &twins, &replaced, &readers),
-            rows: plan_rows_gathered(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref(), gathered),
+            rows: plan_rows(&layouts, &world, target_world.as_ref(), &req, &resolve, only_keys.as_deref(), gathered),
             stale: stale_reads::stale(world.num),
             applied_tables: None,
         };
@@ -418,7 +418,7 @@ pub fn merge(req: MergeRequest) -> Vec<Value> {
                         let all: Vec<std::rc::Rc<Layout>> = touched_layouts(&world);
                         let whole = MergeRequest { only_tables: None, only_keys: None, ..req.clone() };
                         let tried = in_subtransaction(|| {
-                            let rows = plan_rows(&all, &world, target_world.as_ref(), &whole, &resolve, None);
+                            let rows = plan_rows(&all, &world, target_world.as_ref(), &whole, &resolve, None, HashMap::new());
                             if rows.iter().any(|p| p.conflicts()) {
                                 return None;
                             }

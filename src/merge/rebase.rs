@@ -143,7 +143,7 @@ pub fn rebase(req: RebaseRequest) -> Vec<Value> {
             layouts.iter().filter(|l| world_touched(l, &world) && !twins.iter().any(|t| t.tabno == l.tabno)).cloned().collect();
         let settle = MergeRequest { by_columns: req.by_columns, using_ours: req.using_ours, ..Default::default() };
         let mut overwrites: i64 = 0;
-        for p in plan_rows(&touched, &world, parent_world.as_ref(), &settle, &resolve, None) {
+        for p in plan_rows(&touched, &world, parent_world.as_ref(), &settle, &resolve, None, HashMap::new()) {
             let (l, row) = (&p.layout, &p.row);
             if parent_world.is_none() && l.key_kind != b'r' && row.theirs.is_none() {
                 absent.push((l.clone(), row.key.clone()));

@@ -191,8 +191,8 @@ pub(super) static WORLD: BackendLocal<RefCell<Option<(u64, u64, World)>>> = Back
 static WORLD_SIG: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
 /// (lxid, statement start) of the last statement that bumped the world's version
 pub(super) static BUMPED: BackendLocal<Cell<(u32, i64)>> = BackendLocal::new(Cell::new((0, 0)));
-/// its 'write' event in worlds.event
-pub(super) static WRITE_EVENT: BackendLocal<Cell<i64>> = BackendLocal::new(Cell::new(0));
+/// its 'write' (or the block's 'commit') event in worlds.event: (seq, the event's world)
+pub(super) static WRITE_EVENT: BackendLocal<Cell<(i64, i32)>> = BackendLocal::new(Cell::new((0, 0)));
 
 pub fn next_statement() {
     EXEC_GEN.with(|g| g.set(g.get() + 1));

@@ -38,7 +38,7 @@ pub fn forget_aborted(sub: pg_sys::SubTransactionId) {
     });
     if done[BUMP] >= sub {
         BUMPED.with(|b| b.set((0, 0)));
-        WRITE_EVENT.with(|e| e.set(0));
+        WRITE_EVENT.with(|e| e.set((0, 0)));
     }
     if done[COMMIT] >= sub {
         COMMIT_EVENT.with(|c| c.set((0, 0, 0)));
@@ -151,7 +151,8 @@ pub(super) fn bump_version(world: &World) {
     let stmt = unsafe { (pg_sys::MyProc.as_ref().map(|p| p.lxid).unwrap_or(0), pg_sys::GetCurrentStatementStartTimestamp()) };
     if BUMPED.with(|b| b.get()) == stmt {
         // one more row of this statement's write, for SHOW HISTORY
-        count_row(WRITE_EVENT.with(|e| e.get()), world.num);
+        let (event, event_world) = WRITE_EVENT.with(|e| e.get());
+        count_row(event, event_world);
         return;
     }
     // SHOW HISTORY: a statement on its own is a `write`; the statements of a transaction block are one
@@ -162,11 +163,13 @@ pub(super) fn bump_version(world: &World) {
     flush_except(if in_block && xact == stmt.0 { xact_event } else { 0 });
     BUMPED.with(|b| b.set(stmt));
     done_in(BUMP);
+    // (an event and its world: the block's event is its first write's world's, whichever world this
+    // statement writes)
     let event = if MERGE_WRITING.with(|m| m.get()) {
-        0 // the merge's own event says it
+        (0, 0) // the merge's own event says it
     } else if in_block && xact == stmt.0 && xact_event != 0 {
         count_row(xact_event, xact_world);
-        xact_event
+        (xact_event, xact_world)
     } else {
         // reserved now, written at the next flush (PendingEvent)
         let seq = super::capture::next_hseq();
@@ -177,7 +180,7 @@ pub(super) fn bump_version(world: &World) {
             COMMIT_EVENT.with(|c| c.set((stmt.0, seq, world.num)));
             done_in(COMMIT);
         }
-        seq
+        (seq, world.num)
     };
     WRITE_EVENT.with(|e| e.set(event));
     // the version itself moves at commit (apply_version_bumps): an UPDATE of the world's row here would
