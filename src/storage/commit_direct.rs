@@ -103,6 +103,9 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         if version.is_some() {
             // (the next statements, this backend's, read the world's row at this version by its position)
             super::overlay::wrote_world_row(num, super::overlay::RowAt { tid: (*newslot).tts_tid, xmin: pg_sys::GetCurrentTransactionId() });
+            // (and the transaction's next first statement reads it without the heap, when nothing else
+            // completed in between: overlay::worlds::wrote_world_row_values)
+            super::overlay::wrote_world_row_values(num, newslot, (*world).rd_att);
             // the event
             let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
             pg_sys::ExecClearTuple(eslot);

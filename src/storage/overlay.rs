@@ -223,6 +223,12 @@ pub fn forget_all() {
 /// At a transaction's end (called by storage's one transaction callback, after capture's).
 /// (storage's transaction callback runs write_events' work first: storage/mod.rs, on_xact)
 pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT => worlds::confirm_committed_row(true),
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => worlds::confirm_committed_row(false),
+        _ => {}
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
         forget_all();
         for f in super::callbacks::abort() {

@@ -134,10 +134,23 @@ pub(crate) unsafe fn live_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Opt
 /// As `live_world_row`.
 pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
     unsafe {
+        // the row this backend's last commit wrote, to a snapshot that sees that commit and nothing
+        // completed after it (`committed_row`): a world's writer's next transaction, at its first read
         // two reads on snapshots that see the same transactions as committed, in the same command of the
         // same (sub)transaction, find the same row: the write lock's fresh snapshot and the statement's
         // are usually such a pair (nothing committed between them)
         let seen = seen_by(snapshot);
+        if let Some(row) = committed_row(num, snapshot) {
+            // (kept for the copies of this snapshot, which carry no completion count: the active one)
+            if let Some(seen) = seen {
+                LAST_ROW.with(|l| {
+                    let mut l = l.borrow_mut();
+                    let at = l.as_ref().filter(|e| e.1 == num).and_then(|e| e.3);
+                    *l = Some((seen, num, Some(row.clone()), at));
+                });
+            }
+            return Some(row);
+        }
         if let Some(seen) = &seen {
             if let Some(row) = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.0 == *seen && e.1 == num).map(|e| e.2.clone())) {
                 return row;
@@ -174,6 +187,88 @@ pub(crate) struct RowAt {
 /// by its position (`row_at`) rather than through the index.
 pub(crate) fn wrote_world_row(num: i32, at: RowAt) {
     LAST_ROW.with(|l| *l.borrow_mut() = Some((Vec::new(), num, None, Some(at))));
+}
+
+/// The world row a commit of this backend wrote: (the completion count a snapshot seeing exactly that commit
+/// and what completed before it has, 0 until the commit is confirmed; the count read after the update, the
+/// world's number, the row).
+static COMMITTED_ROW: BackendLocal<RefCell<Option<(u64, u64, i32, WorldRow)>>> = BackendLocal::new(RefCell::new(None));
+
+/// Postgres's count of completed transactions (`xactCompletionCount`, what a snapshot's reuse is decided
+/// by), read without ProcArrayLock: an aligned 64-bit read, after a full fence. A read that misses another
+/// backend's latest completion only makes the check in `confirm_committed_row` fail (see
+/// `wrote_world_row_values`); this backend's own completion is always seen (it made it, or the group
+/// leader that cleared its xid woke it through a semaphore).
+unsafe fn completion_count() -> u64 {
+    unsafe {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        std::ptr::read_volatile(&raw const (*pg_sys::ShmemVariableCache).xactCompletionCount)
+    }
+}
+
+/// This backend's commit (at PRE_COMMIT, its row lock held) just wrote `slot`, world `num`'s new row: kept
+/// with the completion count read now, to be confirmed at commit (`confirm_committed_row`).
+///
+/// Why a snapshot whose completion count is the confirmed one sees exactly this row: the count moves by one
+/// at every transaction's completion (commit or abort, and a subtransaction's abort), under ProcArrayLock,
+/// which a snapshot reads it under. Confirmed only when the count at commit is the one read here plus one
+/// (this transaction's own completion), so no other transaction completed between the two reads. Those
+/// that completed before the first read and changed the row did so before this update (the update holds
+/// the row's lock from then to the commit, and under READ COMMITTED follows every committed update to the
+/// latest version): the row written here is their successor. A snapshot with the confirmed count was taken
+/// after this commit and before any other completion: of this row's versions it sees this one. (Either
+/// read may miss another backend's latest completion. The second always sees this transaction's own, so
+/// "second = first + 1" means the first missed nothing; and a stale second only confirms a count no
+/// snapshot past another completion has.)
+///
+/// # Safety
+/// `slot` holds a row of worlds.world (`desc`).
+pub(crate) unsafe fn wrote_world_row_values(num: i32, slot: *mut pg_sys::TupleTableSlot, desc: pg_sys::TupleDesc) {
+    unsafe {
+        let row = world_table().and_then(|t| {
+            pg_sys::slot_getallattrs(slot);
+            let natts = (*desc).natts as usize;
+            let values = std::slice::from_raw_parts((*slot).tts_values, natts);
+            let nulls = std::slice::from_raw_parts((*slot).tts_isnull, natts);
+            decode_values(values, nulls, desc, &t, num)
+        });
+        let pending = row.map(|row| (0, completion_count(), num, row));
+        COMMITTED_ROW.with(|c| *c.borrow_mut() = pending);
+    }
+}
+
+/// At a transaction's end: the row its commit wrote is kept for the snapshots that see that commit and no
+/// later completion; any other end forgets it.
+pub(crate) fn confirm_committed_row(committed: bool) {
+    COMMITTED_ROW.with(|c| {
+        let Ok(mut c) = c.try_borrow_mut() else { return };
+        let confirmed = match c.take() {
+            Some((0, before, num, row)) if committed => {
+                let now = unsafe { completion_count() };
+                (now == before + 1).then_some((now, before, num, row))
+            }
+            // (a confirmed row stays valid: a snapshot either has its count or doesn't)
+            Some(e) if e.0 != 0 => Some(e),
+            _ => None,
+        };
+        *c = confirmed;
+    });
+}
+
+/// World `num`'s row as this backend's last commit wrote it, when `snapshot` sees that commit and nothing
+/// completed since (its completion count is the confirmed one) and this transaction has written nothing
+/// (no xid: its own changes of the row would be visible to it).
+unsafe fn committed_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<WorldRow> {
+    unsafe {
+        if snapshot.is_null() || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_MVCC || (*snapshot).snapXactCompletionCount == 0 {
+            return None;
+        }
+        if crate::fast_ffi::GetCurrentTransactionIdIfAny() != pg_sys::InvalidTransactionId {
+            return None;
+        }
+        let count = (*snapshot).snapXactCompletionCount;
+        COMMITTED_ROW.with(|c| c.borrow().as_ref().filter(|e| e.0 == count && e.2 == num).map(|e| e.3.clone()))
+    }
 }
 
 /// Where this backend last saw world `num`'s row (a version it read or its commit wrote): where the
@@ -216,6 +311,14 @@ unsafe fn decode(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, t: &WorldTab
         let mut values = vec![pg_sys::Datum::from(0usize); natts];
         let mut nulls = vec![true; natts];
         pg_sys::heap_deform_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        decode_values(&values, &nulls, desc, t, num)
+    }
+}
+
+/// `decode` of a row's deformed columns.
+unsafe fn decode_values(values: &[pg_sys::Datum], nulls: &[bool], desc: pg_sys::TupleDesc, t: &WorldTable, num: i32) -> Option<WorldRow> {
+    unsafe {
+        let natts = values.len().min(nulls.len());
         let get = |a: i32| {
             let i = (a as usize).checked_sub(1).filter(|&i| i < natts)?;
             (!nulls[i]).then_some(values[i])
@@ -315,6 +418,11 @@ pub(crate) fn on_relcache_invalidation(relid: pg_sys::Oid) {
         if relid == pg_sys::Oid::INVALID || w.get().is_some_and(|t| t.relid == relid) {
             w.set(None);
             LAST_ROW.with(|l| *l.borrow_mut() = None);
+            COMMITTED_ROW.with(|c| {
+                if let Ok(mut c) = c.try_borrow_mut() {
+                    *c = None;
+                }
+            });
         }
     });
 }
