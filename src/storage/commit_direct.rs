@@ -58,8 +58,8 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         let mut rtable = pg_sys::lappend(std::ptr::null_mut(), rte(world).cast());
         rtable = pg_sys::lappend(rtable, rte(events).cast());
         pg_sys::ExecInitRangeTable(estate, rtable);
-        let world_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
-        pg_sys::InitResultRelInfo(world_info, world, 1, std::ptr::null_mut(), 0);
+        // (the world's result relation made only when its indexes or AFTER triggers have work: `Target`)
+        let world_info = Target { rel: world, info: std::cell::Cell::new(std::ptr::null_mut()) };
         let event_info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
         pg_sys::InitResultRelInfo(event_info, events, 2, std::ptr::null_mut(), 0);
         (*estate).es_output_cid = pg_sys::GetCurrentCommandId(true);
@@ -77,7 +77,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
         let newslot = pg_sys::ExecInitExtraTupleSlot(estate, (*world).rd_att, &pg_sys::TTSOpsVirtual);
         let cols = VersionColumns { version: w_version, active: w_active, num: w_num, k };
         let mut version = match super::overlay::known_world_row(num) {
-            Some(known) => update_from_known(world_info, estate, num, known, cols, newslot),
+            Some(known) => update_from_known(&world_info, estate, num, known, cols, newslot),
             None => None,
         };
         if version.is_none() {
@@ -95,7 +95,7 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
                     set(newslot, w_version, Some(pg_sys::Datum::from(new_version)));
                     set(newslot, w_active, Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())));
                     pg_sys::ExecStoreVirtualTuple(newslot);
-                    update_world_row(world_info, estate, found_slot, newslot);
+                    update_world_row(&world_info, estate, found_slot, newslot);
                     version = Some(new_version);
                 }
             }
@@ -123,8 +123,9 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
             pg_sys::ExecStoreVirtualTuple(eslot);
             pg_sys::ExecSimpleRelationInsert(event_info, estate, eslot);
         }
-        if !(*world_info).ri_IndexRelationDescs.is_null() {
-            pg_sys::ExecCloseIndices(world_info);
+        let info = world_info.info.get();
+        if !info.is_null() && !(*info).ri_IndexRelationDescs.is_null() {
+            pg_sys::ExecCloseIndices(info);
         }
         pg_sys::ExecCloseIndices(event_info);
         pg_sys::AfterTriggerEndQuery(estate);
@@ -145,14 +146,12 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
 /// indexes and AFTER triggers only when they have work (`after_update`).
 ///
 /// # Safety
-/// As `commit`'s, with `world_info` a result relation of `estate` whose indexes aren't open.
-unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut pg_sys::EState, found: *mut pg_sys::TupleTableSlot, newslot: *mut pg_sys::TupleTableSlot) {
+/// As `commit`'s, with `world_info` worlds.world as its target (range-table entry 1 of `estate`).
+unsafe fn update_world_row(world_info: &Target, estate: *mut pg_sys::EState, found: *mut pg_sys::TupleTableSlot, newslot: *mut pg_sys::TupleTableSlot) {
     unsafe {
-        let rel = (*world_info).ri_RelationDesc;
+        let rel = world_info.rel;
         pg_sys::CheckCmdReplicaIdentity(rel, pg_sys::CmdType::CMD_UPDATE);
-        if !(*(*rel).rd_att).constr.is_null() {
-            pg_sys::ExecConstraints(world_info, newslot, estate);
-        }
+        world_info.check_constraints(estate, newslot);
         // (whether this transaction made the row, read before the update moves it)
         let made_here = {
             let mut free = false;
@@ -173,7 +172,7 @@ unsafe fn update_world_row(world_info: *mut pg_sys::ResultRelInfo, estate: *mut 
 /// queue nothing, unless the row was made by this transaction (`made_here`), which the referencing side
 /// checks again (`RI_FKey_fk_upd_check_required`); any trigger of another kind is always fired.
 unsafe fn after_update(
-    world_info: *mut pg_sys::ResultRelInfo,
+    world_info: &Target,
     estate: *mut pg_sys::EState,
     old_tid: &mut pg_sys::ItemPointerData,
     newslot: *mut pg_sys::TupleTableSlot,
@@ -183,21 +182,57 @@ unsafe fn after_update(
     unsafe {
         let mut recheck: *mut pg_sys::List = std::ptr::null_mut();
         if update_indexes {
-            pg_sys::ExecOpenIndices(world_info, false);
-            if (*world_info).ri_NumIndices > 0 {
-                recheck = pg_sys::ExecInsertIndexTuples(world_info, newslot, estate, true, false, std::ptr::null_mut(), std::ptr::null_mut());
+            let info = world_info.info(estate);
+            pg_sys::ExecOpenIndices(info, false);
+            if (*info).ri_NumIndices > 0 {
+                recheck = pg_sys::ExecInsertIndexTuples(info, newslot, estate, true, false, std::ptr::null_mut(), std::ptr::null_mut());
             }
         }
-        let trig = (*world_info).ri_TrigDesc;
+        // (the relation's own trigger descriptor: the result relation's is a copy of it)
+        let trig = (*world_info.rel).trigdesc;
         let only_foreign_keys = !trig.is_null()
             && (0..(*trig).numtriggers as usize).all(|i| {
                 let t = &*(*trig).triggers.add(i);
                 crate::fast_ffi::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_NONE as i32
             });
         if !trig.is_null() && (*trig).trig_update_after_row && (made_here || !only_foreign_keys) {
-            pg_sys::ExecARUpdateTriggers(estate, world_info, std::ptr::null_mut(), std::ptr::null_mut(), old_tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
+            pg_sys::ExecARUpdateTriggers(estate, world_info.info(estate), std::ptr::null_mut(), std::ptr::null_mut(), old_tid, std::ptr::null_mut(), newslot, recheck, std::ptr::null_mut(), false);
         }
         pg_sys::list_free(recheck);
+    }
+}
+
+/// worlds.world as the commit's update target: its result relation (which copies the table's trigger
+/// descriptor) made on first need, for its indexes (a new version that isn't heap-only), its AFTER triggers
+/// or a CHECK constraint; most commits need none of them.
+struct Target {
+    rel: pg_sys::Relation,
+    info: std::cell::Cell<*mut pg_sys::ResultRelInfo>,
+}
+
+impl Target {
+    /// The result relation (range-table entry 1 of the commit's executor state).
+    unsafe fn info(&self, _estate: *mut pg_sys::EState) -> *mut pg_sys::ResultRelInfo {
+        unsafe {
+            if self.info.get().is_null() {
+                let info = PgBox::<pg_sys::ResultRelInfo>::alloc_node(pg_sys::NodeTag::T_ResultRelInfo).into_pg();
+                pg_sys::InitResultRelInfo(info, self.rel, 1, std::ptr::null_mut(), 0);
+                self.info.set(info);
+            }
+            self.info.get()
+        }
+    }
+
+    /// The table's constraints on the new version, as ExecSimpleRelationUpdate checks them. Its NOT NULL
+    /// ones hold by construction (every column copied from a committed version, the two set are never
+    /// null): checked only when the table has a CHECK constraint.
+    unsafe fn check_constraints(&self, estate: *mut pg_sys::EState, newslot: *mut pg_sys::TupleTableSlot) {
+        unsafe {
+            let constr = (*(*self.rel).rd_att).constr;
+            if !constr.is_null() && (*constr).num_check > 0 {
+                pg_sys::ExecConstraints(self.info(estate), newslot, estate);
+            }
+        }
     }
 }
 
@@ -222,9 +257,9 @@ struct VersionColumns {
 /// be an ERROR), or was changed by this transaction (the statement handles those), or the row was deleted.
 ///
 /// # Safety
-/// As `commit`'s, with `world_info` a result relation of `estate` whose indexes aren't open.
+/// As `commit`'s, with `world_info` worlds.world as its target (range-table entry 1 of `estate`).
 unsafe fn update_from_known(
-    world_info: *mut pg_sys::ResultRelInfo,
+    world_info: &Target,
     estate: *mut pg_sys::EState,
     num: i32,
     known: super::overlay::RowAt,
@@ -232,7 +267,7 @@ unsafe fn update_from_known(
     newslot: *mut pg_sys::TupleTableSlot,
 ) -> Option<i64> {
     unsafe {
-        let rel = (*world_info).ri_RelationDesc;
+        let rel = world_info.rel;
         let desc = (*rel).rd_att;
         let cid = pg_sys::GetCurrentCommandId(true);
         let update = (*(*rel).rd_tableam).tuple_update?;
@@ -282,9 +317,7 @@ unsafe fn update_from_known(
             let made_here = crate::fast_ffi::TransactionIdIsCurrentTransactionId(xmin);
             // (checked as ExecSimpleRelationUpdate checks, before the heap's update)
             pg_sys::CheckCmdReplicaIdentity(rel, pg_sys::CmdType::CMD_UPDATE);
-            if !(*desc).constr.is_null() {
-                pg_sys::ExecConstraints(world_info, newslot, estate);
-            }
+            world_info.check_constraints(estate, newslot);
             let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
             let mut lockmode: pg_sys::LockTupleMode::Type = 0;
             let mut update_indexes = false;
