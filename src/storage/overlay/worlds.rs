@@ -134,12 +134,9 @@ pub(crate) unsafe fn live_world_row(num: i32, snapshot: pg_sys::Snapshot) -> Opt
 /// As `live_world_row`.
 pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(bool, Option<i64>, Option<String>, Option<String>)> {
     unsafe {
+        let seen = seen_by(snapshot);
         // the row this backend's last commit wrote, to a snapshot that sees that commit and nothing
         // completed after it (`committed_row`): a world's writer's next transaction, at its first read
-        // two reads on snapshots that see the same transactions as committed, in the same command of the
-        // same (sub)transaction, find the same row: the write lock's fresh snapshot and the statement's
-        // are usually such a pair (nothing committed between them)
-        let seen = seen_by(snapshot);
         if let Some(row) = committed_row(num, snapshot) {
             // (kept for the copies of this snapshot, which carry no completion count: the active one)
             if let Some(seen) = seen {
@@ -151,6 +148,9 @@ pub(crate) unsafe fn world_row(num: i32, snapshot: pg_sys::Snapshot) -> Option<(
             }
             return Some(row);
         }
+        // two reads on snapshots that see the same transactions as committed, in the same command of the
+        // same (sub)transaction, find the same row: the write lock's fresh snapshot and the statement's
+        // are usually such a pair (nothing committed between them)
         if let Some(seen) = &seen {
             if let Some(row) = LAST_ROW.with(|l| l.borrow().as_ref().filter(|e| e.0 == *seen && e.1 == num).map(|e| e.2.clone())) {
                 return row;
