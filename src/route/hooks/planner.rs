@@ -1,22 +1,20 @@
 //! The planner hook: an UPDATE or DELETE of a world reads its target rows in place, with the world scan
-//! (route/scans/world_scan/), instead of through the overlay view's three-branch UNION ALL.
+//! (route/scans/world_scan/), and writes them through the INSTEAD OF trigger of the table's write twin
+//! `k_` (storage/writes.rs).
 //!
-//! The router makes a world's write target the table's overlay view (hooks/analyze.rs); its INSTEAD OF
-//! trigger writes the world's rows (storage/writes.rs). For UPDATE / DELETE the rewriter then does what it
-//! does for any view with an INSTEAD OF trigger: the view stays the result relation (a copy of its entry),
-//! and the original entry becomes a sub-query of the view's body, the source of the rows, which a
-//! `wholerow` junk column hands to the trigger as OLD. Planning that body — an append of main's rows, the
-//! delta and history, each with a visibility condition — was a quarter of a world's TPC-B transaction, and
-//! initialising its plan another tenth. Here, before Postgres plans the statement, that sub-query entry
-//! goes back to being the table itself, marked for the world scan: the planner plans the table as main's
-//! UPDATE would (its index on `WHERE id = $1`), and the world scan adds the world's rows and drops the rows
-//! the world doesn't see, exactly as for a SELECT. The view's columns are the table's, attnum for attnum
-//! (storage/overlay: a dropped column is a placeholder), so every Var of the entry reads the same column.
+//! The router leaves such a statement's target as the table itself, marked for the world scan
+//! (route/rewrite: an integer key, no row-level security, no inheritance children, no dropped column, not
+//! `WHERE CURRENT OF`), so the rewriter treats it as main's write of the table: its DEFAULTs, identity and
+//! generated columns, with no view to expand. Here, before Postgres plans it, the statement gets the shape
+//! the rewriter gives a write to a view with an INSTEAD OF trigger (`write_in_place`): the write twin is
+//! the target, the table's entry the source of the rows, read by the world scan as for a SELECT (the
+//! planner plans the table as main's UPDATE would, its index on `WHERE id = $1`), and a `wholerow` junk
+//! column hands the trigger OLD. The twin's columns are the table's, attnum for attnum.
 //!
-//! Taken only where the world scan reads the table for a SELECT (one integer key column, no row-level
-//! security) and the table has no inheritance children and no dropped column (OLD is typed as the view's
-//! row, whose placeholder for a dropped column Postgres's check of a whole-row Var refuses); never for
-//! `WHERE CURRENT OF` (a cursor's position in another plan). Everything else is planned as before.
+//! A write whose target is the overlay view itself (a statement analysed inside pg_worlds' own work and
+//! planned outside it) had the view's body expanded by the rewriter: that sub-query entry goes back to
+//! being the table, marked for the world scan (`convert_source`), instead of planning the overlay's
+//! three-branch UNION ALL. Everything else is planned as it is.
 use super::*;
 
 static mut PREV_PLANNER: pg_sys::planner_hook_type = None;
@@ -46,49 +44,97 @@ unsafe extern "C-unwind" fn planner(
     }
 }
 
-/// The overlay view's body under an UPDATE / DELETE of a world becomes the table, read by the world scan.
+/// The overlay view's body under an UPDATE / DELETE of a world becomes the table, read by the world scan;
+/// a target the router left as the table itself, marked, gets the write twin as its target.
 unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
     unsafe {
-        // (in main no target is a world's: the write twin is chosen in a world only, and a switch of world
-        // analyses every statement again)
-        if guc::in_main() || !crate::fast_ffi::IsTransactionState() {
+        if !crate::fast_ffi::IsTransactionState() {
             return;
         }
         let rtable = (*parse).rtable;
         let result = crate::fast_ffi::list_nth(rtable, (*parse).resultRelation - 1) as *mut pg_sys::RangeTblEntry;
-        if (*result).rtekind != pg_sys::RTEKind::RTE_RELATION || (*result).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
+        if (*result).rtekind != pg_sys::RTEKind::RTE_RELATION {
+            return;
+        }
+        if crate::route::scans::world_scan::marked(result) {
+            // (only the router marks a target, and only inside a world; a switch of world analyses every
+            // statement again. Whatever holds now, the table itself must not be planned as the target.)
+            let Some(&tabno) = storage::routed_tables().get(&(*result).relid) else { return };
+            let layout = storage::relation_layout(tabno);
+            if !write_in_place(parse, &layout) {
+                raise(
+                    "XX000",
+                    format!(
+                        "pg_worlds: the {} of table {} inside a world can't read its rows in place; run it again",
+                        command_word((*parse).commandType),
+                        layout.table_name
+                    ),
+                );
+            }
+            return;
+        }
+        // (in main no target is a world's: a switch of world analyses every statement again)
+        if guc::in_main() || (*result).relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char {
             return;
         }
         let Some(&tabno) = storage::overlay_relations().get(&(*result).relid) else { return };
         let layout = storage::relation_layout(tabno);
-        // the write twin (hooks/analyze.rs chose it): its body is the bare table, which must become the world
-        // scan, whatever else holds now (a plan made again for a statement analyzed then)
-        let twin = is_write_twin(&layout, (*result).relid);
-        if !twin {
-            // (a twin is converted even inside pg_worlds' own work: a statement of the app's analysed outside
-            // it, planned again inside, still reads the world's rows)
-            if storage::internal() || !guc::WORLD_SCAN.get() {
-                return;
-            }
-            // the overlay itself (not a conflict or rows twin)
-            if (*result).relid != layout.overlay {
-                return;
-            }
+        if storage::internal() || !guc::WORLD_SCAN.get() {
+            return;
         }
-        let converted = convert_source(parse, &layout);
-        if twin && !converted {
-            // (never expected: everything that decides it invalidates the statement, which is analyzed again)
-            raise(
-                "XX000",
-                format!("pg_worlds: the {} of table {} inside a world can't read its rows in place; run it again", command_word((*parse).commandType), layout.table_name),
-            );
+        // the overlay itself (not a conflict or rows twin), whose body the rewriter expanded
+        if (*result).relid != layout.overlay {
+            return;
         }
+        convert_source(parse, &layout);
     }
 }
 
-/// The table's write twin `k_` (an integer key: the UPDATE / DELETE target whose body is the bare table).
-pub(super) fn is_write_twin(layout: &storage::Layout, relid: pg_sys::Oid) -> bool {
-    layout.key_kind == b'i' && layout.overlay_rows != pg_sys::Oid::INVALID && relid == layout.overlay_rows
+/// A world's UPDATE / DELETE whose target the router left as the table, marked: made here what the rewriter
+/// makes of a write to a view with an INSTEAD OF trigger (`ApplyRetrieveRule`), with no view to expand. The
+/// write twin `k_` (the overlay's columns, attnum for attnum) becomes the target, a copy of the entry outside
+/// the join tree; the table's own entry stays the source, read by the world scan, with the role's rights on
+/// the table; RETURNING reads the new row (the target's); a `wholerow` junk column hands the trigger OLD,
+/// typed as the twin's row. False (nothing changed) where it can't.
+unsafe fn write_in_place(parse: *mut pg_sys::Query, layout: &storage::Layout) -> bool {
+    unsafe {
+        if layout.key_kind != b'i' || layout.overlay_rows == pg_sys::Oid::INVALID || !in_place_target(layout) || has_current_of(parse) {
+            return false;
+        }
+        if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+            return false;
+        }
+        let source = (*parse).resultRelation;
+        let rte = crate::fast_ffi::list_nth((*parse).rtable, source - 1) as *mut pg_sys::RangeTblEntry;
+        // (the planner opens its target unlocked: locked as the table is)
+        pg_sys::LockRelationOid(layout.overlay_rows, (*rte).rellockmode);
+        let target = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void) as *mut pg_sys::RangeTblEntry;
+        (*target).relid = layout.overlay_rows;
+        (*target).relkind = pg_sys::RELKIND_VIEW as std::ffi::c_char;
+        (*target).security_barrier = false;
+        (*target).inh = false;
+        (*target).inFromCl = false;
+        (*target).requiredPerms = 0;
+        (*target).checkAsUser = pg_sys::Oid::INVALID;
+        (*target).selectedCols = std::ptr::null_mut();
+        (*target).insertedCols = std::ptr::null_mut();
+        (*target).updatedCols = std::ptr::null_mut();
+        (*target).extraUpdatedCols = std::ptr::null_mut();
+        (*parse).rtable = pg_sys::lappend((*parse).rtable, target as *mut std::ffi::c_void);
+        let result = (*(*parse).rtable).length;
+        (*parse).resultRelation = result;
+        if !(*parse).returningList.is_null() {
+            (*parse).returningList = pg_sys::copyObjectImpl((*parse).returningList as *const std::ffi::c_void) as *mut pg_sys::List;
+            pg_sys::ChangeVarNodes((*parse).returningList as *mut pg_sys::Node, source, result, 0);
+        }
+        let old = pg_sys::makeVar(source, 0, pg_sys::get_rel_type_id(layout.overlay_rows), -1, pg_sys::Oid::INVALID, 0);
+        let width = if (*parse).targetList.is_null() { 0 } else { (*(*parse).targetList).length };
+        let entry = pg_sys::makeTargetEntry(old as *mut pg_sys::Expr, (width + 1) as i16, pg_sys::pstrdup(c"wholerow".as_ptr()), true);
+        (*parse).targetList = pg_sys::lappend((*parse).targetList, entry as *mut std::ffi::c_void);
+        // (no inheritance children: in_place_target)
+        (*rte).inh = false;
+        true
+    }
 }
 
 /// Turns the sub-query entry the rewriter expanded the view's body into back into the table, marked for the

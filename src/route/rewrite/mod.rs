@@ -320,24 +320,30 @@ pub(crate) unsafe fn route_range_table(query: *mut pg_sys::Query, ctx: &mut Rout
                     crate::route::scans::world_scan::mark(rte);
                     continue;
                 }
-                let mut overlay = layout.overlay;
-                // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
-                // physical row each row is; of a table with an integer key whose rows the world scan can read
-                // in place: the write twin, whose body (the bare table) the planner hook makes that scan
-                if is_result
+                let write_or_delete = is_result
                     && layout.overlay_rows != pg_sys::Oid::INVALID
-                    && matches!((*query).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE)
-                    && (layout.key_kind == b'r'
-                        || (query == ctx.top
-                            && guc::WORLD_SCAN.get()
-                            && !storage::internal()
-                            && row_security.is_none()
-                            && !has_row_security(layout.relid)
-                            && in_place_target(&layout)
-                            && !has_current_of(query)))
+                    && matches!((*query).commandType, pg_sys::CmdType::CMD_UPDATE | pg_sys::CmdType::CMD_DELETE);
+                // UPDATE / DELETE of a table with an integer key whose rows the world scan can read in place:
+                // the entry stays the table's (its rights and Postgres's rewrite of a write to it included),
+                // marked, and the planner hook makes the write twin the target and this entry the world scan
+                // that feeds it (hooks/planner.rs), with no view for the rewriter to expand
+                if write_or_delete
+                    && layout.key_kind == b'i'
+                    && query == ctx.top
+                    && guc::WORLD_SCAN.get()
+                    && !storage::internal()
+                    && row_security.is_none()
+                    && !has_row_security(layout.relid)
+                    && in_place_target(&layout)
+                    && !has_current_of(query)
                 {
-                    overlay = layout.overlay_rows;
+                    refuse_system_columns(query, i + 1);
+                    crate::route::scans::world_scan::mark(rte);
+                    continue;
                 }
+                // UPDATE / DELETE of a table without a key: the rows twin, which tells the trigger which
+                // physical row each row is
+                let mut overlay = if write_or_delete && layout.key_kind == b'r' { layout.overlay_rows } else { layout.overlay };
                 if is_result && !(*query).onConflict.is_null() {
                     crate::route::upsert::check_constraint_has_index((*query).onConflict);
                     if (*(*query).onConflict).action == pg_sys::OnConflictAction::ONCONFLICT_UPDATE {

@@ -23,3 +23,4 @@ mod node;
 mod parallel;
 mod path;
 pub use path::{install, mark};
+pub(crate) use path::marked;
