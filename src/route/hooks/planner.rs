@@ -98,10 +98,10 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
 /// typed as the twin's row. False (nothing changed) where it can't.
 unsafe fn write_in_place(parse: *mut pg_sys::Query, layout: &storage::Layout) -> bool {
     unsafe {
-        if layout.key_kind != b'i' || layout.overlay_rows == pg_sys::Oid::INVALID || !in_place_target(layout) || has_current_of(parse) {
-            return false;
-        }
-        if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+        // (the router checked the rest when it marked the target: the table's shape and row-level security,
+        // whose change invalidates the statement, which is analysed again; `WHERE CURRENT OF`, which the
+        // statement has or hasn't)
+        if layout.key_kind != b'i' || layout.overlay_rows == pg_sys::Oid::INVALID || layout.unsupported.is_some() {
             return false;
         }
         let source = (*parse).resultRelation;
