@@ -155,3 +155,28 @@ RESET worlds.world;
 RESET search_path;
 SELECT * FROM worlds.sql('drop world shadow_w');
 DROP SCHEMA shadow CASCADE;
+-- the target of a world's UPDATE / DELETE stays the table through Postgres's rewriter (the planner hook then
+-- gives it the write twin): SET col = DEFAULT takes the table's default, a generated column refuses a value
+-- in Postgres's words, and a role's rights are its rights on the table, column by column
+CREATE TABLE dflt (id int PRIMARY KEY, n int DEFAULT 42, note text DEFAULT 'fresh',
+                   twice int GENERATED ALWAYS AS (n * 2) STORED);
+INSERT INTO dflt (id, n, note) VALUES (1, 1, 'one'), (2, 2, 'two');
+CREATE ROLE regress_ww_col;
+GRANT SELECT, UPDATE (note) ON dflt TO regress_ww_col;
+SELECT * FROM worlds.sql('create world wd');
+SET worlds.world = wd;
+EXPLAIN (COSTS OFF) UPDATE dflt SET n = DEFAULT WHERE id = 1;
+UPDATE dflt SET n = DEFAULT, note = DEFAULT WHERE id = 1 RETURNING *;
+UPDATE dflt SET twice = 5 WHERE id = 1;
+UPDATE dflt d SET note = d.note || s.total FROM small s WHERE s.id = d.id AND d.id = 2 RETURNING d.id, d.note, s.id AS small_id;
+SET ROLE regress_ww_col;
+UPDATE dflt SET note = 'by role' WHERE id = 2 RETURNING id, note;
+UPDATE dflt SET n = 0 WHERE id = 2;
+DELETE FROM dflt WHERE id = 2;
+RESET ROLE;
+SELECT * FROM dflt ORDER BY id;
+RESET worlds.world;
+SELECT * FROM dflt ORDER BY id;
+SELECT * FROM worlds.sql('drop world wd');
+DROP OWNED BY regress_ww_col;
+DROP ROLE regress_ww_col;
