@@ -710,7 +710,30 @@ fn json_array(row: &snapshot_spi::Row, ord: usize) -> Vec<serde_json::Value> {
 
 /// Is pg_worlds installed in this database? (The library is preloaded for the whole cluster.)
 pub fn extension_installed() -> bool {
-    unsafe { pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID }
+    storage_namespace() != pg_sys::Oid::INVALID
+}
+
+/// The oid of schema worlds_data, where the tables' storage and overlays live (InvalidOid: pg_worlds isn't
+/// installed in this database). Kept until pg_namespace changes (`namespace_changed`, a syscache callback,
+/// which also runs when the caches are reset): a lookup by name a statement used to make several times.
+pub fn storage_namespace() -> pg_sys::Oid {
+    STORAGE_NAMESPACE.with(|kept| match kept.get() {
+        Some(oid) => oid,
+        None => {
+            let oid = unsafe { pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) };
+            kept.set(Some(oid));
+            oid
+        }
+    })
+}
+
+static STORAGE_NAMESPACE: crate::backend_local::BackendLocal<std::cell::Cell<Option<pg_sys::Oid>>> =
+    crate::backend_local::BackendLocal::new(std::cell::Cell::new(None));
+
+/// Any change of pg_namespace (or a reset of the caches): the schema's oid is looked up again.
+#[pg_guard]
+unsafe extern "C-unwind" fn namespace_changed(_arg: pg_sys::Datum, _cache: std::ffi::c_int, _hash: u32) {
+    STORAGE_NAMESPACE.with(|kept| kept.set(None));
 }
 
 /// relid -> tabno of every tracked table (loaded once, dropped on relcache invalidation).
@@ -890,6 +913,7 @@ unsafe extern "C-unwind" fn on_subxact(
 pub fn register_callbacks() {
     unsafe {
         pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0usize));
+        pg_sys::CacheRegisterSyscacheCallback(pg_sys::SysCacheIdentifier::NAMESPACEOID as std::ffi::c_int, Some(namespace_changed), pg_sys::Datum::from(0usize));
     }
     unsafe {
         pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());

@@ -198,7 +198,7 @@ pub(super) unsafe fn spec_show(stmt: *mut pg_sys::Node) -> Option<&'static std::
             b"disk" => c"SELECT * FROM worlds.show_disk()",
             _ => return None,
         };
-        (pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) != pg_sys::Oid::INVALID).then_some(select)
+        (crate::storage::storage_namespace() != pg_sys::Oid::INVALID).then_some(select)
     }
 }
 
@@ -225,7 +225,7 @@ pub(super) unsafe fn history_retention_value(stmt: *mut pg_sys::Node) -> Option<
         if set.is_null() || (*set).name.is_null() || std::ffi::CStr::from_ptr((*set).name).to_bytes() != b"history_retention" {
             return None;
         }
-        if pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) == pg_sys::Oid::INVALID {
+        if crate::storage::storage_namespace() == pg_sys::Oid::INVALID {
             return None;
         }
         if (*set).kind != pg_sys::VariableSetKind::VAR_SET_VALUE || (*set).args.is_null() || (*(*set).args).length != 1 {

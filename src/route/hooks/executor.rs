@@ -75,7 +75,7 @@ unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
             // a write the router sent to a world (the overlay views and twins in worlds_data; a MERGE
             // names the table itself), not pg_worlds' own catalog writes
             let tracked = storage::routed_tables();
-            let storage_schema = storage_namespace();
+            let storage_schema = storage::storage_namespace();
             let routed = relations.iter().any(|r| tracked.contains_key(r) || pg_sys::get_rel_namespace(*r) == storage_schema);
             if routed {
                 if let Some(world) = overlay::routing_world().filter(|w| w.num > 0) {
@@ -86,12 +86,6 @@ unsafe fn agent_gates(query_desc: *mut pg_sys::QueryDesc) {
         }
         crate::governance::agents::check_main_write(&relations, query_desc);
     }
-}
-
-/// The oid of schema worlds_data (where the overlays live): a syscache lookup, not kept (DROP and
-/// CREATE EXTENSION in one session make it anew).
-fn storage_namespace() -> pg_sys::Oid {
-    unsafe { pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true) }
 }
 
 pub(super) unsafe fn executor_start_after(query_desc: *mut pg_sys::QueryDesc) {

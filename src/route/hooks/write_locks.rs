@@ -132,7 +132,7 @@ unsafe fn writes_a_world(stmt: *mut pg_sys::PlannedStmt) -> bool {
             return false;
         }
         // (compared by the schema's oid: its name was a second syscache lookup and a copy per write)
-        let storage = pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true);
+        let storage = storage::storage_namespace();
         storage != pg_sys::Oid::INVALID
             && (0..(*results).length).any(|i| {
                 let index = crate::fast_ffi::list_nth_int(results, i);

@@ -39,7 +39,7 @@ static EXEC_METHODS: Methods<pg_sys::CustomExecMethods> = Methods(exec_methods(c
 /// The tracked table (tabno) and branch whose storage `relid` is, for a table with one integer key column.
 unsafe fn storage_of(relid: pg_sys::Oid) -> Option<(i32, i32)> {
     unsafe {
-        let data = pg_sys::get_namespace_oid(c"worlds_data".as_ptr(), true);
+        let data = crate::storage::storage_namespace();
         if data == pg_sys::Oid::INVALID || pg_sys::get_rel_namespace(relid) != data {
             return None;
         }
