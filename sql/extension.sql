@@ -54,5 +54,21 @@ DROP EXTENSION pg_worlds;
 SELECT count(*) FROM pg_namespace WHERE nspname IN ('worlds', 'worlds_data');
 SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'worlds_%';
 SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'worlds_%';
+-- SHOW WORLDS is Postgres's SHOW again without pg_worlds, and pg_worlds' once it is back
+SHOW WORLDS;
 CREATE EXTENSION pg_worlds;
 SELECT count(*) FROM worlds.tables;
+SHOW WORLDS;
+-- the same session, after DROP and CREATE EXTENSION: writes in a world go to the new storage (its schema
+-- has a new oid, which the session looks up again when pg_namespace changes)
+CREATE TABLE again (id int PRIMARY KEY, v int);
+INSERT INTO again VALUES (1, 1);
+SELECT * FROM worlds.sql('create world again_w');
+SET worlds.world = again_w;
+UPDATE again SET v = 2 WHERE id = 1 RETURNING *;
+DELETE FROM again WHERE id = 1;
+INSERT INTO again VALUES (3, 3);
+SELECT * FROM again ORDER BY id;
+RESET worlds.world;
+SELECT * FROM again ORDER BY id;
+SELECT * FROM worlds.sql('drop world again_w');
