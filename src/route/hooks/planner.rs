@@ -59,15 +59,17 @@ unsafe fn read_target_in_place(parse: *mut pg_sys::Query) {
         if crate::route::scans::world_scan::marked(result) {
             // (only the router marks a target, and only inside a world; a switch of world analyses every
             // statement again. Whatever holds now, the table itself must not be planned as the target.)
-            let Some(&tabno) = storage::routed_tables().get(&(*result).relid) else { return };
-            let layout = storage::relation_layout(tabno);
-            if !write_in_place(parse, &layout) {
+            let converted = match storage::routed_tables().get(&(*result).relid) {
+                Some(&tabno) => write_in_place(parse, &storage::relation_layout(tabno)),
+                None => false,
+            };
+            if !converted {
                 raise(
                     "XX000",
                     format!(
                         "pg_worlds: the {} of table {} inside a world can't read its rows in place; run it again",
                         command_word((*parse).commandType),
-                        layout.table_name
+                        relation_name((*result).relid)
                     ),
                 );
             }
@@ -138,20 +140,20 @@ unsafe fn write_in_place(parse: *mut pg_sys::Query, layout: &storage::Layout) ->
 }
 
 /// Turns the sub-query entry the rewriter expanded the view's body into back into the table, marked for the
-/// world scan; false (nothing changed) where it can't.
-unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) -> bool {
+/// world scan; nothing changed where it can't.
+unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) {
     unsafe {
         if !in_place_target(layout) || has_current_of(parse) {
-            return false;
+            return;
         }
         // the entry the rewriter expanded the view's body into: the one the `wholerow` junk column reads
-        let Some(source) = wholerow_source(parse) else { return false };
+        let Some(source) = wholerow_source(parse) else { return };
         let rte = crate::fast_ffi::list_nth((*parse).rtable, source - 1) as *mut pg_sys::RangeTblEntry;
         if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || !(*rte).securityQuals.is_null() || (*rte).lateral {
-            return false;
+            return;
         }
         if pg_sys::check_enable_rls(layout.relid, pg_sys::Oid::INVALID, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
-            return false;
+            return;
         }
         // (the table is locked: the rewriter locked the view body's relations; a cached plan locks it again)
         (*rte).rtekind = pg_sys::RTEKind::RTE_RELATION;
@@ -164,7 +166,6 @@ unsafe fn convert_source(parse: *mut pg_sys::Query, layout: &storage::Layout) ->
         (*rte).requiredPerms = 0;
         (*rte).checkAsUser = pg_sys::Oid::INVALID;
         crate::route::scans::world_scan::mark(rte);
-        true
     }
 }
 
