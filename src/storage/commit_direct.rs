@@ -5,9 +5,13 @@
 //! constraints checked, indexes kept, AFTER triggers (the catalog's foreign keys) queued and fired. The SPI statement did the same through a generic plan, executor start and end,
 //! and was a fifteenth of a world's TPC-B transaction.
 //!
-//! Only under READ COMMITTED: the world's row is found and locked at its latest version, waiting for a
-//! writer of it still in progress, as the UPDATE does there. Under REPEATABLE READ and SERIALIZABLE the
-//! UPDATE's check against the transaction's snapshot stays (write_events runs the statement).
+//! The world's row is found and locked at its latest version, waiting for a writer of it still in
+//! progress, as an UPDATE does under READ COMMITTED, whatever the transaction's isolation level: the row
+//! counts the world's commits, and another session's commit in the world is no conflict of this one (their
+//! rows are checked key by key as they are written). Under REPEATABLE READ and SERIALIZABLE the commit
+//! fails (40001, as Postgres's UPDATE of a row changed since the snapshot) when the world was dropped or
+//! rebased since the transaction's snapshot: what it read of main stood on the old fork point. (The
+//! UPDATE statement used there before failed at every other session's commit in the world.)
 use pgrx::prelude::*;
 use crate::backend_local::BackendLocal;
 
@@ -19,8 +23,13 @@ use crate::backend_local::BackendLocal;
 /// Inside a transaction, a snapshot active, as pg_worlds (as_internal).
 pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, rows: i64, k: i64) -> Option<i64> {
     unsafe {
-        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !crate::fast_ffi::ActiveSnapshotSet() {
+        if !crate::fast_ffi::ActiveSnapshotSet() {
             return None;
+        }
+        // (a world can't be dropped or rebased while its writers hold its lock, which they take at their
+        // first write and keep to the end: checked once, here)
+        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 && super::overlay::world_moved_since_snapshot(num) {
+            crate::api::raise("40001", "could not serialize access due to concurrent update".to_string());
         }
         let (Some(w), Some(e)) = (super::overlay::world_table(), events_table()) else { return None };
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;

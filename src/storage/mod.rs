@@ -17,6 +17,7 @@ macro_rules! v1 {
 pub mod app_triggers;
 pub mod as_of;
 pub mod capture;
+pub(crate) mod catalog_scan;
 mod commit_direct;
 pub mod decoding;
 mod delta_insert;
@@ -689,6 +690,24 @@ fn load_layout(tabno: i32) -> Layout {
                 .collect(),
         }
     };
+    // In a SERIALIZABLE transaction the table's row is read without a predicate lock (catalog_scan.rs) and
+    // given to the query as its parameter, in place of the read of worlds.tables.
+    if overlay::serializable() && !parallel {
+        let relid = catalog_scan::catalog_table(c"tables");
+        let row = (relid != pg_sys::Oid::INVALID)
+            .then(|| unsafe {
+                let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
+                let rowtype = (*(*rel).rd_att).tdtypeid;
+                pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+                let mut keys = [catalog_scan::key_eq(pg_sys::get_attnum(relid, c"tabno".as_ptr()), pg_sys::F_INT4EQ, pg_sys::Datum::from(tabno))];
+                catalog_scan::row_datum(relid, pg_sys::Oid::INVALID, &mut keys, pg_sys::GetLatestSnapshot()).map(|d| (rowtype, d))
+            })
+            .flatten();
+        let Some((rowtype, datum)) = row else { raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked")) };
+        let sql = LAYOUT_SQL.replace("FROM worlds.tables t WHERE tabno = $1", "FROM (SELECT ($1::worlds.tables).*) t");
+        let layouts = as_internal(|| snapshot_spi::query_latest_generic(&sql, &[rowtype], &[Some(datum)], parse));
+        return layouts.into_iter().next().unwrap_or_else(|| raise("55000", format!("pg_worlds: table number {tabno} is no longer tracked")));
+    }
     let (types, args) = ([pg_sys::INT4OID], [snapshot_spi::arg(tabno)]);
     let layouts = as_internal(|| {
         if parallel {
@@ -764,7 +783,23 @@ pub fn routed_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
 type TableMap = Rc<HashMap<pg_sys::Oid, i32>>;
 
 fn load_tracked() -> (TableMap, TableMap) {
-    let rows: Vec<(pg_sys::Oid, i32, bool)> = as_internal(|| {
+    let rows: Vec<(pg_sys::Oid, i32, bool)> = if overlay::serializable() {
+        // (no predicate lock on the catalog: catalog_scan.rs)
+        let relid = catalog_scan::catalog_table(c"tables");
+        let installed = relid != pg_sys::Oid::INVALID && unsafe { pg_sys::get_extension_oid(c"pg_worlds".as_ptr(), true) } != pg_sys::Oid::INVALID;
+        let mut rows = Vec::new();
+        if installed {
+            unsafe {
+                catalog_scan::visible_rows(relid, pg_sys::Oid::INVALID, &mut [], pg_sys::GetTransactionSnapshot(), |r| {
+                    if let (Some(rel), Some(tabno)) = (r.oid("relid"), r.int4("tabno")) {
+                        rows.push((rel, tabno, !r.is_null("history")));
+                    }
+                    true
+                })
+            };
+        }
+        rows
+    } else { as_internal(|| {
         Spi::connect(|client| {
             // the extension may not be installed in this database: then nothing is tracked
             let installed = client
@@ -783,7 +818,7 @@ fn load_tracked() -> (TableMap, TableMap) {
                 })
                 .unwrap_or_default()
         })
-    });
+    }) };
     let all: TableMap = Rc::new(rows.iter().map(|&(r, t, _)| (r, t)).collect());
     let routed: TableMap = Rc::new(rows.iter().filter(|(_, _, stored)| *stored).map(|&(r, t, _)| (r, t)).collect());
     TRACKED.with(|t| *t.borrow_mut() = Some(all.clone()));

@@ -48,6 +48,23 @@ pub fn twins_of(world: i32) -> Rc<HashMap<pg_sys::Oid, pg_sys::Oid>> {
     }
     let map: HashMap<pg_sys::Oid, pg_sys::Oid> = if world <= 0 || !super::extension_installed() {
         HashMap::new()
+    } else if super::overlay::serializable() {
+        // (no predicate lock on the catalog: catalog_scan.rs)
+        let relid = super::catalog_scan::catalog_table(c"world_twin");
+        let mut map = HashMap::new();
+        if relid != pg_sys::Oid::INVALID {
+            let attno = unsafe { pg_sys::get_attnum(relid, c"world".as_ptr()) };
+            let mut keys = [super::catalog_scan::key_eq(attno, pg_sys::F_INT4EQ, pg_sys::Datum::from(world))];
+            unsafe {
+                super::catalog_scan::visible_rows(relid, pg_sys::Oid::INVALID, &mut keys, pg_sys::GetTransactionSnapshot(), |r| {
+                    if let (Some(m), Some(t)) = (r.oid("relid"), r.oid("twin")) {
+                        map.insert(m, t);
+                    }
+                    true
+                })
+            };
+        }
+        map
     } else {
         as_internal(|| {
             crate::spi_calls::rows(

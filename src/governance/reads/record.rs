@@ -33,7 +33,12 @@ pub fn checks_reads(num: i32) -> bool {
     if let Some(b) = CHECKS.with(|c| c.borrow().get(&num).copied()) {
         return b;
     }
-    let b = crate::storage::as_internal(|| {
+    // (in a SERIALIZABLE transaction without a predicate lock on the world's row: storage/catalog_scan.rs)
+    let b = if crate::storage::overlay::serializable() {
+        crate::storage::catalog_scan::world_column_text(num, "meta")
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
+            .is_some_and(|m| m.get("check_reads") == Some(&serde_json::Value::Bool(true)))
+    } else { crate::storage::as_internal(|| {
         crate::spi_calls::get_one_with_args::<bool>(
             "SELECT coalesce(meta -> 'check_reads' = 'true'::jsonb, false) FROM worlds.world WHERE num = $1",
             &[num.into()],
@@ -41,7 +46,7 @@ pub fn checks_reads(num: i32) -> bool {
     })
     .ok()
     .flatten()
-    .unwrap_or(false);
+    .unwrap_or(false) };
     CHECKS.with(|c| c.borrow_mut().insert(num, b));
     b
 }

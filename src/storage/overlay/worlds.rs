@@ -102,10 +102,16 @@ pub fn session_world() -> Option<World> {
     // transaction has an xid): the caches are read on that snapshot and labelled with it, so a writer that
     // committed after it moves the version past the label and is read in later
     if let Some(w) = world.as_mut().filter(|w| w.num > 0) {
-        let seen = as_internal(|| {
-            snapshot_spi::query("SELECT version FROM worlds.world WHERE num = $1", &[pg_sys::INT4OID], &[arg(w.num)], |r| r.get::<i64>(1))
-        });
-        if let Some(Some(v)) = seen.into_iter().next() {
+        let seen = if unsafe { crate::fast_ffi::ActiveSnapshotSet() } {
+            unsafe { world_row(w.num, crate::fast_ffi::GetActiveSnapshot()) }.map(|r| r.1)
+        } else {
+            as_internal(|| {
+                snapshot_spi::query("SELECT version FROM worlds.world WHERE num = $1", &[pg_sys::INT4OID], &[arg(w.num)], |r| r.get::<i64>(1))
+            })
+            .into_iter()
+            .next()
+        };
+        if let Some(Some(v)) = seen {
             w.set_version(v);
         }
     }
@@ -288,7 +294,18 @@ unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<Worl
         let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
         tuple.t_self = at.tid;
         let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
-        let visible = pg_sys::heap_fetch(rel, snapshot, &mut tuple, &mut buffer, false);
+        let visible = if serializable() {
+            // (fetched as any version, then tested against the snapshot under the buffer's lock: no
+            // predicate lock, see `serializable`)
+            pg_sys::heap_fetch(rel, &raw mut pg_sys::SnapshotAnyData, &mut tuple, &mut buffer, true) && !tuple.t_data.is_null() && {
+                pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
+                let v = pg_sys::HeapTupleSatisfiesVisibility(&mut tuple, snapshot, buffer);
+                pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+                v
+            }
+        } else {
+            pg_sys::heap_fetch(rel, snapshot, &mut tuple, &mut buffer, false)
+        };
         let row = if visible && !tuple.t_data.is_null() && (*tuple.t_data).t_choice.t_heap.t_xmin == at.xmin {
             decode(&mut tuple, (*rel).rd_att, &t, num)
         } else {
@@ -299,6 +316,36 @@ unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<Worl
         }
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
         row
+    }
+}
+
+/// Is this a SERIALIZABLE transaction? Its reads on an MVCC snapshot take predicate (SIRead) locks, and
+/// pg_worlds' reads of its own catalog are no reads of the user's data: Postgres takes none on its system
+/// catalogs, but `worlds.world` is an ordinary table, so a lock there would make every other session's
+/// commit in the world (which updates the world's row) a read/write conflict of this transaction, and two
+/// serializable writers of different rows of one world would fail each other (40001). So those reads
+/// scan every version (`SnapshotAny`: no predicate lock) and test each against the snapshot themselves.
+pub(crate) fn serializable() -> bool {
+    unsafe { pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32 }
+}
+
+/// World `num`'s row as it is now (its latest committed version) and as the transaction's snapshot sees it:
+/// whether it was dropped or its fork point moved (REBASE) since that snapshot, what a REPEATABLE READ or
+/// SERIALIZABLE writer's commit checks (storage/commit_direct.rs). A change of its version alone (another
+/// session's commit in the world) is no such change: their rows are checked key by key.
+///
+/// # Safety
+/// Inside a transaction.
+pub(crate) unsafe fn world_moved_since_snapshot(num: i32) -> bool {
+    unsafe {
+        let now = world_row(num, pg_sys::GetLatestSnapshot());
+        let then = world_row(num, pg_sys::GetTransactionSnapshot());
+        match (now, then) {
+            (Some(now), Some(then)) => now.0 != then.0 || now.3 != then.3,
+            // (a world the snapshot doesn't see: made since, which moved nothing under this transaction)
+            (Some(now), None) => now.0,
+            (None, _) => false,
+        }
     }
 }
 
@@ -368,13 +415,20 @@ unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> (Option<WorldR
         let index = pg_sys::RelationGetPrimaryKeyIndex(rel);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
         pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(num));
-        let scan = pg_sys::systable_beginscan(rel, index, index != pg_sys::Oid::INVALID, snapshot, 1, &mut key);
+        // (under SERIALIZABLE every version is scanned and each tested against the snapshot: no predicate
+        // lock, see `serializable`)
+        let any = serializable();
+        let scan_snapshot = if any { &raw mut pg_sys::SnapshotAnyData } else { snapshot };
+        let scan = pg_sys::systable_beginscan(rel, index, index != pg_sys::Oid::INVALID, scan_snapshot, 1, &mut key);
         let desc = (*rel).rd_att;
         let mut found = None;
         loop {
             let tuple = pg_sys::systable_getnext(scan);
             if tuple.is_null() {
                 break;
+            }
+            if any && !((*(*rel).rd_tableam).tuple_satisfies_snapshot.expect("a table access method tests visibility"))(rel, (*scan).slot, snapshot) {
+                continue;
             }
             if let Some(row) = decode(tuple, desc, &t, num) {
                 found = Some((row, RowAt { tid: (*tuple).t_self, xmin: (*(*tuple).t_data).t_choice.t_heap.t_xmin }));
@@ -546,6 +600,20 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         }
         // the live world of that name, or of that ID (through the live names' or the IDs' index); only
         // then the dropped ones (worlds.world keeps a row for every world ever made)
+        if serializable() {
+            // (no predicate lock on the catalog: storage/catalog_scan.rs)
+            return match find_world_direct(setting) {
+                Some((num, false)) => world_by_num(num),
+                Some((num, true)) => {
+                    let chain = load_chain(num);
+                    let live = chain.iter().find(|c| !c.dropped).cloned();
+                    let (lnum, lname) = live.map(|c| (c.num, c.name)).unwrap_or((0, "main".to_string()));
+                    set_session_world(&lname);
+                    world_by_num(lnum)
+                }
+                None => not_found(setting),
+            };
+        }
         let live = client
             .fresh(&format!("SELECT num, false FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
             .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
@@ -562,24 +630,7 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
                 .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
         };
         let Some(row) = row.into_iter().next() else {
-            let restored = crate::storage::as_internal(|| {
-                crate::spi_calls::get_one_with_args::<bool>(
-                    "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1)",
-                    &[setting.into()],
-                )
-            })
-            .ok()
-            .flatten()
-            .unwrap_or(false);
-            if restored {
-                crate::api::raise_with(
-                    "55000",
-                    format!("world \"{setting}\" came with a restored dump and is not made yet"),
-                    None,
-                    Some("Run SELECT worlds.restore_worlds() (or any worlds statement, e.g. SHOW WORLDS) first.".into()),
-                );
-            }
-            raise("3D000", format!("world \"{setting}\" does not exist"));
+            not_found(setting)
         };
         let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);
         let dropped: bool = row.get(2).ok().flatten().unwrap_or(false);
@@ -593,6 +644,60 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         }
         world_by_num(num)
     })
+}
+
+/// 55000 for a world a restored dump brought and not made yet, else 3D000.
+fn not_found(setting: &str) -> ! {
+    let restored = crate::storage::as_internal(|| {
+        crate::spi_calls::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM worlds.dumped_world WHERE name = $1 OR id = $1)",
+            &[setting.into()],
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if restored {
+        crate::api::raise_with(
+            "55000",
+            format!("world \"{setting}\" came with a restored dump and is not made yet"),
+            None,
+            Some("Run SELECT worlds.restore_worlds() (or any worlds statement, e.g. SHOW WORLDS) first.".into()),
+        );
+    }
+    raise("3D000", format!("world \"{setting}\" does not exist"));
+}
+
+/// In a SERIALIZABLE transaction, `resolve`'s lookup without predicate locks (storage/catalog_scan.rs): the
+/// live world named (or with the ID) `setting`, else the dropped one that had it (the latest by name first),
+/// as (num, dropped).
+fn find_world_direct(setting: &str) -> Option<(i32, bool)> {
+    let relid = crate::storage::catalog_scan::catalog_table(c"world");
+    if relid == pg_sys::Oid::INVALID {
+        return None;
+    }
+    let by_id = worlds_core::names::looks_like_id(setting);
+    // (as the queries rank them: the live world the setting names (by ID when it looks like one), then live
+    // before dropped, the name before the ID, the newest)
+    let mut best: Option<((bool, bool, bool, i32), i32, bool)> = None;
+    unsafe {
+        crate::storage::catalog_scan::visible_rows(relid, pg_sys::Oid::INVALID, &mut [], pg_sys::GetTransactionSnapshot(), |r| {
+            let Some(num) = r.int4("num") else { return true };
+            let named = r.text("name").as_deref() == Some(setting);
+            let ided = r.text("id").as_deref() == Some(setting);
+            if !(named || ided) {
+                return true;
+            }
+            let dropped = !r.is_null("dropped");
+            let live_match = !dropped && if by_id { ided } else { named };
+            let rank = (live_match, !dropped, named, num);
+            if best.as_ref().is_none_or(|b| rank > b.0) {
+                best = Some((rank, num, dropped));
+            }
+            true
+        })
+    };
+    best.map(|b| (b.1, b.2))
 }
 
 /// 'name@when': a world (main included) as it was then, read only (25006 on writes). The moment is taken
@@ -658,6 +763,9 @@ pub(super) struct ChainRow {
 
 /// The chain from a world up to main (the world first).
 pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
+    if serializable() {
+        return chain_direct(num);
+    }
     Spi::connect(|client| {
         client
             .fresh(
@@ -684,6 +792,51 @@ pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
             })
             .collect()
     })
+}
+
+/// `load_chain` in a SERIALIZABLE transaction, without predicate locks (storage/catalog_scan.rs): each
+/// world's row through the primary key, then its parent's.
+fn chain_direct(num: i32) -> Vec<ChainRow> {
+    let relid = crate::storage::catalog_scan::catalog_table(c"world");
+    let mut chain: Vec<ChainRow> = Vec::new();
+    if relid == pg_sys::Oid::INVALID {
+        return chain;
+    }
+    unsafe {
+        let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
+        let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+        let attno = pg_sys::get_attnum(relid, c"num".as_ptr());
+        let snapshot = pg_sys::GetTransactionSnapshot();
+        let mut next = Some(num);
+        while let Some(n) = next.take() {
+            // (a chain is a few worlds long; a cycle can't be made, but is never walked twice)
+            if chain.iter().any(|c| c.num == n) {
+                break;
+            }
+            let mut keys = [crate::storage::catalog_scan::key_eq(attno, pg_sys::F_INT4EQ, pg_sys::Datum::from(n))];
+            crate::storage::catalog_scan::visible_rows(relid, pkey, &mut keys, snapshot, |r| {
+                if r.int4("num") != Some(n) {
+                    return true;
+                }
+                let snap = r.text("fork_snapshot").or_else(|| r.text("fork_at").map(|t| format!("@{t}")));
+                let row = ChainRow {
+                    num: n,
+                    id: r.text("id").unwrap_or_default(),
+                    name: r.text("name").unwrap_or_default(),
+                    parent: r.int4("parent"),
+                    version: r.int8("version").unwrap_or(0),
+                    snap,
+                    dropped: !r.is_null("dropped"),
+                    merged_part: r.bool("merged_part").unwrap_or(false),
+                };
+                next = row.parent;
+                chain.push(row);
+                false
+            });
+        }
+    }
+    chain
 }
 
 /// A world by number (None for main, or for a number no world has): its row and its chain up to main.
