@@ -15,13 +15,21 @@
 use pgrx::prelude::*;
 use crate::backend_local::BackendLocal;
 
-/// Inserts event (seq, at, world, event, rows, xid) and adds `k` to world `num`'s version; the new version.
-/// None when nothing was done (not READ COMMITTED, the catalog isn't as expected, no such world): the
-/// caller runs its statement then.
+/// The commit's event row: (seq, at, event, rows); its world is the one whose version moves.
+pub struct EventRow<'a> {
+    pub seq: i64,
+    pub at: pg_sys::TimestampTz,
+    pub event: &'a str,
+    pub rows: i64,
+}
+
+/// Inserts `event` (seq, at, world, event, rows, xid) when given and adds `k` to world `num`'s version; the
+/// new version. None when nothing was done (no active snapshot, the catalog isn't as expected, no such
+/// world): the caller runs its statement then.
 ///
 /// # Safety
 /// Inside a transaction, a snapshot active, as pg_worlds (as_internal).
-pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, rows: i64, k: i64) -> Option<i64> {
+pub unsafe fn commit(event: Option<EventRow>, num: i32, k: i64) -> Option<i64> {
     unsafe {
         if !crate::fast_ffi::ActiveSnapshotSet() {
             return None;
@@ -115,6 +123,9 @@ pub unsafe fn commit(seq: i64, at: pg_sys::TimestampTz, num: i32, event: &str, r
             // (and the transaction's next first statement reads it without the heap, when nothing else
             // completed in between: overlay::worlds::wrote_world_row_values)
             super::overlay::wrote_world_row_values(num, newslot, (*world).rd_att);
+        }
+        if let (Some(_), Some(ev)) = (version, event) {
+            let (seq, at, event, rows) = (ev.seq, ev.at, ev.event, ev.rows);
             // the event
             let eslot = pg_sys::ExecInitExtraTupleSlot(estate, (*events).rd_att, &pg_sys::TTSOpsVirtual);
             pg_sys::ExecClearTuple(eslot);

@@ -101,6 +101,25 @@ for iso in "repeatable read" serializable; do
     "$(psql_in $CL -d $DB -qAt -c "select count(*) from worlds_data.$delta d join worlds.world w on w.num = d._w_world where w.name = 'gone$n'")" "0"
 done
 
+# one REPEATABLE READ transaction writing two worlds (its version moved in each at commit), while other
+# sessions commit in both: it commits too
+psql_in $CL -d $DB -qAt -c "select worlds.create_world('iso2')" >/dev/null
+out=$( {
+  echo "begin isolation level repeatable read;"
+  echo "set local worlds.world = iso;"
+  echo "select 'r', v from acc where id = 60;"
+  echo "update acc set v = v + 1 where id = 60;"
+  echo "set local worlds.world = iso2;"
+  echo "update acc set v = v + 1 where id = 60;"
+  other iso "update acc set v = v + 1 where id = 61"
+  other iso2 "update acc set v = v + 1 where id = 61"
+  echo "commit;"
+} | session)
+echo "$out" | sed 's/^/  | /'
+expect "two worlds in one repeatable read transaction: errors" "$(echo "$out" | grep -c 'ERROR')" "0"
+expect "two worlds: iso's rows" "$(q iso "select string_agg(v::text, ',' order by id) from acc where id in (60, 61)")" "101,101"
+expect "two worlds: iso2's rows" "$(q iso2 "select string_agg(v::text, ',' order by id) from acc where id in (60, 61)")" "101,101"
+
 # SERIALIZABLE still sees a write skew of the world's rows: each reads both rows and writes one
 out=$( {
   echo "set worlds.world = iso;"
