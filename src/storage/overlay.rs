@@ -229,6 +229,12 @@ pub(super) fn on_xact(event: pg_sys::XactEvent::Type) {
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => worlds::confirm_committed_row(false),
         _ => {}
     }
+    // PREPARE TRANSACTION: the transaction's writes, which its statements put into the caches as they went
+    // (and the world's version, moved on at PRE_PREPARE), are no longer this session's to see: a prepared
+    // transaction is seen only once committed. The caches are read again, as after an abort.
+    if event == pg_sys::XactEvent::XACT_EVENT_PREPARE {
+        forget_all();
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT {
         forget_all();
         for f in super::callbacks::abort() {

@@ -4,7 +4,9 @@
 # world rebased or dropped under a REPEATABLE READ writer fails its commit (40001) rather than writing on an
 # old fork point. And pg_worlds' reads of its own catalog take no predicate lock (storage/catalog_scan.rs):
 # every other session's commit in the world updates the world's row, and such a lock made it a read/write
-# conflict of every serializable transaction of the world.
+# conflict of every serializable transaction of the world. PREPARE TRANSACTION in a world: the prepared
+# writes are unseen until COMMIT PREPARED, as in main.
+# PREPARE TRANSACTION in a world: the prepared writes are unseen until COMMIT PREPARED.
 # One long-lived session (psql's `\!` runs another session's statements between two of its own).
 source "$(dirname "$0")/common.sh"
 
@@ -148,6 +150,43 @@ out=$( {
 echo "$out" | sed 's/^/  | /'
 expect "after another session's commit: predicate locks on the catalog" "$(echo "$out" | grep '^locks ')" "locks 0"
 expect "main untouched" "$(psql_in $CL -d $DB -qAt -c "select sum(v) from acc where id <> 1500")" "$((2999 * 100))"
+
+# PREPARE TRANSACTION in a world: until COMMIT PREPARED the session sees the world without the prepared
+# writes (as main's are unseen until then), after it with them; ROLLBACK PREPARED leaves nothing. (A
+# cluster of its own: prepared transactions need max_prepared_transactions, set at start.)
+P2=${CL}_2pc
+EXTRA_CONF="-c max_prepared_transactions=4" start_cluster $P2 yes
+psql_in $P2 -q -c "set client_min_messages = warning" -c "drop database if exists $DB" -c "create database $DB"
+psql_in $P2 -d $DB -q >/dev/null <<'SQL'
+create extension pg_worlds;
+create table acc (id int primary key, v int not null);
+insert into acc select g, 100 from generate_series(1, 10) g;
+select worlds.create_world('tp');
+SQL
+for iso in "read committed" "repeatable read"; do
+  out=$( {
+    echo "set worlds.world = tp;"
+    echo "begin isolation level $iso;"
+    echo "update acc set v = v + 1 where id = 1;"
+    echo "insert into acc values (11, 5);"
+    echo "prepare transaction 'p';"
+    echo "select 'prepared', (select v from acc where id = 1), count(*) from acc;"
+    echo "commit prepared 'p';"
+    echo "select 'committed', (select v from acc where id = 1), count(*) from acc;"
+    echo "begin; update acc set v = v + 1 where id = 2; prepare transaction 'q';"
+    echo "select 'prepared2', v from acc where id = 2;"
+    echo "rollback prepared 'q';"
+    echo "select 'rolled back', v from acc where id = 2;"
+    echo "delete from acc where id = 11; update acc set v = 100 where id = 1;"
+  } | psql_in $P2 -d $DB -v ON_ERROR_STOP=0 -qAt -F ' ' 2>&1 || true)
+  echo "$out" | sed 's/^/  | /'
+  expect "$iso: after PREPARE, before COMMIT PREPARED" "$(echo "$out" | grep '^prepared ')" "prepared 100 10"
+  expect "$iso: after COMMIT PREPARED" "$(echo "$out" | grep '^committed ')" "committed 101 11"
+  expect "$iso: a second prepared one unseen" "$(echo "$out" | grep '^prepared2 ')" "prepared2 100"
+  expect "$iso: after ROLLBACK PREPARED" "$(echo "$out" | grep '^rolled back ')" "rolled back 100"
+done
+expect "prepared: main untouched" "$(psql_in $P2 -d $DB -qAt -c "select sum(v), count(*) from acc")" "1000|10"
+stop_cluster $P2
 
 if [ $failures -ne 0 ]; then echo "43_isolation_levels: $failures check(s) failed" >&2; exit 1; fi
 psql_in $CL -q -c "drop database $DB"
