@@ -6,7 +6,6 @@
 # every other session's commit in the world updates the world's row, and such a lock made it a read/write
 # conflict of every serializable transaction of the world. PREPARE TRANSACTION in a world: the prepared
 # writes are unseen until COMMIT PREPARED, as in main.
-# PREPARE TRANSACTION in a world: the prepared writes are unseen until COMMIT PREPARED.
 # One long-lived session (psql's `\!` runs another session's statements between two of its own).
 source "$(dirname "$0")/common.sh"
 
