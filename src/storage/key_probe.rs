@@ -188,3 +188,56 @@ unsafe fn rows_of_key(
         pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
     }
 }
+
+impl Probe {
+    /// Under SERIALIZABLE: the predicate lock a read of integer key `key` in a world takes, on the delta's
+    /// `(key, _w_dseq)` index page where a new version of the key would go (the key's last entry, or where
+    /// it would be: a backward scan's first page), whether or not any version is there.
+    fn lock_key(&self, key: i64, snapshot: pg_sys::Snapshot) {
+        let m = self.0;
+        unsafe { rows_of_key(m.delta, m.version_index, m.key_type, key, snapshot, pg_sys::ScanDirection::BackwardScanDirection, |_| false) };
+    }
+}
+
+/// In a SERIALIZABLE transaction, the predicate locks a read of a world's part of a table takes. The world
+/// scan reads that part from the overlay cache, which an earlier statement (or transaction) loaded or which
+/// knows a key has no version: such a read touches no delta page, so a concurrent world writer's new
+/// version would meet no lock of this transaction, and a write skew across two sessions of worlds would go
+/// undetected. For keys read one by one (`keys`), the delta's index page where a new version of each would
+/// go (`Probe::lock_key`); otherwise the delta whole (`PredicateLockRelation`, what a sequential scan of it
+/// takes). A concurrent world writer's new version then meets them as a write of main's rows meets main's
+/// scan's predicate locks.
+pub fn lock_world_part(layout: &Layout, keys: Option<&[i64]>, snapshot: pg_sys::Snapshot) {
+    if layout.delta == pg_sys::Oid::INVALID {
+        return;
+    }
+    match (keys, probe(layout)) {
+        (Some(keys), Some(p)) => {
+            for &k in keys {
+                p.lock_key(k, snapshot);
+            }
+        }
+        _ => unsafe {
+            let rel = pg_sys::table_open(layout.delta, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            guarded::PredicateLockRelation(rel, snapshot);
+            pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        },
+    }
+}
+
+/// predicate.h's calls, which pgrx's bindings leave out (called guarded: they raise an ERROR when the
+/// predicate lock table is full).
+mod guarded {
+    use pgrx::prelude::*;
+    mod raw {
+        use pgrx::prelude::*;
+        unsafe extern "C-unwind" {
+            pub fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot);
+        }
+    }
+
+    #[allow(non_snake_case)]
+    pub unsafe fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
+        unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| raw::PredicateLockRelation(relation, snapshot)) }
+    }
+}

@@ -22,6 +22,7 @@ mod commit_direct;
 pub mod decoding;
 mod delta_insert;
 mod key_probe;
+pub use key_probe::lock_world_part;
 pub mod index_probe;
 pub mod disk_limit;
 pub mod history_marks;

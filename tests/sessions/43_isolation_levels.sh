@@ -134,6 +134,19 @@ echo "$out" | sed 's/^/  | /'
 expect "write skew: one of the two fails" "$(echo "$out" | grep -c 'could not serialize access')" "1"
 expect "write skew: the rows' sum stays positive" "$(q iso "select sum(v) > 0 from acc where id in (100, 2800)")" "t"
 
+# and over a range (the world's part read from the session's cache, loaded by an earlier statement)
+out=$( {
+  echo "set worlds.world = iso;"
+  echo "select 'warm', count(*) from acc where id between 200 and 300;"
+  echo "begin isolation level serializable;"
+  echo "select 'sum', sum(v) from acc where id between 200 and 300;"
+  other iso "begin isolation level serializable; select sum(v) from acc where id between 200 and 300; update acc set v = v + 1 where id = 250; commit;"
+  echo "update acc set v = v + 1 where id = 210;"
+  echo "commit;"
+} | session)
+echo "$out" | sed 's/^/  | /'
+expect "write skew over a range: one of the two fails" "$(echo "$out" | grep -c 'could not serialize access')" "1"
+
 # a serializable transaction after other sessions' commits moved the world's row: still no predicate lock
 # on the catalog (the world's row is read again on the new snapshot)
 out=$( {

@@ -458,6 +458,16 @@ pub(crate) unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         // (no delta before the database's first world)
         delta &= storage::relation_layout(run.tabno).delta != pg_sys::Oid::INVALID;
         let keys = index_keys(run.child, run.key_attno);
+        // under SERIALIZABLE, the predicate locks of a read of the world's part, which the cache may answer
+        // without reading the delta (storage::lock_world_part)
+        if storage::overlay::serializable() {
+            let points = match keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
+                Some(ranges) => ranges.iter().all(|&(lo, hi)| lo == hi).then(|| ranges.iter().map(|r| r.0).collect::<Vec<i64>>()),
+                None if keys.is_none() => condition_keys(node, run),
+                None => None,
+            };
+            storage::lock_world_part(&storage::relation_layout(run.tabno), points.as_deref(), (*(*node).ss.ps.state).es_snapshot);
+        }
         // main's scan is on a key range where the world has no version of any key: no delta row can match
         if let Some(ranges) = keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
             if delta && ranges.iter().all(|&(lo, hi)| run.cache.chain_has_keys_in(run.tabno, lo, hi) == Some(false)) {
