@@ -368,7 +368,7 @@ fn remove_keyless_row(layout: &Layout, world: &World, desc: pg_sys::TupleDesc, o
     let again = unsafe { pgrx::datum::DatumWithOid::new_from_datum(target.datum(), target.oid()) };
     let removed = as_internal(|| Spi::connect_mut(|c| c.update(&taken, None, &[world.num.into(), again]).map(|r| !r.is_empty()).unwrap_or(false)));
     if removed {
-        raise_conflict(layout, world, "Another session of the world removed the row since this statement read it.".into());
+        raise_conflict(layout, world, true, "Another session of the world removed the row since this statement read it.".into());
     }
     let column = if by_tid { "_w_base_tid" } else { "_w_of" };
     write_version_with(layout, world, desc, old, true, KeyCheck::Unchanged, vec![(column.to_string(), target)]);
@@ -663,11 +663,13 @@ struct Written {
     generated: Vec<Option<pg_sys::Datum>>,
 }
 
-/// 40001 for a write that met a concurrent session's version of the row (the DETAIL says which).
-fn raise_conflict(layout: &Layout, world: &World, detail: String) -> ! {
+/// 40001 for a write that met a concurrent session's version of the row (the DETAIL says which), in
+/// Postgres's words: "concurrent delete" when that version removed the row, else "concurrent update".
+fn raise_conflict(layout: &Layout, world: &World, deleted: bool, detail: String) -> ! {
+    let what = if deleted { "delete" } else { "update" };
     crate::api::raise_with(
         "40001",
-        format!("could not serialize access due to concurrent update of {} in world \"{}\"", layout.table_name, world.name),
+        format!("could not serialize access due to concurrent {what} of {} in world \"{}\"", layout.table_name, world.name),
         Some(detail),
         None,
     )
@@ -730,6 +732,7 @@ fn write_version_with(
             raise_conflict(
                 layout,
                 world,
+                latest.as_ref().is_some_and(|l| l.1),
                 format!(
                     "The statement read the row as {}; the world's latest version of it is {}.",
                     version_words(seen),
@@ -745,6 +748,7 @@ fn write_version_with(
                     raise_conflict(
                         layout,
                         world,
+                        latest.as_ref().is_some_and(|l| l.1),
                         format!(
                             "This session's view of the world showed the row as {}; its latest version is {}.",
                             version_words(shown),

@@ -70,6 +70,19 @@ for iso in "repeatable read" serializable; do
   expect "$iso: the same row changed since the snapshot" "$(echo "$out" | grep -c 'could not serialize access')" "1"
   expect "$iso: the other session's update kept" "$(q iso "select v from acc where id = 2$n")" "105"
 
+  # a row another session deleted since the snapshot: Postgres's words for it
+  out=$( {
+    echo "set worlds.world = iso;"
+    echo "begin isolation level $iso;"
+    echo "select 'r1', v from acc where id = 5$n;"
+    other iso "delete from acc where id = 5$n"
+    echo "update acc set v = v + 1 where id = 5$n;"
+    echo "commit;"
+  } | session)
+  echo "$out" | sed 's/^/  | /'
+  expect "$iso: a row deleted since the snapshot" "$(echo "$out" | grep -c 'could not serialize access due to concurrent delete')" "1"
+  expect "$iso: the delete kept" "$(q iso "select count(*) from acc where id = 5$n")" "0"
+
   # a rebase of the world after the snapshot: the writer's commit fails rather than write on the old base
   psql_in $CL -d $DB -q -c "update acc set v = v + 1000 where id = 1500"
   out=$( {
