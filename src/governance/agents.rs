@@ -61,7 +61,7 @@ pub fn session_agent() -> Option<Rc<Agent>> {
     if let Some(cached) = AGENT.with(|a| a.borrow().as_ref().filter(|(u, _)| *u == user).map(|(_, g)| g.clone())) {
         return cached;
     }
-    let found = if crate::storage::overlay::serializable() { agent_direct(user) } else { crate::storage::as_internal(|| {
+    let found = if crate::storage::catalog_scan::serializable() { agent_direct(user) } else { crate::storage::as_internal(|| {
         let rel = crate::spi_calls::get_one::<pg_sys::Oid>("SELECT to_regclass('worlds.agent')::oid").ok().flatten();
         let Some(rel) = rel else { return None };
         AGENT_REL.with(|r| r.set(rel));

@@ -10,8 +10,14 @@
 //! and pages, main's rows), so they scan every version (`SnapshotAny`, which takes no predicate lock) and
 //! test each against the snapshot themselves, under the buffer's lock, as an MVCC scan would.
 //!
-//! Outside a serializable transaction the callers keep their usual queries.
+//! Outside a serializable transaction the callers keep their usual queries (`scan_tuples`, which the
+//! world's row is always read with, then scans on the snapshot itself).
 use pgrx::prelude::*;
+
+/// Is this a SERIALIZABLE transaction (whose reads on an MVCC snapshot take predicate locks)?
+pub(crate) fn serializable() -> bool {
+    unsafe { pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32 }
+}
 
 /// A table of pg_worlds' catalog (schema `worlds`) by name; InvalidOid when there is none.
 pub(crate) fn catalog_table(name: &std::ffi::CStr) -> pg_sys::Oid {
@@ -83,12 +89,46 @@ impl CatalogRow<'_> {
     }
 }
 
-/// Calls `f` for each row of catalog table `relid` visible to `snapshot`, through index `index` with `keys`
-/// (their attnos the table's columns, as `systable_beginscan` takes them) or, with no index, by a scan of the
-/// table; `f` returns false to stop. Takes no predicate lock (see the module's comment).
+/// Calls `f` for each tuple of `rel` visible to `snapshot`, through index `index` with `keys` (their attnos
+/// the table's columns, as `systable_beginscan` takes them) or, with no index, by a scan of the table; `f`
+/// returns false to stop. In a SERIALIZABLE transaction every version is scanned (`SnapshotAny`) and each
+/// tested against `snapshot` under its buffer's lock, so no predicate lock is taken (the module's comment);
+/// otherwise the scan is on `snapshot` itself.
 ///
 /// # Safety
-/// Inside a transaction; `snapshot` an MVCC snapshot registered or active for the call's length.
+/// Inside a transaction; `rel` open; `snapshot` an MVCC snapshot registered or active for the call's length.
+pub(crate) unsafe fn scan_tuples(
+    rel: pg_sys::Relation,
+    index: pg_sys::Oid,
+    keys: &mut [pg_sys::ScanKeyData],
+    snapshot: pg_sys::Snapshot,
+    mut f: impl FnMut(pg_sys::HeapTuple) -> bool,
+) {
+    unsafe {
+        let any = serializable();
+        let scan_snapshot = if any { &raw mut pg_sys::SnapshotAnyData } else { snapshot };
+        let scan = pg_sys::systable_beginscan(rel, index, index != pg_sys::Oid::INVALID, scan_snapshot, keys.len() as i32, keys.as_mut_ptr());
+        let satisfies = (*(*rel).rd_tableam).tuple_satisfies_snapshot.expect("a table access method tests visibility");
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            if any && !satisfies(rel, (*scan).slot, snapshot) {
+                continue;
+            }
+            if !f(tuple) {
+                break;
+            }
+        }
+        pg_sys::systable_endscan(scan);
+    }
+}
+
+/// `scan_tuples` over catalog table `relid`, each row deformed into a `CatalogRow`.
+///
+/// # Safety
+/// As `scan_tuples`.
 pub(crate) unsafe fn visible_rows(
     relid: pg_sys::Oid,
     index: pg_sys::Oid,
@@ -98,27 +138,14 @@ pub(crate) unsafe fn visible_rows(
 ) {
     unsafe {
         let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
-        let use_index = index != pg_sys::Oid::INVALID;
-        let scan = pg_sys::systable_beginscan(rel, index, use_index, &raw mut pg_sys::SnapshotAnyData, keys.len() as i32, keys.as_mut_ptr());
         let desc = (*rel).rd_att;
         let natts = (*desc).natts as usize;
         let mut values = vec![pg_sys::Datum::from(0usize); natts];
         let mut nulls = vec![true; natts];
-        let satisfies = (*(*rel).rd_tableam).tuple_satisfies_snapshot.expect("a table access method tests visibility");
-        loop {
-            let tuple = pg_sys::systable_getnext(scan);
-            if tuple.is_null() {
-                break;
-            }
-            if !satisfies(rel, (*scan).slot, snapshot) {
-                continue;
-            }
+        scan_tuples(rel, index, keys, snapshot, |tuple| {
             pg_sys::heap_deform_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-            if !f(&CatalogRow { values: &values, nulls: &nulls, desc }) {
-                break;
-            }
-        }
-        pg_sys::systable_endscan(scan);
+            f(&CatalogRow { values: &values, nulls: &nulls, desc })
+        });
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
     }
 }
@@ -132,13 +159,14 @@ pub(crate) fn key_eq(attno: i16, proc: u32, value: pg_sys::Datum) -> pg_sys::Sca
     }
 }
 
-/// Column `column` of world `num`'s row, as its output function writes it, on the transaction's snapshot
-/// (what a catalog query in the transaction reads), without predicate locks.
-pub(crate) fn world_column_text(num: i32, column: &str) -> Option<String> {
+/// `f` of world `num`'s row (`worlds.world`, through its primary key) on the transaction's snapshot, what
+/// a catalog query in the transaction reads; None when there is none.
+pub(crate) fn world_by_num<R>(num: i32, f: impl FnOnce(&CatalogRow) -> R) -> Option<R> {
     let relid = catalog_table(c"world");
     if relid == pg_sys::Oid::INVALID {
         return None;
     }
+    let mut f = Some(f);
     let mut out = None;
     unsafe {
         let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
@@ -149,7 +177,7 @@ pub(crate) fn world_column_text(num: i32, column: &str) -> Option<String> {
             if r.int4("num") != Some(num) {
                 return true;
             }
-            out = r.text(column);
+            out = f.take().map(|f| f(r));
             false
         });
     }
@@ -158,18 +186,19 @@ pub(crate) fn world_column_text(num: i32, column: &str) -> Option<String> {
 
 /// The first row of catalog table `relid` visible to `snapshot` through `index` and `keys`, as a composite
 /// datum of the table's row type (in the current memory context), for a query that takes the row as a
-/// parameter instead of reading the table (`($1::worlds.tables).*`). Without predicate locks.
+/// parameter instead of reading the table (`($1::worlds.tables).*`).
 ///
 /// # Safety
-/// As `visible_rows`.
+/// As `scan_tuples`.
 pub(crate) unsafe fn row_datum(relid: pg_sys::Oid, index: pg_sys::Oid, keys: &mut [pg_sys::ScanKeyData], snapshot: pg_sys::Snapshot) -> Option<pg_sys::Datum> {
     let mut out = None;
     unsafe {
-        visible_rows(relid, index, keys, snapshot, |r| {
-            let tuple = pg_sys::heap_form_tuple(r.desc, r.values.as_ptr().cast_mut(), r.nulls.as_ptr().cast_mut());
-            out = Some(pg_sys::heap_copy_tuple_as_datum(tuple, r.desc));
+        let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
+        scan_tuples(rel, index, keys, snapshot, |tuple| {
+            out = Some(pg_sys::heap_copy_tuple_as_datum(tuple, (*rel).rd_att));
             false
         });
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
     }
     out
 }

@@ -384,8 +384,7 @@ unsafe fn events_table() -> Option<Events> {
         return Some(c);
     }
     unsafe {
-        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
-        let relid = if ns == pg_sys::Oid::INVALID { pg_sys::Oid::INVALID } else { pg_sys::get_relname_relid(c"event".as_ptr(), ns) };
+        let relid = super::catalog_scan::catalog_table(c"event");
         if relid == pg_sys::Oid::INVALID {
             return None;
         }

@@ -107,13 +107,11 @@ pub(super) fn load_layout(tabno: i32) -> Layout {
     };
     // In a SERIALIZABLE transaction the table's row is read without a predicate lock (catalog_scan.rs) and
     // given to the query as its parameter, in place of the read of worlds.tables.
-    if overlay::serializable() && !parallel {
+    if catalog_scan::serializable() && !parallel {
         let relid = catalog_scan::catalog_table(c"tables");
         let row = (relid != pg_sys::Oid::INVALID)
             .then(|| unsafe {
-                let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
-                let rowtype = (*(*rel).rd_att).tdtypeid;
-                pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+                let rowtype = pg_sys::get_rel_type_id(relid);
                 let mut keys = [catalog_scan::key_eq(pg_sys::get_attnum(relid, c"tabno".as_ptr()), pg_sys::F_INT4EQ, pg_sys::Datum::from(tabno))];
                 catalog_scan::row_datum(relid, pg_sys::Oid::INVALID, &mut keys, pg_sys::GetLatestSnapshot()).map(|d| (rowtype, d))
             })

@@ -646,7 +646,7 @@ pub fn routed_tables() -> Rc<HashMap<pg_sys::Oid, i32>> {
 type TableMap = Rc<HashMap<pg_sys::Oid, i32>>;
 
 fn load_tracked() -> (TableMap, TableMap) {
-    let rows: Vec<(pg_sys::Oid, i32, bool)> = if overlay::serializable() {
+    let rows: Vec<(pg_sys::Oid, i32, bool)> = if catalog_scan::serializable() {
         // (no predicate lock on the catalog: catalog_scan.rs)
         let relid = catalog_scan::catalog_table(c"tables");
         let installed = relid != pg_sys::Oid::INVALID && unsafe { pg_sys::get_extension_oid(c"pg_worlds".as_ptr(), true) } != pg_sys::Oid::INVALID;

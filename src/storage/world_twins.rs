@@ -48,7 +48,7 @@ pub fn twins_of(world: i32) -> Rc<HashMap<pg_sys::Oid, pg_sys::Oid>> {
     }
     let map: HashMap<pg_sys::Oid, pg_sys::Oid> = if world <= 0 || !super::extension_installed() {
         HashMap::new()
-    } else if super::overlay::serializable() {
+    } else if super::catalog_scan::serializable() {
         // (no predicate lock on the catalog: catalog_scan.rs)
         let relid = super::catalog_scan::catalog_table(c"world_twin");
         let mut map = HashMap::new();

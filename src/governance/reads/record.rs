@@ -34,8 +34,9 @@ pub fn checks_reads(num: i32) -> bool {
         return b;
     }
     // (in a SERIALIZABLE transaction without a predicate lock on the world's row: storage/catalog_scan.rs)
-    let b = if crate::storage::overlay::serializable() {
-        crate::storage::catalog_scan::world_column_text(num, "meta")
+    let b = if crate::storage::catalog_scan::serializable() {
+        crate::storage::catalog_scan::world_by_num(num, |r| r.text("meta"))
+            .flatten()
             .and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
             .is_some_and(|m| m.get("check_reads") == Some(&serde_json::Value::Bool(true)))
     } else { crate::storage::as_internal(|| {

@@ -3,6 +3,7 @@
 use crate::spi_calls::Fresh;
 use super::*;
 use crate::backend_local::BackendLocal;
+use crate::storage::catalog_scan;
 
 /// The session's world for routing a query being analyzed: the one resolved last, unless the setting
 /// changed since (the statement's execution validates it again).
@@ -294,9 +295,9 @@ unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<Worl
         let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
         tuple.t_self = at.tid;
         let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
-        let visible = if serializable() {
+        let visible = if catalog_scan::serializable() {
             // (fetched as any version, then tested against the snapshot under the buffer's lock: no
-            // predicate lock, see `serializable`)
+            // predicate lock, storage/catalog_scan.rs)
             pg_sys::heap_fetch(rel, &raw mut pg_sys::SnapshotAnyData, &mut tuple, &mut buffer, true) && !tuple.t_data.is_null() && {
                 pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
                 let v = pg_sys::HeapTupleSatisfiesVisibility(&mut tuple, snapshot, buffer);
@@ -317,16 +318,6 @@ unsafe fn row_at(at: RowAt, num: i32, snapshot: pg_sys::Snapshot) -> Option<Worl
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
         row
     }
-}
-
-/// Is this a SERIALIZABLE transaction? Its reads on an MVCC snapshot take predicate (SIRead) locks, and
-/// pg_worlds' reads of its own catalog are no reads of the user's data: Postgres takes none on its system
-/// catalogs, but `worlds.world` is an ordinary table, so a lock there would make every other session's
-/// commit in the world (which updates the world's row) a read/write conflict of this transaction, and two
-/// serializable writers of different rows of one world would fail each other (40001). So those reads
-/// scan every version (`SnapshotAny`: no predicate lock) and test each against the snapshot themselves.
-pub(crate) fn serializable() -> bool {
-    unsafe { pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32 }
 }
 
 /// World `num`'s row as it is now (its latest committed version) and as the transaction's snapshot sees it:
@@ -415,27 +406,16 @@ unsafe fn read_world_row(num: i32, snapshot: pg_sys::Snapshot) -> (Option<WorldR
         let index = pg_sys::RelationGetPrimaryKeyIndex(rel);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
         pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_INT4EQ), pg_sys::Datum::from(num));
-        // (under SERIALIZABLE every version is scanned and each tested against the snapshot: no predicate
-        // lock, see `serializable`)
-        let any = serializable();
-        let scan_snapshot = if any { &raw mut pg_sys::SnapshotAnyData } else { snapshot };
-        let scan = pg_sys::systable_beginscan(rel, index, index != pg_sys::Oid::INVALID, scan_snapshot, 1, &mut key);
         let desc = (*rel).rd_att;
         let mut found = None;
-        loop {
-            let tuple = pg_sys::systable_getnext(scan);
-            if tuple.is_null() {
-                break;
-            }
-            if any && !((*(*rel).rd_tableam).tuple_satisfies_snapshot.expect("a table access method tests visibility"))(rel, (*scan).slot, snapshot) {
-                continue;
-            }
-            if let Some(row) = decode(tuple, desc, &t, num) {
+        // (without predicate locks under SERIALIZABLE: storage/catalog_scan.rs)
+        catalog_scan::scan_tuples(rel, index, std::slice::from_mut(&mut key), snapshot, |tuple| match decode(tuple, desc, &t, num) {
+            Some(row) => {
                 found = Some((row, RowAt { tid: (*tuple).t_self, xmin: (*(*tuple).t_data).t_choice.t_heap.t_xmin }));
-                break;
+                false
             }
-        }
-        pg_sys::systable_endscan(scan);
+            None => true,
+        });
         pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
         match found {
             Some((row, at)) => (Some(row), Some(at)),
@@ -486,8 +466,7 @@ pub(crate) unsafe fn world_table() -> Option<WorldTable> {
         return Some(t);
     }
     unsafe {
-        let ns = pg_sys::get_namespace_oid(c"worlds".as_ptr(), true);
-        let relid = if ns == pg_sys::Oid::INVALID { pg_sys::Oid::INVALID } else { pg_sys::get_relname_relid(c"world".as_ptr(), ns) };
+        let relid = catalog_scan::catalog_table(c"world");
         if relid == pg_sys::Oid::INVALID {
             return None;
         }
@@ -600,40 +579,28 @@ pub(super) fn resolve(setting: &str) -> Option<World> {
         }
         // the live world of that name, or of that ID (through the live names' or the IDs' index); only
         // then the dropped ones (worlds.world keeps a row for every world ever made)
-        if serializable() {
-            // (no predicate lock on the catalog: storage/catalog_scan.rs)
-            return match find_world_direct(setting) {
-                Some((num, false)) => world_by_num(num),
-                Some((num, true)) => {
-                    let chain = load_chain(num);
-                    let live = chain.iter().find(|c| !c.dropped).cloned();
-                    let (lnum, lname) = live.map(|c| (c.num, c.name)).unwrap_or((0, "main".to_string()));
-                    set_session_world(&lname);
-                    world_by_num(lnum)
-                }
-                None => not_found(setting),
-            };
-        }
-        let live = client
-            .fresh(&format!("SELECT num, false FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
-            .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
-        let row = if !live.is_empty() {
-            live
+        // (in a SERIALIZABLE transaction read without predicate locks: storage/catalog_scan.rs)
+        let found = if catalog_scan::serializable() {
+            find_world_direct(setting)
         } else {
-            client
-                .fresh(
-                    "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
-                     ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
-                    None,
-                    &[setting.into()],
-                )
-                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            let live = client
+                .fresh(&format!("SELECT num, false FROM ({}) w LIMIT 1", crate::sql_text::live_world_query(setting)), None, &[setting.into()])
+                .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")));
+            let row = if !live.is_empty() {
+                live
+            } else {
+                client
+                    .fresh(
+                        "SELECT num, dropped IS NOT NULL FROM worlds.world WHERE name = $1 OR id = $1
+                         ORDER BY dropped IS NULL DESC, (name = $1) DESC, num DESC LIMIT 1",
+                        None,
+                        &[setting.into()],
+                    )
+                    .unwrap_or_else(|e| raise("XX000", format!("pg_worlds: {e}")))
+            };
+            row.into_iter().next().map(|r| (r.get::<i32>(1).ok().flatten().unwrap_or(0), r.get::<bool>(2).ok().flatten().unwrap_or(false)))
         };
-        let Some(row) = row.into_iter().next() else {
-            not_found(setting)
-        };
-        let mut num: i32 = row.get(1).ok().flatten().unwrap_or(0);
-        let dropped: bool = row.get(2).ok().flatten().unwrap_or(false);
+        let Some((mut num, dropped)) = found else { not_found(setting) };
         if dropped {
             // carry on from the nearest live ancestor
             let chain = load_chain(num);
@@ -672,7 +639,7 @@ fn not_found(setting: &str) -> ! {
 /// live world named (or with the ID) `setting`, else the dropped one that had it (the latest by name first),
 /// as (num, dropped).
 fn find_world_direct(setting: &str) -> Option<(i32, bool)> {
-    let relid = crate::storage::catalog_scan::catalog_table(c"world");
+    let relid = catalog_scan::catalog_table(c"world");
     if relid == pg_sys::Oid::INVALID {
         return None;
     }
@@ -681,7 +648,7 @@ fn find_world_direct(setting: &str) -> Option<(i32, bool)> {
     // before dropped, the name before the ID, the newest)
     let mut best: Option<((bool, bool, bool, i32), i32, bool)> = None;
     unsafe {
-        crate::storage::catalog_scan::visible_rows(relid, pg_sys::Oid::INVALID, &mut [], pg_sys::GetTransactionSnapshot(), |r| {
+        catalog_scan::visible_rows(relid, pg_sys::Oid::INVALID, &mut [], pg_sys::GetTransactionSnapshot(), |r| {
             let Some(num) = r.int4("num") else { return true };
             let named = r.text("name").as_deref() == Some(setting);
             let ided = r.text("id").as_deref() == Some(setting);
@@ -763,7 +730,7 @@ pub(super) struct ChainRow {
 
 /// The chain from a world up to main (the world first).
 pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
-    if serializable() {
+    if catalog_scan::serializable() {
         return chain_direct(num);
     }
     Spi::connect(|client| {
@@ -797,44 +764,24 @@ pub(super) fn load_chain(num: i32) -> Vec<ChainRow> {
 /// `load_chain` in a SERIALIZABLE transaction, without predicate locks (storage/catalog_scan.rs): each
 /// world's row through the primary key, then its parent's.
 fn chain_direct(num: i32) -> Vec<ChainRow> {
-    let relid = crate::storage::catalog_scan::catalog_table(c"world");
     let mut chain: Vec<ChainRow> = Vec::new();
-    if relid == pg_sys::Oid::INVALID {
-        return chain;
-    }
-    unsafe {
-        let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
-        let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
-        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
-        let attno = pg_sys::get_attnum(relid, c"num".as_ptr());
-        let snapshot = pg_sys::GetTransactionSnapshot();
-        let mut next = Some(num);
-        while let Some(n) = next.take() {
-            // (a chain is a few worlds long; a cycle can't be made, but is never walked twice)
-            if chain.iter().any(|c| c.num == n) {
-                break;
-            }
-            let mut keys = [crate::storage::catalog_scan::key_eq(attno, pg_sys::F_INT4EQ, pg_sys::Datum::from(n))];
-            crate::storage::catalog_scan::visible_rows(relid, pkey, &mut keys, snapshot, |r| {
-                if r.int4("num") != Some(n) {
-                    return true;
-                }
-                let snap = r.text("fork_snapshot").or_else(|| r.text("fork_at").map(|t| format!("@{t}")));
-                let row = ChainRow {
-                    num: n,
-                    id: r.text("id").unwrap_or_default(),
-                    name: r.text("name").unwrap_or_default(),
-                    parent: r.int4("parent"),
-                    version: r.int8("version").unwrap_or(0),
-                    snap,
-                    dropped: !r.is_null("dropped"),
-                    merged_part: r.bool("merged_part").unwrap_or(false),
-                };
-                next = row.parent;
-                chain.push(row);
-                false
-            });
-        }
+    let mut next = Some(num);
+    // (a chain is a few worlds long; a cycle can't be made, but is never walked twice)
+    while let Some(n) = next.take().filter(|n| !chain.iter().any(|c| c.num == *n)) {
+        let Some(row) = catalog_scan::world_by_num(n, |r| ChainRow {
+            num: n,
+            id: r.text("id").unwrap_or_default(),
+            name: r.text("name").unwrap_or_default(),
+            parent: r.int4("parent"),
+            version: r.int8("version").unwrap_or(0),
+            snap: r.text("fork_snapshot").or_else(|| r.text("fork_at").map(|t| format!("@{t}"))),
+            dropped: !r.is_null("dropped"),
+            merged_part: r.bool("merged_part").unwrap_or(false),
+        }) else {
+            break;
+        };
+        next = row.parent;
+        chain.push(row);
     }
     chain
 }

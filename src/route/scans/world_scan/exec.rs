@@ -460,7 +460,7 @@ pub(crate) unsafe fn gather(node: *mut pg_sys::CustomScanState, run: &mut Run) {
         let keys = index_keys(run.child, run.key_attno);
         // under SERIALIZABLE, the predicate locks of a read of the world's part, which the cache may answer
         // without reading the delta (storage::lock_world_part)
-        if storage::overlay::serializable() {
+        if storage::catalog_scan::serializable() {
             let points = match keys.and_then(|(index, sk, n)| key_bounds(index, sk, n)) {
                 Some(ranges) => ranges.iter().all(|&(lo, hi)| lo == hi).then(|| ranges.iter().map(|r| r.0).collect::<Vec<i64>>()),
                 None if keys.is_none() => condition_keys(node, run),
